@@ -1,0 +1,1 @@
+"""Orchestration: config, artifact store, Ray task graph, MLflow tracking, CLI."""

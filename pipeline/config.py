@@ -1,0 +1,335 @@
+"""Experiment configuration: one YAML file per experiment, validated on load.
+
+Every section is a pydantic model with ``extra="forbid"``, so a typo is an error,
+not a silently ignored key. ``load_config`` turns every validation problem into one
+``ConfigError`` that names the file, the line, the dotted key, and the valid keys or
+the closest match. Relative paths in the file are resolved against the file's own
+directory, so a config works from any working directory.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+from pathlib import Path
+from typing import Annotated, Any, Literal, Union
+
+import yaml
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+
+
+class ConfigError(Exception):
+    """A config file or override that cannot be used; the message says where and why."""
+
+
+class Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+# --------------------------------------------------------------------------- download
+
+
+class FileRef(Section):
+    """One input file: a local path, or a URL pinned by sha256.
+
+    ``member`` selects one file inside an archive (tar, tar.gz, zip) at that path/URL.
+    """
+
+    path: str | None = None
+    url: str | None = None
+    sha256: str | None = None
+    member: str | None = None
+
+    @field_validator("path")
+    @classmethod
+    def _resolve_against_config_dir(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is None:
+            return None
+        base = (info.context or {}).get("base_dir")
+        path = Path(os.path.expanduser(value))
+        return str(path if path.is_absolute() or base is None else (Path(base) / path).resolve())
+
+    @field_validator("sha256")
+    @classmethod
+    def _is_hex_digest(cls, value: str | None) -> str | None:
+        if value is not None and (len(value) != 64 or any(c not in "0123456789abcdef" for c in value)):
+            raise ValueError("must be a 64-character lowercase hex sha256 digest")
+        return value
+
+    @model_validator(mode="after")
+    def _one_location(self) -> FileRef:
+        if (self.path is None) == (self.url is None):
+            raise ValueError("give exactly one of 'path' or 'url'")
+        if self.url is not None and self.sha256 is None:
+            raise ValueError("a 'url' needs its 'sha256' so the download can be verified")
+        return self
+
+    @property
+    def filename(self) -> str:
+        """The name mirrors are searched for: the last component of the URL or path."""
+        location = self.url if self.url is not None else self.path
+        return location.rstrip("/").rsplit("/", 1)[-1]
+
+
+class FilesSource(Section):
+    """Two files, source and target language, one sentence per line (plain or gzip).
+
+    ``alignment: document`` means blank lines separate documents and sentences inside
+    a document are not yet paired; the clean stage sentence-aligns them (Gale-Church).
+    """
+
+    type: Literal["files"]
+    src: FileRef
+    tgt: FileRef
+    alignment: Literal["line", "document"] = "line"
+    max_pairs: int | None = Field(default=None, gt=0)
+
+
+class TsvSource(Section):
+    """One tab-separated file (plain or gzip) holding both sides."""
+
+    type: Literal["tsv"]
+    file: FileRef
+    src_column: int = Field(default=0, ge=0)
+    tgt_column: int = Field(default=1, ge=0)
+    max_pairs: int | None = Field(default=None, gt=0)
+
+
+class HuggingFaceSource(Section):
+    """A Hugging Face dataset: a hub id or a local dataset directory.
+
+    Rows are either ``{"translation": {src_lang: ..., tgt_lang: ...}}`` (the WMT layout)
+    or flat, with ``src_field`` / ``tgt_field`` naming the columns.
+    """
+
+    type: Literal["huggingface"]
+    dataset: str
+    config: str | None = None
+    split: str = "train"
+    streaming: bool = False
+    src_field: str | None = None
+    tgt_field: str | None = None
+    max_pairs: int | None = Field(default=None, gt=0)
+
+
+class SacrebleuSource(Section):
+    """A sacreBLEU test set by name, e.g. ``wmt14`` (langpair defaults to src-tgt)."""
+
+    type: Literal["sacrebleu"]
+    test_set: str
+    langpair: str | None = None
+    max_pairs: int | None = Field(default=None, gt=0)
+
+
+Source = Annotated[
+    Union[FilesSource, TsvSource, HuggingFaceSource, SacrebleuSource],
+    Field(discriminator="type"),
+]
+
+
+class DownloadConfig(Section):
+    src_lang: str
+    tgt_lang: str
+    train: Source
+    valid: Source
+    test: Source
+
+
+# --------------------------------------------------------------------------- clean
+
+
+class CleanConfig(Section):
+    """Filters for the training split; valid and test are only normalized.
+
+    Defaults follow Moses' clean-corpus-n.perl (1-80 words, ratio 9) loosened to
+    250 words, the usual setting for subword-level NMT.
+    """
+
+    unicode_form: Literal["NFC", "NFKC", "none"] = "NFC"
+    min_words: int = Field(default=1, ge=0)
+    max_words: int = Field(default=250, gt=0)
+    max_chars: int = Field(default=2000, gt=0)
+    max_length_ratio: float = Field(default=9.0, gt=1.0)
+    drop_duplicates: bool = True
+    drop_identical: bool = True
+    langid: bool = False
+    langid_min_chars: int = Field(default=20, ge=0)
+
+
+# --------------------------------------------------------------------------- bpe
+
+
+class BpeConfig(Section):
+    vocab_size: int = Field(default=8000, gt=10)
+    joint: bool = True
+    character_coverage: float = Field(default=1.0, gt=0.0, le=1.0)
+    input_sentence_size: int = Field(default=2_000_000, gt=0)
+    language_tags: bool = True
+    user_symbols: list[str] = []
+    seed: int = 1
+    threads: int = Field(default=2, gt=0)
+
+
+# --------------------------------------------------------------------------- tokenize
+
+
+class TokenizeConfig(Section):
+    shards: int = Field(default=4, gt=0)
+    append_eos: bool = True
+    histogram_bin_width: int = Field(default=8, gt=0)
+
+
+# --------------------------------------------------------------------------- experiment
+
+
+class ExperimentConfig(Section):
+    name: str
+    artifact_root: str = "artifacts"
+    mirrors: list[str] = []
+    download: DownloadConfig
+    clean: CleanConfig = CleanConfig()
+    bpe: BpeConfig = BpeConfig()
+    tokenize: TokenizeConfig = TokenizeConfig()
+
+    @field_validator("mirrors")
+    @classmethod
+    def _resolve_mirrors(cls, value: list[str], info: ValidationInfo) -> list[str]:
+        base = (info.context or {}).get("base_dir")
+        resolved = []
+        for entry in value:
+            path = Path(os.path.expanduser(entry))
+            resolved.append(str(path if path.is_absolute() or base is None else (Path(base) / path).resolve()))
+        return resolved
+
+
+# --------------------------------------------------------------------------- loading
+
+
+def load_config(path: str | Path, overrides: list[str] = ()) -> ExperimentConfig:
+    """Read, override and validate an experiment file; raise ConfigError on any problem."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"{path}: config file not found")
+    text = path.read_text(encoding="utf-8")
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        raise ConfigError(f"{path}: not valid YAML: {error}") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: expected a mapping of sections at the top level")
+    for override in overrides:
+        _apply_override(raw, override)
+    try:
+        return ExperimentConfig.model_validate(raw, context={"base_dir": path.parent.resolve()})
+    except ValidationError as error:
+        lines = _key_lines(text)
+        problems = [_describe(error_item, lines, overrides) for error_item in error.errors()]
+        raise ConfigError(f"{path}: invalid config\n" + "\n".join(problems)) from None
+
+
+def _apply_override(raw: dict, override: str) -> None:
+    """Apply ``a.b.c=value``; the value is parsed as YAML so numbers and booleans work."""
+    if "=" not in override:
+        raise ConfigError(f"--set {override!r}: expected KEY=VALUE, e.g. tokenize.shards=8")
+    dotted, value = override.split("=", 1)
+    keys = dotted.strip().split(".")
+    node = raw
+    for key in keys[:-1]:
+        child = node.setdefault(key, {})
+        if not isinstance(child, dict):
+            raise ConfigError(f"--set {override!r}: '{key}' is not a section")
+        node = child
+    node[keys[-1]] = yaml.safe_load(value)
+
+
+def _describe(item: dict, lines: dict[tuple, int], overrides: list[str]) -> str:
+    loc = tuple(part for part in item["loc"] if isinstance(part, (str, int)))
+    key_path = _strip_union_tags(loc)
+    dotted = ".".join(str(part) for part in key_path) or "(top level)"
+    line = _nearest_line(key_path, lines)
+    where = f"line {line}, " if line else ""
+    if any(o.split("=", 1)[0].strip() == dotted for o in overrides):
+        where = "from --set, "
+    if item["type"] == "extra_forbidden":
+        valid = _valid_keys(key_path[:-1])
+        hint = difflib.get_close_matches(str(key_path[-1]), valid, n=1)
+        suggestion = f"; did you mean '{hint[0]}'?" if hint else ""
+        return f"  {where}{dotted}: unknown key{suggestion} (valid keys: {', '.join(valid)})"
+    if item["type"] == "missing":
+        return f"  {where}{dotted}: required key is missing"
+    return f"  {where}{dotted}: {item['msg']} (got {item.get('input')!r})"
+
+
+def _strip_union_tags(loc: tuple) -> tuple:
+    """pydantic puts the discriminator tag ('files', 'tsv', ...) in the error location."""
+    tags = {"files", "tsv", "huggingface", "sacrebleu"}
+    out = []
+    for index, part in enumerate(loc):
+        if part in tags and index > 0 and loc[index - 1] in ("train", "valid", "test"):
+            continue
+        out.append(part)
+    return tuple(out)
+
+
+def _valid_keys(section_path: tuple) -> list[str]:
+    model: Any = ExperimentConfig
+    raw: dict = {}
+    for part in section_path:
+        field = getattr(model, "model_fields", {}).get(part)
+        if field is None:
+            return sorted(raw)
+        annotation = field.annotation
+        if part in ("train", "valid", "test"):
+            # A source: list the keys every source type accepts.
+            keys = set()
+            for option in (FilesSource, TsvSource, HuggingFaceSource, SacrebleuSource):
+                keys |= set(option.model_fields)
+            return sorted(keys)
+        model = annotation
+        if hasattr(annotation, "__args__"):
+            model = next((a for a in annotation.__args__ if hasattr(a, "model_fields")), annotation)
+    return sorted(getattr(model, "model_fields", {}))
+
+
+def _key_lines(text: str) -> dict[tuple, int]:
+    """Map each key path in the YAML text to its 1-based line number."""
+    lines: dict[tuple, int] = {}
+
+    def walk(node: yaml.Node, prefix: tuple) -> None:
+        if isinstance(node, yaml.MappingNode):
+            for key_node, value_node in node.value:
+                path = prefix + (key_node.value,)
+                lines[path] = key_node.start_mark.line + 1
+                walk(value_node, path)
+        elif isinstance(node, yaml.SequenceNode):
+            for index, child in enumerate(node.value):
+                lines[prefix + (index,)] = child.start_mark.line + 1
+                walk(child, prefix + (index,))
+
+    try:
+        root = yaml.compose(text)
+    except yaml.YAMLError:
+        return lines
+    if root is not None:
+        walk(root, ())
+    return lines
+
+
+def _nearest_line(key_path: tuple, lines: dict[tuple, int]) -> int | None:
+    for end in range(len(key_path), 0, -1):
+        if key_path[:end] in lines:
+            return lines[key_path[:end]]
+    return None
+
+
+def section_slice(config: ExperimentConfig, section: str) -> dict:
+    """A stage's config slice as plain JSON data: what its cache key is computed from."""
+    return getattr(config, section).model_dump(mode="json")

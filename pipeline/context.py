@@ -1,0 +1,43 @@
+"""What the runner hands a stage besides its inputs and config slice.
+
+A stage calls ``ctx.parallel_map`` for work that should fan out (one Ray task per
+item on a cluster, a plain loop when a stage is called directly, as tests do) and
+``ctx.progress`` for a progress bar (shown on the driver when running under Ray).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from tqdm.auto import tqdm
+
+from pipeline.artifacts import default_cache_dir
+
+
+@dataclass
+class StageContext:
+    parallel_map: Callable[[Callable, list], list] = lambda fn, items: [fn(item) for item in items]
+    progress: Callable[..., Any] = tqdm
+    # Directories searched for pinned files before any download (config `mirrors`, NMT_MIRROR).
+    mirrors: list[str] = field(default_factory=list)
+    # Where verified downloads are kept, by sha256, across runs and configs.
+    download_cache: Path = field(default_factory=lambda: default_cache_dir() / "downloads")
+
+
+def ray_parallel_map(fn: Callable, items: list) -> list:
+    """One Ray task per item; the caller's CPU is released while it waits in ray.get."""
+    import ray
+
+    task = ray.remote(num_cpus=1)(fn)
+    return ray.get([task.remote(item) for item in items])
+
+
+def ray_progress(*args, **kwargs):
+    """A tqdm-compatible bar that Ray draws on the driver's terminal."""
+    from ray.experimental.tqdm_ray import tqdm as ray_tqdm
+
+    kwargs.pop("unit_scale", None)
+    kwargs.pop("leave", None)
+    return ray_tqdm(*args, **kwargs)

@@ -1,0 +1,210 @@
+"""The stage graph: which stages exist, what they depend on, and how a run executes.
+
+``plan`` computes every stage's artifact key up front (keys depend only on config
+and upstream keys, never on outputs) and checks the store: a stage whose artifact
+verifies is a cache hit and does no work. ``run_pipeline`` submits the rest as Ray
+tasks, each receiving its upstream tasks' ObjectRefs as arguments, so Ray starts a
+stage as soon as its inputs exist and runs independent stages in parallel. The
+driver waits on the refs and records each finished stage in MLflow.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from pipeline.artifacts import ArtifactState, ArtifactStatus, ArtifactStore, artifact_key
+from pipeline.config import ExperimentConfig, FileRef, section_slice
+from pipeline.context import StageContext, ray_parallel_map, ray_progress
+from stages import bpe, clean, download, tokenize
+
+log = logging.getLogger("nmt")
+
+
+@dataclass(frozen=True)
+class Stage:
+    name: str
+    section: str  # the config section that is this stage's slice
+    run: Callable  # (inputs: dict[str, Path], config, output: Path, ctx: StageContext) -> metrics dict
+    version: int  # bump when the same inputs would now give a different artifact
+    upstream: tuple[str, ...] = ()
+    # A resumable stage gets back the staging directory a crashed attempt left behind.
+    resumable: bool = False
+
+
+DATA_STAGES = (
+    Stage("download", "download", download.download_corpus, download.VERSION),
+    Stage("clean", "clean", clean.clean_corpus, clean.VERSION, ("download",)),
+    Stage("bpe", "bpe", bpe.train_bpe, bpe.VERSION, ("clean",)),
+    Stage("tokenize", "tokenize", tokenize.tokenize_corpus, tokenize.VERSION, ("clean", "bpe")),
+)
+
+
+def pipeline_stages(config: ExperimentConfig) -> tuple[Stage, ...]:
+    """The stages of a config, in an order where every stage follows its upstream."""
+    return DATA_STAGES
+
+
+@dataclass(frozen=True)
+class PlannedStage:
+    stage: Stage
+    key: str
+    upstream_keys: dict[str, str]
+    status: ArtifactStatus
+    will_run: bool
+
+
+@dataclass
+class StageResult:
+    name: str
+    key: str
+    cache_hit: bool
+    metrics: dict = field(default_factory=dict)
+    started: float = 0.0
+    ended: float = 0.0
+    size_bytes: int = 0
+
+
+def stage_key_inputs(stage: Stage, config: ExperimentConfig) -> dict:
+    """The config slice a stage's key is computed from.
+
+    Local input files without a pinned sha256 add their size and mtime, so editing a
+    local corpus file invalidates the download artifact as `make` would.
+    """
+    slice_ = section_slice(config, stage.section)
+    if stage.name == "download":
+        slice_["local_files"] = {ref.path: _fingerprint(Path(ref.path)) for ref in _local_refs(config)}
+    return slice_
+
+
+def _local_refs(config: ExperimentConfig) -> list[FileRef]:
+    refs = []
+    for split in ("train", "valid", "test"):
+        source = getattr(config.download, split)
+        for name in ("src", "tgt", "file"):
+            ref = getattr(source, name, None)
+            if isinstance(ref, FileRef) and ref.path is not None and ref.sha256 is None:
+                refs.append(ref)
+    return refs
+
+
+def _fingerprint(path: Path) -> list[int] | str:
+    try:
+        stat = path.stat()
+    except FileNotFoundError:
+        return "missing"
+    return [stat.st_size, stat.st_mtime_ns]
+
+
+def plan(config: ExperimentConfig, store: ArtifactStore, until: str | None = None,
+         force: tuple[str, ...] = ()) -> list[PlannedStage]:
+    stages = pipeline_stages(config)
+    names = [stage.name for stage in stages]
+    for name in [*force, *([until] if until else [])]:
+        if name not in names:
+            raise ValueError(f"unknown stage {name!r}; stages are: {', '.join(names)}")
+    keys: dict[str, str] = {}
+    forced: set[str] = set(force)
+    planned = []
+    for stage in stages:
+        upstream_keys = {name: keys[name] for name in stage.upstream}
+        key = artifact_key(stage.name, stage.version, stage_key_inputs(stage, config), upstream_keys)
+        keys[stage.name] = key
+        # Forcing a stage forces everything downstream of it too.
+        if forced & set(stage.upstream):
+            forced.add(stage.name)
+        status = store.status(stage.name, key)
+        will_run = stage.name in forced or status.state != ArtifactState.CACHED
+        planned.append(PlannedStage(stage, key, upstream_keys, status, will_run))
+        if stage.name == until:
+            break
+    return planned
+
+
+def execute_stage(stage: Stage, section, key: str, upstream_keys: dict[str, str], store: ArtifactStore,
+                  mirrors: list[str], *upstream_results: StageResult) -> StageResult:
+    """Run one stage and commit its artifact; the body of each stage's Ray task.
+
+    ``upstream_results`` are not read: passing the upstream ObjectRefs as arguments is
+    what makes Ray wait for those stages before starting this one.
+    """
+    started = time.time()
+    inputs = {name: store.local_path(name, upstream_key) for name, upstream_key in upstream_keys.items()}
+    staging = store.staging_dir(stage.name, key, keep_previous=stage.resumable)
+    ctx = StageContext(parallel_map=ray_parallel_map, progress=ray_progress, mirrors=mirrors)
+    metrics = stage.run(inputs, section, staging, ctx)
+    status = store.commit(stage.name, key, staging, {
+        "version": stage.version, "config": section.model_dump(mode="json"),
+        "upstream": upstream_keys, "metrics": metrics,
+    })
+    return StageResult(stage.name, key, False, metrics, started, time.time(), status.size_bytes)
+
+
+def connect_ray(address: str | None) -> None:
+    """Join the cluster at ``address`` (or RAY_ADDRESS), else start an embedded local instance."""
+    import ray
+
+    if ray.is_initialized():
+        return
+    runtime_env = None
+    if address or os.environ.get("RAY_ADDRESS"):
+        import pipeline
+        import stages
+
+        # Ship this checkout's code to the cluster so its workers run what the driver runs.
+        runtime_env = {"py_modules": [pipeline, stages]}
+    ray.init(address=address, runtime_env=runtime_env, include_dashboard=False,
+             logging_level=logging.WARNING, log_to_driver=True)
+
+
+def run_pipeline(config: ExperimentConfig, planned: list[PlannedStage], store: ArtifactStore,
+                 mirrors: list[str], on_result: Callable[[PlannedStage, StageResult], None],
+                 on_failure: Callable[[PlannedStage, BaseException], None]) -> list[StageResult]:
+    """Run the planned stages that are not cached; ``on_result`` sees every stage, hits included."""
+    import ray
+
+    task = ray.remote(num_cpus=1)(execute_stage)
+    refs: dict[str, ray.ObjectRef] = {}
+    pending: dict[ray.ObjectRef, PlannedStage] = {}
+    results = []
+    for item in planned:
+        if not item.will_run:
+            result = StageResult(item.stage.name, item.key, True, size_bytes=item.status.size_bytes)
+            on_result(item, result)
+            results.append(result)
+            continue
+        upstream_refs = [refs[name] for name in item.stage.upstream if name in refs]
+        section = getattr(config, item.stage.section)
+        ref = task.options(name=f"stage:{item.stage.name}").remote(
+            item.stage, section, item.key, item.upstream_keys, store, mirrors, *upstream_refs)
+        refs[item.stage.name] = ref
+        pending[ref] = item
+        log.info("%-9s submitted (key %s)", item.stage.name, item.key)
+    # After a failure, stages that do not depend on it run to completion: their
+    # artifacts are committed, so the next run resumes from them.
+    failed: dict[str, BaseException] = {}
+    while pending:
+        done, _ = ray.wait(list(pending), num_returns=1)
+        item = pending.pop(done[0])
+        try:
+            result = ray.get(done[0])
+        except Exception as error:
+            upstream_failed = [name for name in item.stage.upstream if name in failed]
+            cause = (UpstreamFailed(f"not run: upstream stage {upstream_failed[0]!r} failed") if upstream_failed
+                     else getattr(error, "cause", None) or error)
+            failed[item.stage.name] = cause
+            on_failure(item, cause)
+            continue
+        on_result(item, result)
+        results.append(result)
+    if failed:
+        raise next(iter(failed.values()))
+    return results
+
+
+class UpstreamFailed(Exception):
+    pass

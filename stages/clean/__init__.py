@@ -1,0 +1,64 @@
+"""clean: normalize every split, sentence-align document-aligned input, filter train.
+
+Valid and test are normalized only, never filtered: dropping hard test sentences
+would inflate BLEU and make results incomparable with published ones.
+
+Output: ``train.parquet``, ``valid.parquet``, ``test.parquet`` (``src``, ``tgt``),
+``meta.json`` (language pair, passed on) and ``report.json`` (pairs in and out per
+split, pairs removed per rule).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Iterator
+
+import pyarrow.parquet as pq
+
+from pipeline.config import CleanConfig
+from pipeline.context import StageContext
+from stages.clean.align import align_sentences
+from stages.clean.filters import PairFilter
+from stages.clean.normalize import normalize_text
+from stages.download import SPLITS, write_pairs
+
+VERSION = 1
+READ_BATCH = 50_000
+
+
+def clean_corpus(inputs: dict[str, Path], config: CleanConfig, output: Path, ctx: StageContext) -> dict:
+    download = inputs["download"]
+    meta = json.loads((download / "meta.json").read_text())
+    pair_filter = PairFilter(config, meta["src_lang"], meta["tgt_lang"])
+    report: dict = {"splits": {}}
+    for split in SPLITS:
+        split_meta = meta["splits"][split]
+        pairs = _read_pairs(download / f"{split}.parquet", split_meta["pairs"], ctx, f"clean {split}")
+        if split_meta["alignment"] == "document":
+            pairs = _sentence_aligned(pairs)
+        pairs = ((normalize_text(s, config.unicode_form), normalize_text(t, config.unicode_form)) for s, t in pairs)
+        if split == "train":
+            pairs = (pair for pair in pairs if pair_filter.keep(*pair))
+        kept = write_pairs(pairs, output / f"{split}.parquet")
+        report["splits"][split] = {"pairs_in": split_meta["pairs"], "pairs_out": kept}
+    report["train_removed"] = pair_filter.removed
+    (output / "meta.json").write_text(json.dumps({"src_lang": meta["src_lang"], "tgt_lang": meta["tgt_lang"]}))
+    (output / "report.json").write_text(json.dumps(report, indent=2))
+    metrics = {f"{split}_pairs": counts["pairs_out"] for split, counts in report["splits"].items()}
+    metrics.update({f"removed_{rule}": count for rule, count in pair_filter.removed.items()})
+    return metrics
+
+
+def _read_pairs(path: Path, total: int, ctx: StageContext, label: str) -> Iterator[tuple[str, str]]:
+    bar = ctx.progress(total=total, desc=label, unit="pairs")
+    for batch in pq.ParquetFile(path).iter_batches(batch_size=READ_BATCH):
+        columns = batch.to_pydict()
+        yield from zip(columns["src"], columns["tgt"])
+        bar.update(batch.num_rows)
+    bar.close()
+
+
+def _sentence_aligned(documents: Iterator[tuple[str, str]]) -> Iterator[tuple[str, str]]:
+    for src_document, tgt_document in documents:
+        yield from align_sentences(src_document.split("\n"), tgt_document.split("\n"))

@@ -1,0 +1,92 @@
+"""download: fetch each split's source and store it as Parquet pairs.
+
+Output: ``train.parquet``, ``valid.parquet``, ``test.parquet`` with string columns
+``src`` and ``tgt``, and ``meta.json`` with the language pair and, per split, the pair
+count and alignment (``line``; or ``document``, whose rows are newline-joined
+sentences for the clean stage to sentence-align).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Iterator
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from pipeline.config import DownloadConfig, FilesSource, HuggingFaceSource, SacrebleuSource, TsvSource
+from pipeline.context import StageContext
+from stages.download import readers
+from stages.download.locate import locate_file
+from stages.errors import InputDataError
+
+VERSION = 1
+SPLITS = ("train", "valid", "test")
+WRITE_BATCH = 50_000
+PAIR_SCHEMA = pa.schema([("src", pa.string()), ("tgt", pa.string())])
+
+
+def download_corpus(inputs: dict[str, Path], config: DownloadConfig, output: Path, ctx: StageContext) -> dict:
+    meta = {"src_lang": config.src_lang, "tgt_lang": config.tgt_lang, "splits": {}}
+    metrics = {}
+    for split in SPLITS:
+        source = getattr(config, split)
+        pairs = readers.limit(_pairs(source, config, ctx), source.max_pairs)
+        count = write_pairs(pairs, output / f"{split}.parquet")
+        if count == 0:
+            raise InputDataError(f"download.{split}: the source has no sentence pairs ({_describe(source)})")
+        alignment = source.alignment if isinstance(source, FilesSource) else "line"
+        meta["splits"][split] = {"pairs": count, "alignment": alignment, "source": _describe(source)}
+        metrics[f"{split}_pairs"] = count
+    (output / "meta.json").write_text(json.dumps(meta, indent=2))
+    return metrics
+
+
+def write_pairs(pairs: Iterator[tuple[str, str]], path: Path) -> int:
+    count = 0
+    with pq.ParquetWriter(path, PAIR_SCHEMA) as writer:
+        batch: list[tuple[str, str]] = []
+        for pair in pairs:
+            batch.append(pair)
+            if len(batch) == WRITE_BATCH:
+                writer.write_table(_table(batch))
+                count += len(batch)
+                batch = []
+        if batch:
+            writer.write_table(_table(batch))
+            count += len(batch)
+    return count
+
+
+def _table(batch: list[tuple[str, str]]) -> pa.Table:
+    src, tgt = zip(*batch)
+    return pa.table({"src": list(src), "tgt": list(tgt)}, schema=PAIR_SCHEMA)
+
+
+def _pairs(source, config: DownloadConfig, ctx: StageContext) -> Iterator[tuple[str, str]]:
+    def local(ref):
+        return locate_file(ref, ctx.mirrors, ctx.download_cache, ctx.progress)
+
+    if isinstance(source, FilesSource):
+        src, tgt = local(source.src), local(source.tgt)
+        if source.alignment == "document":
+            return readers.document_pairs(src, tgt)
+        return readers.line_aligned_pairs(src, tgt)
+    if isinstance(source, TsvSource):
+        return readers.tsv_pairs(local(source.file), source.src_column, source.tgt_column)
+    if isinstance(source, HuggingFaceSource):
+        return readers.huggingface_pairs(source, config.src_lang, config.tgt_lang)
+    if isinstance(source, SacrebleuSource):
+        return readers.sacrebleu_pairs(source, config.src_lang, config.tgt_lang, ctx.mirrors)
+    raise TypeError(f"unknown source type {type(source).__name__}")
+
+
+def _describe(source) -> str:
+    if isinstance(source, FilesSource):
+        return f"{source.src.url or source.src.path} + {source.tgt.url or source.tgt.path}"
+    if isinstance(source, TsvSource):
+        return str(source.file.url or source.file.path)
+    if isinstance(source, HuggingFaceSource):
+        return f"huggingface:{source.dataset}/{source.config or ''}/{source.split}"
+    return f"sacrebleu:{source.test_set}"

@@ -1,0 +1,87 @@
+"""HTTP(S) downloads that resume, retry and verify.
+
+Bytes go to ``<dest>.part``; an interrupted download (a dropped connection, a
+killed run) continues from there with a Range request. The file gets its final
+name only after its sha256 matches the pinned digest, so a later run never trusts
+a truncated or corrupted download.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import requests
+
+from pipeline.artifacts import file_sha256
+from stages.errors import InputDataError
+
+CHUNK_BYTES = 1 << 20
+
+
+class DownloadError(InputDataError):
+    pass
+
+
+def fetch_url(
+    url: str,
+    dest: Path,
+    sha256: str,
+    progress: Callable[..., Any],
+    retries: int = 4,
+    timeout_s: float = 30.0,
+    backoff_s: float = 1.0,
+) -> Path:
+    """Download ``url`` to ``dest`` and verify it; resume a ``.part`` file if one is there."""
+    partial = dest.with_name(dest.name + ".part")
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    last_error: Exception | None = None
+    for attempt in range(retries + 1):
+        if attempt:
+            time.sleep(backoff_s * 2 ** (attempt - 1))
+        try:
+            _download_to(url, partial, progress, timeout_s)
+            break
+        except (requests.ConnectionError, requests.Timeout, requests.exceptions.ChunkedEncodingError) as error:
+            last_error = error
+        except requests.HTTPError as error:
+            status = error.response.status_code
+            if status < 500 and status != 429:
+                raise DownloadError(f"{url}: HTTP {status}; check the URL in the config") from None
+            last_error = error
+    else:
+        raise DownloadError(f"{url}: unreachable after {retries + 1} attempts ({last_error})")
+    actual = file_sha256(partial)
+    if actual != sha256:
+        partial.unlink()
+        raise DownloadError(
+            f"{url}: checksum mismatch: expected sha256 {sha256}, got {actual}. "
+            "The file was deleted; if the source changed on purpose, update 'sha256' in the config."
+        )
+    os.replace(partial, dest)
+    return dest
+
+
+def _download_to(url: str, partial: Path, progress: Callable[..., Any], timeout_s: float) -> None:
+    have = partial.stat().st_size if partial.exists() else 0
+    headers = {"Range": f"bytes={have}-"} if have else {}
+    with requests.get(url, headers=headers, stream=True, timeout=timeout_s) as response:
+        if response.status_code == 416:  # range past the end: the .part file is already complete
+            return
+        response.raise_for_status()
+        if have and response.status_code != 206:
+            have = 0  # the server ignored the Range header: start over
+        length = response.headers.get("Content-Length")
+        total = have + int(length) if length is not None else None
+        bar = progress(total=total, desc=url.rsplit("/", 1)[-1], unit="B")
+        bar.update(have)
+        with open(partial, "ab" if have else "wb") as handle:
+            for chunk in response.iter_content(CHUNK_BYTES):
+                handle.write(chunk)
+                bar.update(len(chunk))
+        bar.close()
+        if total is not None and partial.stat().st_size < total:
+            raise requests.exceptions.ChunkedEncodingError(f"connection closed at {partial.stat().st_size} of {total} bytes")
+
