@@ -74,21 +74,26 @@ def default_cache_dir() -> Path:
 class ArtifactStore:
     """Stage artifacts under one root directory or filesystem URI."""
 
-    def __init__(self, root: str, local_cache: Path | None = None):
+    def __init__(self, root: str, local_cache: Path | None = None, filesystem: pafs.FileSystem | None = None):
+        """``root`` is a path or URI; ``filesystem`` (optional) is a pyarrow filesystem
+        that ``root`` is a path on, for stores no URI describes (e.g. fsspec's)."""
         self.root_uri = root
-        if "://" in root:
+        if filesystem is not None:
+            self.fs, self.root = filesystem, root.rstrip("/")
+        elif "://" in root:
             self.fs, self.root = pafs.FileSystem.from_uri(root)
         else:
             self.fs, self.root = pafs.LocalFileSystem(), str(Path(root).resolve())
+        self._explicit_fs = filesystem
         # A store on this machine's disk is used in place; any other is staged and
         # read through a local cache directory.
         self.is_local = isinstance(self.fs, pafs.LocalFileSystem)
         self.local_cache = local_cache or default_cache_dir() / "artifacts"
 
     def __reduce__(self):
-        # pyarrow filesystems from URIs carry credentials resolved at construction;
-        # rebuilding from the URI on each Ray worker resolves them there instead.
-        return (ArtifactStore, (self.root_uri, self.local_cache))
+        # A filesystem built from a URI carries credentials resolved on this machine;
+        # rebuilding it from the URI on each Ray worker resolves them there instead.
+        return (ArtifactStore, (self.root_uri, self.local_cache, self._explicit_fs))
 
     def path(self, stage: str, key: str) -> str:
         return f"{self.root}/{stage}/{key}"
@@ -201,6 +206,8 @@ class ArtifactStore:
         else:
             destination = self.path(stage, key)
             for name in files:
+                # Object stores ignore this; filesystems with directories (HDFS) need it.
+                self.fs.create_dir(f"{destination}/{name}".rsplit("/", 1)[0], recursive=True)
                 pafs.copy_files(str(staging / name), f"{destination}/{name}",
                                 source_filesystem=pafs.LocalFileSystem(), destination_filesystem=self.fs)
             with self.fs.open_output_stream(f"{destination}/{MANIFEST}") as stream:

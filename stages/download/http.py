@@ -19,6 +19,8 @@ from pipeline.artifacts import file_sha256
 from stages.errors import InputDataError
 
 CHUNK_BYTES = 1 << 20
+# Exponential backoff between attempts: 1, 2, 4, 8 s rides out a flaky mirror or proxy.
+RETRY_BACKOFF_S = 1.0
 
 
 class DownloadError(InputDataError):
@@ -32,7 +34,7 @@ def fetch_url(
     progress: Callable[..., Any],
     retries: int = 4,
     timeout_s: float = 30.0,
-    backoff_s: float = 1.0,
+    backoff_s: float | None = None,
 ) -> Path:
     """Download ``url`` to ``dest`` and verify it; resume a ``.part`` file if one is there."""
     partial = dest.with_name(dest.name + ".part")
@@ -40,7 +42,7 @@ def fetch_url(
     last_error: Exception | None = None
     for attempt in range(retries + 1):
         if attempt:
-            time.sleep(backoff_s * 2 ** (attempt - 1))
+            time.sleep((RETRY_BACKOFF_S if backoff_s is None else backoff_s) * 2 ** (attempt - 1))
         try:
             _download_to(url, partial, progress, timeout_s)
             break
@@ -66,7 +68,8 @@ def fetch_url(
 
 def _download_to(url: str, partial: Path, progress: Callable[..., Any], timeout_s: float) -> None:
     have = partial.stat().st_size if partial.exists() else 0
-    headers = {"Range": f"bytes={have}-"} if have else {}
+    # Identity encoding: Range offsets and the pinned sha256 are about the file's bytes.
+    headers = {"Accept-Encoding": "identity", **({"Range": f"bytes={have}-"} if have else {})}
     with requests.get(url, headers=headers, stream=True, timeout=timeout_s) as response:
         if response.status_code == 416:  # range past the end: the .part file is already complete
             return
@@ -77,11 +80,14 @@ def _download_to(url: str, partial: Path, progress: Callable[..., Any], timeout_
         total = have + int(length) if length is not None else None
         bar = progress(total=total, desc=url.rsplit("/", 1)[-1], unit="B")
         bar.update(have)
+        # Left on, urllib3 discards a chunk cut short by a dropped connection; off, the
+        # bytes that did arrive are kept and the length check below resumes after them.
+        response.raw.enforce_content_length = False
         with open(partial, "ab" if have else "wb") as handle:
-            for chunk in response.iter_content(CHUNK_BYTES):
+            for chunk in response.raw.stream(CHUNK_BYTES, decode_content=False):
                 handle.write(chunk)
                 bar.update(len(chunk))
         bar.close()
         if total is not None and partial.stat().st_size < total:
-            raise requests.exceptions.ChunkedEncodingError(f"connection closed at {partial.stat().st_size} of {total} bytes")
-
+            raise requests.exceptions.ChunkedEncodingError(
+                f"connection closed at {partial.stat().st_size} of {total} bytes")

@@ -1,0 +1,92 @@
+from __future__ import annotations
+
+import gzip
+import hashlib
+import os
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+# The shared corpus sits beside the checkout (../shared/corpora/multi30k); CI clones
+# the repository with shared/ beside it too. NMT_CORPORA points elsewhere if needed.
+CORPORA = Path(os.environ.get("NMT_CORPORA", REPO.parent / "shared" / "corpora"))
+MULTI30K = CORPORA / "multi30k"
+
+
+@pytest.fixture(scope="session")
+def multi30k() -> Path:
+    if not (MULTI30K / "train.en.gz").is_file():
+        pytest.fail(f"Multi30k not found at {MULTI30K}; set NMT_CORPORA to the directory holding multi30k/")
+    return MULTI30K
+
+
+@pytest.fixture(autouse=True)
+def isolated_cache(tmp_path, monkeypatch):
+    """Downloads and remote-artifact caches go to the test's own directory."""
+    monkeypatch.setenv("NMT_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("NMT_MIRROR", raising=False)
+
+
+@pytest.fixture(autouse=True)
+def fast_retries(monkeypatch):
+    """Download retries keep their count but not their seconds of backoff."""
+    monkeypatch.setattr("stages.download.http.RETRY_BACKOFF_S", 0.01)
+
+
+@pytest.fixture(scope="session")
+def local_ray():
+    """One real local Ray instance for the whole session (starting one takes seconds)."""
+    import ray
+
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield
+    ray.shutdown()
+
+
+def sha256_of(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def write_lines(path: Path, lines: list[str], gz: bool = False) -> Path:
+    data = "".join(line + "\n" for line in lines).encode("utf-8")
+    path.write_bytes(gzip.compress(data) if gz else data)
+    return path
+
+
+def slice_multi30k(multi30k: Path, directory: Path, lines: dict[str, int]) -> Path:
+    """Copy the first N lines of each Multi30k split (en and de) as plain text."""
+    directory.mkdir(parents=True, exist_ok=True)
+    for split, count in lines.items():
+        for lang in ("en", "de"):
+            with gzip.open(multi30k / f"{split}.{lang}.gz", "rt", encoding="utf-8") as handle:
+                head = [next(handle).rstrip("\n") for _ in range(count)]
+            write_lines(directory / f"{split}.{lang}", head)
+    return directory
+
+
+def files_source(directory: Path, split: str) -> dict:
+    return {"type": "files", "src": {"path": str(directory / f"{split}.en")},
+            "tgt": {"path": str(directory / f"{split}.de")}}
+
+
+def write_config(path: Path, data: dict) -> Path:
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def small_config(corpus_dir: Path, **sections) -> dict:
+    """A config over a Multi30k slice made by slice_multi30k, with tiny BPE."""
+    config = {
+        "name": "test",
+        "download": {"src_lang": "en", "tgt_lang": "de",
+                     "train": files_source(corpus_dir, "train"),
+                     "valid": files_source(corpus_dir, "val"),
+                     "test": files_source(corpus_dir, "test_2016_flickr")},
+        "bpe": {"vocab_size": 500},
+        "tokenize": {"shards": 2},
+    }
+    for name, values in sections.items():
+        config[name] = {**config.get(name, {}), **values}
+    return config

@@ -1,0 +1,98 @@
+"""The artifact store: keys, atomic commit, verification."""
+
+from __future__ import annotations
+
+import json
+import pickle
+
+import pyarrow.fs as pafs
+import pytest
+
+from pipeline.artifacts import MANIFEST, ArtifactState, ArtifactStore, artifact_key
+
+
+def _stage_output(directory, text="hello"):
+    (directory / "data.txt").write_text(text)
+    (directory / "nested").mkdir(exist_ok=True)
+    (directory / "nested" / "more.bin").write_bytes(b"\x00\x01" * 100)
+
+
+def test_key_depends_on_stage_version_slice_and_upstream():
+    base = artifact_key("bpe", 1, {"vocab_size": 8000}, {"clean": "abc"})
+    assert base == artifact_key("bpe", 1, {"vocab_size": 8000}, {"clean": "abc"})
+    assert base != artifact_key("bpe", 2, {"vocab_size": 8000}, {"clean": "abc"})
+    assert base != artifact_key("bpe", 1, {"vocab_size": 8001}, {"clean": "abc"})
+    assert base != artifact_key("bpe", 1, {"vocab_size": 8000}, {"clean": "abd"})
+    assert base != artifact_key("tokenize", 1, {"vocab_size": 8000}, {"clean": "abc"})
+
+
+def test_staged_output_is_not_visible_until_committed(tmp_path):
+    store = ArtifactStore(str(tmp_path / "store"))
+    staging = store.staging_dir("clean", "k1")
+    _stage_output(staging)
+    assert store.status("clean", "k1").state == ArtifactState.MISSING
+    status = store.commit("clean", "k1", staging, {"metrics": {"pairs": 3}})
+    assert status.state == ArtifactState.CACHED
+    assert store.status("clean", "k1").state == ArtifactState.CACHED
+    assert not staging.exists()
+    manifest = json.loads((tmp_path / "store" / "clean" / "k1" / MANIFEST).read_text())
+    assert set(manifest["files"]) == {"data.txt", "nested/more.bin"}
+    assert manifest["metrics"] == {"pairs": 3}
+
+
+def test_corrupted_file_makes_artifact_invalid(tmp_path):
+    store = ArtifactStore(str(tmp_path))
+    staging = store.staging_dir("clean", "k1")
+    _stage_output(staging)
+    store.commit("clean", "k1", staging, {})
+    (tmp_path / "clean" / "k1" / "data.txt").write_text("HELLO")  # same size, other bytes
+    status = store.status("clean", "k1")
+    assert status.state == ArtifactState.INVALID and "sha256" in status.reason
+
+
+def test_directory_without_manifest_is_invalid_and_replaced_on_commit(tmp_path):
+    store = ArtifactStore(str(tmp_path))
+    (tmp_path / "clean" / "k1").mkdir(parents=True)
+    (tmp_path / "clean" / "k1" / "data.txt").write_text("half written")
+    assert store.status("clean", "k1").state == ArtifactState.INVALID
+    staging = store.staging_dir("clean", "k1")
+    _stage_output(staging)
+    store.commit("clean", "k1", staging, {})
+    assert store.status("clean", "k1").state == ArtifactState.CACHED
+    assert (tmp_path / "clean" / "k1" / "data.txt").read_text() == "hello"
+
+
+def test_staging_left_by_a_killed_attempt_is_emptied_unless_resumable(tmp_path):
+    store = ArtifactStore(str(tmp_path))
+    (store.staging_dir("train", "k1") / "checkpoint").write_text("step 100")
+    assert (store.staging_dir("train", "k1", keep_previous=True) / "checkpoint").exists()
+    assert not (store.staging_dir("train", "k1") / "checkpoint").exists()
+
+
+def test_non_local_filesystem_uploads_manifest_last_and_reads_through_cache(tmp_path):
+    remote_dir = tmp_path / "remote"
+    remote_dir.mkdir()
+    # A real pyarrow filesystem that is not LocalFileSystem takes the object-store path.
+    filesystem = pafs.SubTreeFileSystem(str(remote_dir), pafs.LocalFileSystem())
+    store = ArtifactStore("store", local_cache=tmp_path / "cache", filesystem=filesystem)
+    assert not store.is_local
+    staging = store.staging_dir("bpe", "k9")
+    assert tmp_path / "cache" in staging.parents
+    _stage_output(staging, "remote content")
+    store.commit("bpe", "k9", staging, {})
+    assert (remote_dir / "store" / "bpe" / "k9" / MANIFEST).is_file()
+    assert store.status("bpe", "k9").state == ArtifactState.CACHED
+    local = store.local_path("bpe", "k9")
+    assert local == tmp_path / "cache" / "bpe" / "k9"
+    assert (local / "data.txt").read_text() == "remote content"
+    # The store crosses process boundaries (Ray tasks) intact.
+    assert pickle.loads(pickle.dumps(store)).status("bpe", "k9").state == ArtifactState.CACHED
+
+
+def test_file_uri_root(tmp_path):
+    store = ArtifactStore(f"file://{tmp_path}/uri-store")
+    staging = store.staging_dir("clean", "k1")
+    _stage_output(staging)
+    store.commit("clean", "k1", staging, {})
+    assert store.status("clean", "k1").state == ArtifactState.CACHED
+    assert (tmp_path / "uri-store" / "clean" / "k1" / "data.txt").is_file()
