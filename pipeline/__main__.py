@@ -1,0 +1,3 @@
+from pipeline.cli import app
+
+app(prog_name="nmt")

@@ -1,0 +1,164 @@
+"""The whole data graph through the CLI: a real local Ray instance, MLflow on SQLite,
+the shipped smoke config reading Multi30k through a mirror directory."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from mlflow.tracking import MlflowClient
+from typer.testing import CliRunner
+
+from pipeline.artifacts import ArtifactState, ArtifactStore
+from pipeline.cli import app
+from pipeline.config import load_config
+from pipeline.graph import plan
+
+from conftest import REPO, small_config, slice_multi30k, write_config
+
+SMOKE = REPO / "configs" / "smoke.yaml"
+STAGES = ["download", "clean", "bpe", "tokenize"]
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def workdir(tmp_path, multi30k, local_ray, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("NMT_MIRROR", str(multi30k))
+    monkeypatch.setenv("NMT_ARTIFACT_ROOT", str(tmp_path / "artifacts"))
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    return tmp_path
+
+
+def nmt(*args: str):
+    result = CliRunner().invoke(app, list(args))
+    if result.exception and not isinstance(result.exception, SystemExit):
+        raise result.exception
+    return result
+
+
+def stage_runs(workdir: Path, experiment: str = "smoke") -> list[dict]:
+    """Per nmt run (oldest first): {stage: cache_hit} from the nested MLflow runs."""
+    client = MlflowClient(f"sqlite:///{workdir / 'mlflow.db'}")
+    experiment_id = client.get_experiment_by_name(experiment).experiment_id
+    runs = client.search_runs([experiment_id], order_by=["attributes.start_time ASC"], max_results=1000)
+    parents = [run for run in runs if "mlflow.parentRunId" not in run.data.tags]
+    return [{child.data.tags["nmt.stage"]: child.data.tags["nmt.cache_hit"] == "true"
+             for child in runs if child.data.tags.get("mlflow.parentRunId") == parent.info.run_id}
+            for parent in sorted(parents, key=lambda run: run.info.start_time)]
+
+
+def manifests(workdir: Path) -> dict[str, int]:
+    return {str(path.relative_to(workdir)): path.stat().st_mtime_ns
+            for path in (workdir / "artifacts").glob("*/*/MANIFEST.json")}
+
+
+def test_cached_rerun_recomputes_nothing_and_a_setting_reruns_only_its_stage(workdir):
+    first = nmt("run", str(SMOKE), "--until", "tokenize")
+    assert first.exit_code == 0, first.output
+    assert stage_runs(workdir) == [dict.fromkeys(STAGES, False)]
+    written = manifests(workdir)
+    assert len(written) == 4
+
+    second = nmt("run", str(SMOKE))
+    assert second.exit_code == 0, second.output
+    assert stage_runs(workdir)[-1] == dict.fromkeys(STAGES, True)
+    assert manifests(workdir) == written  # nothing rewritten
+
+    third = nmt("run", str(SMOKE), "--set", "tokenize.shards=3")
+    assert third.exit_code == 0, third.output
+    assert stage_runs(workdir)[-1] == {"download": True, "clean": True, "bpe": True, "tokenize": False}
+    assert len(list((workdir / "artifacts" / "tokenize").glob("*/train-*-of-00003.arrow"))) == 3
+    assert {k: v for k, v in manifests(workdir).items() if k in written} == written
+
+    forced = nmt("run", str(SMOKE), "--force", "bpe")
+    assert forced.exit_code == 0, forced.output
+    assert stage_runs(workdir)[-1] == {"download": True, "clean": True, "bpe": False, "tokenize": False}
+
+    status = nmt("status", str(SMOKE))
+    assert status.exit_code == 0
+    assert status.output.count("│ cached ") == 4 and "│ missing" not in status.output
+
+
+def test_mlflow_records_params_metrics_and_reports_per_stage(workdir):
+    assert nmt("run", str(SMOKE)).exit_code == 0
+    client = MlflowClient(f"sqlite:///{workdir / 'mlflow.db'}")
+    experiment_id = client.get_experiment_by_name("smoke").experiment_id
+    runs = client.search_runs([experiment_id])
+    parent = next(run for run in runs if "mlflow.parentRunId" not in run.data.tags)
+    children = {run.data.tags["nmt.stage"]: run for run in runs if "mlflow.parentRunId" in run.data.tags}
+    assert parent.info.status == "FINISHED" and set(children) == set(STAGES)
+    clean = children["clean"]
+    assert clean.data.params["max_words"] == "80"
+    assert clean.data.metrics["train_pairs"] + sum(
+        value for name, value in clean.data.metrics.items() if name.startswith("removed_")) == 3000
+    assert children["tokenize"].data.metrics["pairs_per_second"] > 0
+    key = children["bpe"].data.tags["nmt.artifact_key"]
+    assert (workdir / "artifacts" / "bpe" / key / "MANIFEST.json").is_file()
+    report = json.loads(client.download_artifacts(clean.info.run_id, "stage_report.json", str(workdir)) and
+                        (workdir / "stage_report.json").read_text())
+    assert report["stage"] == "clean" and report["metrics"]["train_pairs"] == clean.data.metrics["train_pairs"]
+    assert "resolved_config.yaml" in [f.path for f in client.list_artifacts(parent.info.run_id)]
+
+
+def test_a_failing_stage_commits_nothing_and_upstream_artifacts_are_reused(workdir, multi30k):
+    corpus = slice_multi30k(multi30k, workdir / "corpus", {"train": 300, "val": 20, "test_2016_flickr": 20})
+    config = write_config(workdir / "exp.yaml", small_config(corpus, bpe={"vocab_size": 50_000}))
+    failed = nmt("run", str(config))
+    assert failed.exit_code == 1
+    assert "stage 'bpe' failed" in failed.output and "lower bpe.vocab_size" in failed.output
+    store = ArtifactStore(str(workdir / "artifacts"))
+    states = {item.stage.name: item.status.state for item in plan(load_config(config), store)}
+    assert states == {"download": ArtifactState.CACHED, "clean": ArtifactState.CACHED,
+                      "bpe": ArtifactState.MISSING, "tokenize": ArtifactState.MISSING}
+
+    fixed = nmt("run", str(config), "--set", "bpe.vocab_size=300")
+    assert fixed.exit_code == 0, fixed.output
+    assert stage_runs(workdir, "test")[-1] == {"download": True, "clean": True, "bpe": False, "tokenize": False}
+
+
+def test_bad_input_file_fails_with_its_name_and_line(workdir, multi30k):
+    corpus = slice_multi30k(multi30k, workdir / "corpus", {"train": 50, "val": 20, "test_2016_flickr": 20})
+    with open(corpus / "train.de", "ab") as handle:
+        handle.write(b"kaputt \xff\n")
+    config = write_config(workdir / "exp.yaml", small_config(corpus))
+    result = nmt("run", str(config))
+    assert result.exit_code == 1
+    assert f"{corpus / 'train.de'}: line 51: invalid UTF-8" in " ".join(result.output.split())
+    assert not list((workdir / "artifacts").glob("download/*/MANIFEST.json"))
+
+
+def test_run_killed_mid_stage_then_rerun_completes_with_the_same_keys(tmp_path, multi30k):
+    """A real `nmt run` process on the full Multi30k train set, SIGKILLed while a
+    stage is writing its staging directory."""
+    env = {**os.environ, "NMT_MIRROR": str(multi30k), "NMT_CACHE_DIR": str(tmp_path / "cache"),
+           "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}"}
+    config = REPO / "configs" / "multi30k_en_de.yaml"
+    command = [sys.executable, "-m", "pipeline", "run", str(config), "--artifact-root", str(tmp_path / "artifacts")]
+    victim = subprocess.Popen(command, cwd=tmp_path, env=env, start_new_session=True,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 240
+    while not list((tmp_path / "artifacts").glob("bpe/*.partial")) and time.time() < deadline:
+        assert victim.poll() is None, "the run ended before the bpe stage started"
+        time.sleep(0.02)
+    os.killpg(victim.pid, signal.SIGKILL)
+    victim.wait()
+
+    store = ArtifactStore(str(tmp_path / "artifacts"))
+    planned = plan(load_config(config), store)
+    # Whatever the kill interrupted is not trusted; nothing past it exists.
+    assert planned[3].status.state == ArtifactState.MISSING
+    assert all(item.status.state != ArtifactState.INVALID for item in planned)
+
+    rerun = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    after = plan(load_config(config), store)
+    assert [item.key for item in after] == [item.key for item in planned]
+    assert all(item.status.state == ArtifactState.CACHED for item in after)
+    assert not list((tmp_path / "artifacts").glob("*/*.partial"))
