@@ -59,12 +59,13 @@ class ArtifactStatus:
     reason: str = ""
 
 
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
+def file_digest(path: Path, algorithm: str = "sha256") -> str:
     with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+        return hashlib.file_digest(handle, algorithm).hexdigest()
+
+
+def file_sha256(path: Path) -> str:
+    return file_digest(path, "sha256")
 
 
 def default_cache_dir() -> Path:

@@ -6,7 +6,6 @@ import json
 import pickle
 
 import pyarrow.fs as pafs
-import pytest
 
 from pipeline.artifacts import MANIFEST, ArtifactState, ArtifactStore, artifact_key
 

@@ -76,7 +76,7 @@ def test_mismatched_line_counts_name_both_files_and_counts(tmp_path):
     tgt = write_lines(tmp_path / "train.de", DE + ["Noch einer.", "Und noch einer."])
     with pytest.raises(InputDataError) as error:
         _download(tmp_path, _files(src, tgt))
-    assert f"{src} has 3 lines, {tgt} has 5" in str(error.value)
+    assert f"differ in length: {src} has 3 lines, {tgt} has 5" in str(error.value)
 
 
 def test_invalid_utf8_names_file_and_line(tmp_path):
@@ -250,3 +250,59 @@ def test_archive_with_path_escaping_member_is_refused(tmp_path, kind):
         locate_file(ref, [], tmp_path / "downloads", _progress)
     assert not list(tmp_path.rglob("escape.txt"))
     assert not list((tmp_path / "downloads").rglob("ok.txt"))
+
+
+# ----------------------------------------------------------------- sacreBLEU test sets
+
+
+@pytest.fixture
+def sacrebleu_set(tmp_path, monkeypatch):
+    """A real sacreBLEU PlainTextDataset, registered under a test name, whose zip is
+    served from loopback (sacreBLEU's own downloader fetches it) or found in a mirror."""
+    from sacrebleu.dataset import DATASETS
+    from sacrebleu.dataset.plain_text import PlainTextDataset
+
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as zipped:
+        zipped.writestr("set/test.en", "".join(f"{line}\n" for line in EN))
+        zipped.writestr("set/test.de", "".join(f"{line}\n" for line in DE))
+    archive = buffer.getvalue()
+    server = LoopbackFileServer()
+    server.files["/testset.zip"] = archive
+    with server:
+        dataset = PlainTextDataset("nmt-test/set", data=[f"{server.url}/testset.zip"],
+                                   md5=[hashlib.md5(archive).hexdigest()],
+                                   langpairs={"en-de": ["set/test.en", "set/test.de"]})
+        dataset._rawdir = str(tmp_path / "sacrebleu" / "raw")
+        dataset._outdir = str(tmp_path / "sacrebleu")
+        monkeypatch.setitem(DATASETS, "nmt-test/set", dataset)
+        yield server, archive
+
+
+def test_sacrebleu_test_set_by_name_is_downloaded_by_sacrebleu(tmp_path, sacrebleu_set):
+    server, _ = sacrebleu_set
+    _, output = _download(tmp_path, _files(write_lines(tmp_path / "a.en", EN), write_lines(tmp_path / "a.de", DE)),
+                          test={"type": "sacrebleu", "test_set": "nmt-test/set"})
+    assert _pairs(output, "test") == list(zip(EN, DE))
+    assert [path for path, _ in server.requests] == ["/testset.zip"]
+
+
+def test_sacrebleu_test_set_comes_from_a_mirror_when_offline(tmp_path, sacrebleu_set):
+    server, archive = sacrebleu_set
+    server.files.clear()  # the "network" has nothing
+    mirror = tmp_path / "mirror"
+    mirror.mkdir()
+    (mirror / "testset.zip").write_bytes(archive)
+    train = _files(write_lines(tmp_path / "a.en", EN), write_lines(tmp_path / "a.de", DE))
+    _, output = _download(tmp_path, train, test={"type": "sacrebleu", "test_set": "nmt-test/set"},
+                          mirrors=[str(mirror)])
+    assert _pairs(output, "test") == list(zip(EN, DE))
+    assert server.requests == []
+
+
+def test_unknown_sacrebleu_test_set_or_language_pair(tmp_path, sacrebleu_set):
+    train = _files(write_lines(tmp_path / "a.en", EN), write_lines(tmp_path / "a.de", DE))
+    with pytest.raises(InputDataError, match="'nmt-test/nope' is unknown to sacreBLEU"):
+        _download(tmp_path, train, test={"type": "sacrebleu", "test_set": "nmt-test/nope"})
+    with pytest.raises(InputDataError, match="has no language pair 'en-fr'"):
+        _download(tmp_path, train, test={"type": "sacrebleu", "test_set": "nmt-test/set", "langpair": "en-fr"})

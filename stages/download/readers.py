@@ -13,7 +13,8 @@ from itertools import islice, zip_longest
 from pathlib import Path
 from typing import Iterator
 
-from pipeline.config import FilesSource, HuggingFaceSource, SacrebleuSource, TsvSource
+from pipeline.config import HuggingFaceSource, SacrebleuSource
+from pipeline.artifacts import file_digest
 from stages.errors import InputDataError
 
 Pair = tuple[str, str]
@@ -40,32 +41,26 @@ def read_lines(path: Path) -> Iterator[str]:
 
 
 def line_aligned_pairs(src: Path, tgt: Path) -> Iterator[Pair]:
-    src_lines, tgt_lines = read_lines(src), read_lines(tgt)
-    count = 0
-    for src_line, tgt_line in zip_longest(src_lines, tgt_lines):
-        if src_line is None or tgt_line is None:
-            src_count = count + (src_line is not None) + sum(1 for _ in src_lines)
-            tgt_count = count + (tgt_line is not None) + sum(1 for _ in tgt_lines)
-            raise InputDataError(
-                f"line-aligned files differ in length: {src} has {src_count} lines, {tgt} has {tgt_count}"
-            )
-        count += 1
-        yield src_line, tgt_line
+    return _zip_same_length(read_lines(src), read_lines(tgt), src, tgt, "lines")
 
 
 def document_pairs(src: Path, tgt: Path) -> Iterator[Pair]:
     """Documents separated by blank lines; each pair holds newline-joined sentences."""
-    src_docs, tgt_docs = _documents(src), _documents(tgt)
+    documents = _zip_same_length(_documents(src), _documents(tgt), src, tgt, "documents")
+    return (("\n".join(src_doc), "\n".join(tgt_doc)) for src_doc, tgt_doc in documents)
+
+
+def _zip_same_length(src_items: Iterator, tgt_items: Iterator, src: Path, tgt: Path, unit: str) -> Iterator:
+    """Pairs of items, or an error naming both files and their counts if one runs out first."""
     count = 0
-    for src_doc, tgt_doc in zip_longest(src_docs, tgt_docs):
-        if src_doc is None or tgt_doc is None:
-            src_count = count + (src_doc is not None) + sum(1 for _ in src_docs)
-            tgt_count = count + (tgt_doc is not None) + sum(1 for _ in tgt_docs)
-            raise InputDataError(
-                f"document-aligned files differ in document count: {src} has {src_count}, {tgt} has {tgt_count}"
-            )
+    for src_item, tgt_item in zip_longest(src_items, tgt_items):
+        if src_item is None or tgt_item is None:
+            src_count = count + (src_item is not None) + sum(1 for _ in src_items)
+            tgt_count = count + (tgt_item is not None) + sum(1 for _ in tgt_items)
+            raise InputDataError(f"parallel files differ in length: {src} has {src_count} {unit}, "
+                                 f"{tgt} has {tgt_count}")
         count += 1
-        yield "\n".join(src_doc), "\n".join(tgt_doc)
+        yield src_item, tgt_item
 
 
 def _documents(path: Path) -> Iterator[list[str]]:
@@ -136,7 +131,7 @@ def sacrebleu_pairs(source: SacrebleuSource, src_lang: str, tgt_lang: str, mirro
     try:
         src_file = dataset.get_source_file(langpair)
         ref_file = dataset.get_reference_files(langpair)[0]
-    except Exception as error:
+    except (Exception, SystemExit) as error:  # sacreBLEU's downloader calls sys.exit on a bad md5
         names = ", ".join(url.rsplit("/", 1)[-1] for url in dataset.data)
         raise InputDataError(
             f"sacrebleu test set {source.test_set!r}: cannot download ({error}). To run offline, put "
@@ -147,17 +142,23 @@ def sacrebleu_pairs(source: SacrebleuSource, src_lang: str, tgt_lang: str, mirro
 
 def _seed_sacrebleu_cache_from_mirrors(dataset, mirrors: list[str]) -> None:
     # sacreBLEU keeps raw downloads in its own cache (~/.sacrebleu, or $SACREBLEU) and
-    # skips any download already there; copying a mirrored tarball in makes it offline.
+    # skips any download already there, unverified; so a mirrored tarball is copied in
+    # only when its md5 matches the one sacreBLEU pins.
     # _rawdir / _get_tarball_filename are sacreBLEU internals, stable since 2.2.
     os.makedirs(dataset._rawdir, exist_ok=True)
-    for url in dataset.data:
+    checksums = dataset.md5 or [None] * len(dataset.data)
+    for url, md5 in zip(dataset.data, checksums):
         target = Path(dataset._rawdir) / dataset._get_tarball_filename(url)
         if target.exists():
             continue
         for mirror in mirrors:
             candidate = Path(mirror) / url.rsplit("/", 1)[-1]
-            if candidate.is_file():
+            if candidate.is_file() and (md5 is None or file_digest(candidate, "md5") == md5):
                 shutil.copyfile(candidate, target)
+                # sacreBLEU extracts right after its own download; do the same here.
+                from sacrebleu.utils import extract_tarball
+
+                extract_tarball(str(target), dataset._rawdir)
                 break
 
 
