@@ -1,0 +1,1 @@
+"""Training: the three model families (``models/``), their loss and FLOPs counts."""

@@ -1,0 +1,98 @@
+"""FLOPs per sentence pair, counted from each family's layer shapes.
+
+A matrix product of (m x k) by (k x n) is 2mkn FLOPs. Counted: every linear layer,
+attention scores and attention-weighted sums (over all key positions, causal or not,
+as the kernels compute them), recurrent gate products and the output projection.
+Not counted: embeddings lookups, softmax, normalization, activations and other
+elementwise work, which are a few percent at these widths (and invisible to
+torch.utils.flop_counter too). Training = 3 x forward: the backward pass costs two
+forward passes (gradients with respect to inputs and to weights).
+
+``six_nd`` is the Kaplan et al. (2020) estimate 6 * N * D with N the non-embedding
+parameters and D the tokens of the pair (source + target), for comparison.
+"""
+
+from __future__ import annotations
+
+from torch import nn
+
+from stages.train.models.decoder_only import DecoderOnlyTranslator
+from stages.train.models.rnn import RnnTranslator
+from stages.train.models.transformer import Transformer
+
+
+def _attention_layer(queries: int, keys: int, d: int, project_keys: bool = True) -> int:
+    projections = 2 * queries * d * d * 2  # query and output projections
+    if project_keys:
+        projections += 2 * keys * d * d * 2  # key and value projections
+    return projections + 2 * 2 * queries * keys * d  # scores and weighted sum
+
+
+def transformer_forward_flops(model: Transformer, src_len: int, tgt_len: int) -> int:
+    c, vocab = model.config, model.output.out_features
+    d, S, T = c.d_model, src_len, tgt_len
+    encoder = c.encoder_layers * (_attention_layer(S, S, d) + 2 * 2 * S * d * c.ff_dim)
+    cross = 2 * T * d * d * 2 + 2 * S * d * d * 2 + 2 * 2 * T * S * d
+    decoder = c.decoder_layers * (_attention_layer(T, T, d) + cross + 2 * 2 * T * d * c.ff_dim)
+    return encoder + decoder + 2 * T * d * vocab
+
+
+def decoder_only_forward_flops(model: DecoderOnlyTranslator, src_len: int, tgt_len: int) -> int:
+    c, vocab = model.config, model.output.out_features
+    length = src_len + tgt_len + 1  # source tag, source, target tag, target minus its last token
+    block = _attention_layer(length, length, c.d_model) + 2 * 2 * length * c.d_model * c.ff_dim
+    return c.layers * block + 2 * length * c.d_model * vocab
+
+
+def rnn_recurrent_flops(model: RnnTranslator, src_len: int, tgt_len: int) -> int:
+    """The gate products of the encoder and decoder recurrences alone."""
+    c = model.config
+    H, half, gates = c.hidden, c.hidden // 2, 4 if c.cell == "lstm" else 3
+    encoder = sum(2 * src_len * 2 * ((c.embed_dim if layer == 0 else H) + half) * gates * half  # two directions
+                  for layer in range(c.encoder_layers))
+    decoder = sum(2 * tgt_len * ((c.embed_dim + H if layer == 0 else H) + H) * gates * H
+                  for layer in range(c.decoder_layers))
+    return encoder + decoder
+
+
+def rnn_forward_flops(model: RnnTranslator, src_len: int, tgt_len: int) -> int:
+    c, vocab = model.config, model.output.out_features
+    H, S, T = c.hidden, src_len, tgt_len
+    bridge = c.encoder_layers * 2 * H * H * (2 if c.cell == "lstm" else 1)
+    precompute = 0 if c.attention == "dot" else 2 * S * H * H
+    per_step = 2 * S * H  # scores (dot, general) or v^T tanh(...) (additive)
+    if c.attention == "additive":
+        per_step += 2 * H * H  # query projection
+    per_step += 2 * S * H + 2 * 2 * H * H + 2 * H * vocab  # weighted sum, combine, output
+    return rnn_recurrent_flops(model, S, T) + bridge + precompute + T * per_step
+
+
+def forward_flops(model: nn.Module, src_len: int, tgt_len: int) -> int:
+    if isinstance(model, Transformer):
+        return transformer_forward_flops(model, src_len, tgt_len)
+    if isinstance(model, DecoderOnlyTranslator):
+        return decoder_only_forward_flops(model, src_len, tgt_len)
+    if isinstance(model, RnnTranslator):
+        return rnn_forward_flops(model, src_len, tgt_len)
+    raise TypeError(f"no FLOPs count for {type(model).__name__}")
+
+
+def training_flops(model: nn.Module, src_len: int, tgt_len: int) -> int:
+    return 3 * forward_flops(model, src_len, tgt_len)
+
+
+def parameter_counts(model: nn.Module) -> dict[str, int]:
+    """Total, embedding (token and learned position tables) and non-embedding parameters.
+
+    Tied matrices count once. The output projection counts as embedding when it is
+    tied to the target embedding, and as non-embedding otherwise.
+    """
+    unique = {id(p): p for p in model.parameters()}
+    embedding_ids = {id(m.weight) for m in model.modules() if isinstance(m, nn.Embedding)}
+    total = sum(p.numel() for p in unique.values())
+    embedding = sum(unique[i].numel() for i in embedding_ids)
+    return {"total": total, "embedding": embedding, "non_embedding": total - embedding}
+
+
+def six_nd(model: nn.Module, src_len: int, tgt_len: int) -> int:
+    return 6 * parameter_counts(model)["non_embedding"] * (src_len + tgt_len)

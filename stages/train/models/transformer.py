@@ -1,0 +1,223 @@
+"""The Transformer of Vaswani et al. (2017), "Attention is all you need".
+
+Encoder and decoder stacks of N layers (section 3.1); multi-head scaled dot-product
+attention (3.2); position-wise ReLU feed-forward (3.3); shared source, target and
+pre-softmax embeddings scaled by sqrt(d_model) (3.4); sinusoidal positions (3.5);
+residual dropout on every sublayer output and on the embedding sums (5.4). Each
+sublayer is LayerNorm(x + Sublayer(x)) as in the paper, or x + Sublayer(LayerNorm(x))
+with a final LayerNorm when ``pre_norm`` is set.
+
+Incremental decoding: ``start_decoding`` runs the encoder once and projects its
+output to each decoder layer's cross-attention keys and values; ``decode_step``
+appends the new token's self-attention keys and values to a per-layer cache.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from stages.train.models.presets import TransformerConfig
+
+
+def sinusoidal_table(positions: int, dim: int) -> Tensor:
+    """PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(...) (section 3.5)."""
+    position = torch.arange(positions, dtype=torch.float32).unsqueeze(1)
+    frequency = torch.exp(torch.arange(0, dim, 2, dtype=torch.float32) * (-math.log(10000.0) / dim))
+    table = torch.zeros(positions, dim)
+    table[:, 0::2] = torch.sin(position * frequency)
+    table[:, 1::2] = torch.cos(position * frequency)
+    return table
+
+
+class PositionalEmbedding(nn.Module):
+    def __init__(self, max_positions: int, dim: int, learned: bool):
+        super().__init__()
+        if learned:
+            self.table = nn.Embedding(max_positions, dim)
+            nn.init.normal_(self.table.weight, std=dim ** -0.5)
+        else:
+            self.register_buffer("sinusoids", sinusoidal_table(max_positions, dim), persistent=False)
+            self.table = None
+
+    def forward(self, positions: Tensor) -> Tensor:
+        return self.table(positions) if self.table is not None else self.sinusoids[positions]
+
+
+class MultiHeadAttention(nn.Module):
+    def __init__(self, d_model: int, heads: int, dropout: float):
+        super().__init__()
+        self.heads, self.dropout = heads, dropout
+        self.query = nn.Linear(d_model, d_model)
+        self.key = nn.Linear(d_model, d_model)
+        self.value = nn.Linear(d_model, d_model)
+        self.out = nn.Linear(d_model, d_model)
+
+    def split_heads(self, x: Tensor) -> Tensor:  # (B, T, D) -> (B, H, T, D/H)
+        return x.view(x.size(0), x.size(1), self.heads, -1).transpose(1, 2)
+
+    def keys_values(self, x: Tensor) -> tuple[Tensor, Tensor]:
+        return self.split_heads(self.key(x)), self.split_heads(self.value(x))
+
+    def forward(self, x: Tensor, keys: Tensor, values: Tensor, mask: Tensor | None = None,
+                causal: bool = False) -> Tensor:
+        """``mask``: boolean, True where a query may attend to a key, broadcast to (B, H, Tq, Tk)."""
+        query = self.split_heads(self.query(x))
+        attended = F.scaled_dot_product_attention(query, keys, values, attn_mask=mask, is_causal=causal,
+                                                  dropout_p=self.dropout if self.training else 0.0)
+        return self.out(attended.transpose(1, 2).reshape(x.shape))
+
+
+class FeedForward(nn.Module):
+    def __init__(self, d_model: int, ff_dim: int, activation=F.relu):
+        super().__init__()
+        self.inner, self.outer, self.activation = nn.Linear(d_model, ff_dim), nn.Linear(ff_dim, d_model), activation
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.outer(self.activation(self.inner(x)))
+
+
+class Residual(nn.Module):
+    """Residual connection, dropout and LayerNorm around one sublayer, post- or pre-LN."""
+
+    def __init__(self, d_model: int, dropout: float, pre_norm: bool):
+        super().__init__()
+        self.norm, self.dropout, self.pre_norm = nn.LayerNorm(d_model), nn.Dropout(dropout), pre_norm
+
+    def forward(self, x: Tensor, sublayer) -> Tensor:
+        if self.pre_norm:
+            return x + self.dropout(sublayer(self.norm(x)))
+        return self.norm(x + self.dropout(sublayer(x)))
+
+
+class EncoderLayer(nn.Module):
+    def __init__(self, config: TransformerConfig):
+        super().__init__()
+        self.attention = MultiHeadAttention(config.d_model, config.heads, config.dropout)
+        self.feed_forward = FeedForward(config.d_model, config.ff_dim)
+        self.attention_residual = Residual(config.d_model, config.dropout, config.pre_norm)
+        self.feed_forward_residual = Residual(config.d_model, config.dropout, config.pre_norm)
+
+    def forward(self, x: Tensor, mask: Tensor) -> Tensor:
+        x = self.attention_residual(x, lambda h: self.attention(h, *self.attention.keys_values(h), mask))
+        return self.feed_forward_residual(x, self.feed_forward)
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, config: TransformerConfig):
+        super().__init__()
+        self.self_attention = MultiHeadAttention(config.d_model, config.heads, config.dropout)
+        self.cross_attention = MultiHeadAttention(config.d_model, config.heads, config.dropout)
+        self.feed_forward = FeedForward(config.d_model, config.ff_dim)
+        self.self_residual = Residual(config.d_model, config.dropout, config.pre_norm)
+        self.cross_residual = Residual(config.d_model, config.dropout, config.pre_norm)
+        self.feed_forward_residual = Residual(config.d_model, config.dropout, config.pre_norm)
+
+    def forward(self, x: Tensor, cross_kv: tuple[Tensor, Tensor], src_mask: Tensor,
+                cache: list[Tensor] | None = None) -> Tensor:
+        """Teacher-forced when ``cache`` is None (causal mask); else one step, extending the cache."""
+        def self_attend(h: Tensor) -> Tensor:
+            keys, values = self.self_attention.keys_values(h)
+            if cache is None:
+                return self.self_attention(h, keys, values, causal=True)
+            if cache:
+                keys, values = torch.cat([cache[0], keys], dim=2), torch.cat([cache[1], values], dim=2)
+            cache[:] = [keys, values]
+            return self.self_attention(h, keys, values)
+
+        x = self.self_residual(x, self_attend)
+        x = self.cross_residual(x, lambda h: self.cross_attention(h, *cross_kv, src_mask))
+        return self.feed_forward_residual(x, self.feed_forward)
+
+
+@dataclass
+class TransformerState:
+    """What ``decode_step`` needs: per-layer cross-attention K/V, self-attention caches."""
+
+    cross_kv: list[tuple[Tensor, Tensor]]
+    src_mask: Tensor  # (B, 1, 1, S)
+    caches: list[list[Tensor]]
+    step: int
+
+    def reorder(self, order: Tensor) -> TransformerState:
+        return TransformerState(
+            [(k.index_select(0, order), v.index_select(0, order)) for k, v in self.cross_kv],
+            self.src_mask.index_select(0, order),
+            [[t.index_select(0, order) for t in cache] for cache in self.caches],
+            self.step,
+        )
+
+
+class Transformer(nn.Module):
+    family = "transformer"
+
+    def __init__(self, config: TransformerConfig, src_vocab: int, tgt_vocab: int, pad_id: int = 0):
+        super().__init__()
+        if config.share_embeddings and src_vocab != tgt_vocab:
+            raise ValueError("share_embeddings needs a joint vocabulary (bpe.joint: true)")
+        self.config, self.pad_id = config, pad_id
+        self.src_embedding = nn.Embedding(src_vocab, config.d_model, padding_idx=pad_id)
+        self.tgt_embedding = (self.src_embedding if config.share_embeddings
+                              else nn.Embedding(tgt_vocab, config.d_model, padding_idx=pad_id))
+        self.positions = PositionalEmbedding(config.max_positions, config.d_model, config.learned_positions)
+        self.embedding_dropout = nn.Dropout(config.dropout)
+        self.encoder = nn.ModuleList(EncoderLayer(config) for _ in range(config.encoder_layers))
+        self.decoder = nn.ModuleList(DecoderLayer(config) for _ in range(config.decoder_layers))
+        # Pre-LN leaves the residual stream unnormalized; a final LayerNorm closes each stack.
+        self.encoder_norm = nn.LayerNorm(config.d_model) if config.pre_norm else nn.Identity()
+        self.decoder_norm = nn.LayerNorm(config.d_model) if config.pre_norm else nn.Identity()
+        self.output = nn.Linear(config.d_model, tgt_vocab, bias=False)
+        self._initialize()
+        if config.share_embeddings:
+            self.output.weight = self.tgt_embedding.weight
+
+    def _initialize(self) -> None:
+        for module in self.modules():
+            if isinstance(module, nn.Linear):
+                nn.init.xavier_uniform_(module.weight)
+                if module.bias is not None:
+                    nn.init.zeros_(module.bias)
+        for embedding in {self.src_embedding, self.tgt_embedding}:
+            nn.init.normal_(embedding.weight, std=self.config.d_model ** -0.5)
+            nn.init.zeros_(embedding.weight[self.pad_id])
+
+    def _embed(self, embedding: nn.Embedding, tokens: Tensor, offset: int = 0) -> Tensor:
+        positions = torch.arange(offset, offset + tokens.size(1), device=tokens.device).unsqueeze(0)
+        scaled = embedding(tokens) * math.sqrt(self.config.d_model)
+        return self.embedding_dropout(scaled + self.positions(positions))
+
+    def encode(self, src: Tensor) -> tuple[Tensor, Tensor]:
+        mask = (src != self.pad_id)[:, None, None, :]
+        x = self._embed(self.src_embedding, src)
+        for layer in self.encoder:
+            x = layer(x, mask)
+        return self.encoder_norm(x), mask
+
+    def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:
+        """Teacher-forced logits (B, T, V) for target input ``tgt_in`` (BOS + target[:-1])."""
+        memory, mask = self.encode(src)
+        x = self._embed(self.tgt_embedding, tgt_in)
+        for layer in self.decoder:
+            x = layer(x, layer.cross_attention.keys_values(memory), mask)
+        return self.output(self.decoder_norm(x))
+
+    def start_decoding(self, src: Tensor) -> TransformerState:
+        memory, mask = self.encode(src)
+        cross_kv = [layer.cross_attention.keys_values(memory) for layer in self.decoder]
+        return TransformerState(cross_kv, mask, [[] for _ in self.decoder], 0)
+
+    def decode_step(self, state: TransformerState, tokens: Tensor) -> tuple[Tensor, TransformerState]:
+        x = self._embed(self.tgt_embedding, tokens.unsqueeze(1), offset=state.step)
+        caches = [list(cache) for cache in state.caches]
+        for layer, cross_kv, cache in zip(self.decoder, state.cross_kv, caches):
+            x = layer(x, cross_kv, state.src_mask, cache)
+        logits = self.output(self.decoder_norm(x)).squeeze(1)
+        return F.log_softmax(logits.float(), dim=-1), TransformerState(state.cross_kv, state.src_mask, caches,
+                                                                       state.step + 1)
+
+    def reorder_state(self, state: TransformerState, order: Tensor) -> TransformerState:
+        return state.reorder(order)
