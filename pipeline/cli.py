@@ -30,6 +30,11 @@ RootOpt = typer.Option(None, "--artifact-root", envvar="NMT_ARTIFACT_ROOT",
                        help="Artifact store: a path or a pyarrow filesystem URI (s3://, gs://, hdfs://).")
 
 
+def _table_console() -> Console:
+    """Tables go to stdout; piped output gets a wide console instead of rich's 80 columns."""
+    return Console() if sys.stdout.isatty() else Console(width=200)
+
+
 def _fail(message: str, code: int) -> None:
     console.print(f"[bold red]error:[/] {message}", highlight=False, markup=True, soft_wrap=True)
     raise typer.Exit(code)
@@ -131,7 +136,7 @@ def _print_rows(rows: list[tuple]) -> None:
     table = Table("stage", "state", "key", "size", "time", title="nmt run")
     for row in rows:
         table.add_row(*row)
-    Console().print(table)
+    _table_console().print(table)
 
 
 @app.command()
@@ -149,4 +154,49 @@ def status(config: Path = ConfigArg, overrides: List[str] = SetOpt,
             state += f" ({item.status.reason})"
         size = _human_bytes(item.status.size_bytes) if item.status.size_bytes else "-"
         table.add_row(item.stage.name, state, item.key, size, store.path(item.stage.name, item.key))
-    Console().print(table)
+    _table_console().print(table)
+
+
+@app.command()
+def inspect(config: Path = ConfigArg, overrides: List[str] = SetOpt, artifact_root: Optional[str] = RootOpt,
+            src_len: Optional[float] = typer.Option(None, help="Source tokens per pair (default: the corpus mean)."),
+            tgt_len: Optional[float] = typer.Option(None, help="Target tokens per pair (default: the corpus mean).")
+            ) -> None:
+    """Parameters and FLOPs per target token of every model in a config."""
+    import json
+
+    from pipeline.artifacts import ArtifactState
+    from pipeline.graph import plan
+    from stages.train.flops import cost_summary
+    from stages.train.models import build_model
+
+    experiment = _load(config, overrides)
+    if not experiment.models:
+        _fail(f"{config}: no 'models' section to inspect", 2)
+    store = _store(experiment, artifact_root)
+    tokenize = next(item for item in plan(experiment, store) if item.stage.name == "tokenize")
+    src_vocab = tgt_vocab = experiment.bpe.vocab_size
+    tags, source = (4, 5), "bpe.vocab_size from the config; lengths default to 25 (run the data stages for real ones)"
+    mean_src = mean_tgt = 25.0
+    if tokenize.status.state == ArtifactState.CACHED:
+        index = json.loads((store.local_path("tokenize", tokenize.key) / "index.json").read_text())
+        train, vocab = index["splits"]["train"], index["vocab"]
+        src_vocab, tgt_vocab = vocab["sizes"]["src"], vocab["sizes"]["tgt"]
+        mean_src, mean_tgt = train["src_tokens"] / train["pairs"], train["tgt_tokens"] / train["pairs"]
+        source = f"vocabulary and mean lengths of tokenize artifact {tokenize.key}"
+    src_len, tgt_len = src_len or mean_src, tgt_len or mean_tgt
+    table = Table("model", "family", "preset", "params", "embedding", "non-embedding", "fwd FLOPs/tok",
+                  "train FLOPs/tok", "6N", title=f"{experiment.name}: {src_len:.1f} source and {tgt_len:.1f} "
+                  f"target tokens per pair")
+    for spec in experiment.models:
+        try:
+            model = build_model(spec.family, spec.preset, spec.settings, src_vocab, tgt_vocab, tags)
+        except ValueError as error:
+            _fail(f"model {spec.name!r}: {error}", 2)
+        cost = cost_summary(model, src_len, tgt_len)
+        table.add_row(spec.name, spec.family, spec.preset, *(f"{cost[k] / 1e6:,.2f}M" for k in
+                      ("total", "embedding", "non_embedding", "forward_flops_per_tgt_token",
+                       "train_flops_per_tgt_token", "six_n")))
+    _table_console().print(table)
+    _table_console().print(f"Sizes from {source}. FLOPs count matrix products (stages/train/flops.py); "
+                    "training = 3 x forward; 6N = 6 x non-embedding parameters per token (Kaplan et al. 2020).")

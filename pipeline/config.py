@@ -187,6 +187,26 @@ class TokenizeConfig(Section):
     histogram_bin_width: int = Field(default=8, gt=0)
 
 
+# --------------------------------------------------------------------------- models
+
+
+class ModelSpec(Section):
+    """One model to train and compare: a family, a named preset, and settings that
+    override the preset's hyperparameters (see stages/train/models/presets.py)."""
+
+    name: str
+    family: Literal["transformer", "rnn", "decoder_only"]
+    preset: str = "small"
+    settings: dict[str, Any] = {}
+
+    @model_validator(mode="after")
+    def _preset_and_settings_exist(self) -> ModelSpec:
+        from stages.train.models.presets import resolve_preset  # torch-free
+
+        resolve_preset(self.family, self.preset, self.settings)
+        return self
+
+
 # --------------------------------------------------------------------------- experiment
 
 
@@ -198,6 +218,16 @@ class ExperimentConfig(Section):
     clean: CleanConfig = CleanConfig()
     bpe: BpeConfig = BpeConfig()
     tokenize: TokenizeConfig = TokenizeConfig()
+    models: list[ModelSpec] = []
+
+    @field_validator("models")
+    @classmethod
+    def _unique_model_names(cls, value: list[ModelSpec]) -> list[ModelSpec]:
+        names = [model.name for model in value]
+        duplicates = sorted({name for name in names if names.count(name) > 1})
+        if duplicates:
+            raise ValueError(f"model names must be unique; repeated: {', '.join(duplicates)}")
+        return value
 
     @field_validator("mirrors")
     @classmethod

@@ -118,3 +118,26 @@ def test_cli_rejects_unknown_stage_with_exit_2(tmp_path, monkeypatch):
     result = CliRunner().invoke(app, ["run", str(REPO / "configs" / "smoke.yaml"), "--until", "tokenise"])
     assert result.exit_code == 2
     assert "unknown stage 'tokenise'" in result.output
+
+
+def test_model_preset_and_settings_are_validated(tmp_path):
+    data = _shipped("smoke.yaml")
+    data["models"] = [{"name": "a", "family": "rnn", "preset": "tiny", "settings": {"hiden": 3}}]
+    path = tmp_path / "models.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    with pytest.raises(ConfigError, match=r"models\.0: .*unknown rnn setting\(s\) hiden"):
+        load_config(path)
+    data["models"] = [{"name": "a", "family": "rnn", "preset": "tiny"}, {"name": "a", "family": "transformer"}]
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    with pytest.raises(ConfigError, match="model names must be unique; repeated: a"):
+        load_config(path)
+
+
+def test_inspect_tables_every_model_of_a_config(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(app, ["inspect", str(REPO / "configs" / "wmt14_en_de.yaml")])
+    assert result.exit_code == 0, result.output
+    rows = {line.split("│")[1].strip(): line for line in result.output.splitlines() if line.startswith("│")}
+    assert set(rows) == {"rnn_base", "transformer_base", "transformer_big", "decoder_only_base"}
+    assert "│ 63.08M " in rows["transformer_base"] and "│ 214.25M " in rows["transformer_big"]
+    assert "bpe.vocab_size from the config" in result.output  # no artifacts yet: config sizes

@@ -96,3 +96,14 @@ def parameter_counts(model: nn.Module) -> dict[str, int]:
 
 def six_nd(model: nn.Module, src_len: int, tgt_len: int) -> int:
     return 6 * parameter_counts(model)["non_embedding"] * (src_len + tgt_len)
+
+
+def cost_summary(model: nn.Module, src_len: float, tgt_len: float) -> dict[str, float]:
+    """Parameters and per-target-token FLOPs at (possibly fractional, mean) lengths."""
+    src, tgt = max(1, round(src_len)), max(1, round(tgt_len))
+    params = parameter_counts(model)
+    return {**params,
+            "forward_flops_per_tgt_token": forward_flops(model, src, tgt) / tgt,
+            "train_flops_per_tgt_token": training_flops(model, src, tgt) / tgt,
+            "six_n": 6 * params["non_embedding"],
+            "six_nd_per_tgt_token": six_nd(model, src, tgt) / tgt}
