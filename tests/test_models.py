@@ -175,3 +175,33 @@ def test_preset_overrides_are_validated():
         resolve_preset("transformer", "huge", {})
     with pytest.raises(ValueError, match="unknown rnn setting.*hiden"):
         resolve_preset("rnn", "tiny", {"hiden": 3})
+
+
+def test_decoder_only_loss_adds_the_weighted_source_loss_until_it_decays():
+    from stages.train.loss import translation_loss
+
+    model = DecoderOnlyTranslator(replace(DECODER_ONLY_PRESETS["tiny"], ae_alpha=0.5, ae_steps=10),
+                                  VOCAB, SRC_TAG, TGT_TAG).eval()
+    src, tgt_in = batch()
+    tgt_out = torch.cat([tgt_in[:, 1:], torch.full((3, 1), EOS)], dim=1)
+    with torch.no_grad():
+        src_logits, tgt_logits = model.forward_all(src, tgt_in)
+        mt_loss, mt_nll = label_smoothed_cross_entropy(tgt_logits, tgt_out)
+        ae_loss, _ = label_smoothed_cross_entropy(src_logits, src)
+        at_start, nll = translation_loss(model, src, tgt_in, tgt_out, step=0)
+        halfway, _ = translation_loss(model, src, tgt_in, tgt_out, step=5)
+        after, _ = translation_loss(model, src, tgt_in, tgt_out, step=10)
+    assert torch.isclose(at_start, mt_loss + ae_loss) and torch.isclose(halfway, mt_loss + 0.75 * ae_loss)
+    assert torch.isclose(after, mt_loss)
+    assert torch.isclose(nll, mt_nll)  # the reported NLL is the target's alone
+
+
+def test_source_logits_predict_the_source_tokens_causally():
+    model = make("decoder_only")
+    src, tgt_in = batch()
+    changed = src.clone()
+    changed[:, 5:] = 7
+    with torch.no_grad():
+        before, after = model.forward_all(src, tgt_in)[0], model.forward_all(changed, tgt_in)[0]
+    # Position i predicts source token i from the tag and tokens before it.
+    assert torch.allclose(before[:, :6], after[:, :6], atol=1e-5)
