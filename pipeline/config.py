@@ -292,7 +292,8 @@ def _describe(item: dict, lines: dict[tuple, int], overrides: list[str]) -> str:
         valid = _valid_keys(key_path[:-1])
         hint = difflib.get_close_matches(str(key_path[-1]), valid, n=1)
         suggestion = f"; did you mean '{hint[0]}'?" if hint else ""
-        return f"  {where}{dotted}: unknown key{suggestion} (valid keys: {', '.join(valid)})"
+        listing = f" (valid keys: {', '.join(valid)})" if valid else ""
+        return f"  {where}{dotted}: unknown key{suggestion}{listing}"
     if item["type"] == "missing":
         return f"  {where}{dotted}: required key is missing"
     return f"  {where}{dotted}: {item['msg']} (got {item.get('input')!r})"
@@ -310,22 +311,20 @@ def _strip_union_tags(loc: tuple) -> tuple:
 
 
 def _valid_keys(section_path: tuple) -> list[str]:
+    """The keys the model at ``section_path`` accepts (for sources: any source type's)."""
+    if section_path and section_path[-1] in ("train", "valid", "test"):
+        keys: set[str] = set()
+        for option in (FilesSource, TsvSource, HuggingFaceSource, SacrebleuSource):
+            keys |= set(option.model_fields)
+        return sorted(keys)
     model: Any = ExperimentConfig
-    raw: dict = {}
     for part in section_path:
-        field = getattr(model, "model_fields", {}).get(part)
+        field = getattr(model, "model_fields", {}).get(part) if isinstance(part, str) else None
         if field is None:
-            return sorted(raw)
-        annotation = field.annotation
-        if part in ("train", "valid", "test"):
-            # A source: list the keys every source type accepts.
-            keys = set()
-            for option in (FilesSource, TsvSource, HuggingFaceSource, SacrebleuSource):
-                keys |= set(option.model_fields)
-            return sorted(keys)
-        model = annotation
-        if hasattr(annotation, "__args__"):
-            model = next((a for a in annotation.__args__ if hasattr(a, "model_fields")), annotation)
+            return []
+        # Optional[Model] and similar unions: take the pydantic model inside.
+        model = next((a for a in getattr(field.annotation, "__args__", ()) if hasattr(a, "model_fields")),
+                     field.annotation)
     return sorted(getattr(model, "model_fields", {}))
 
 

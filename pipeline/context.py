@@ -38,6 +38,4 @@ def ray_progress(*args, **kwargs):
     """A tqdm-compatible bar that Ray draws on the driver's terminal."""
     from ray.experimental.tqdm_ray import tqdm as ray_tqdm
 
-    kwargs.pop("unit_scale", None)
-    kwargs.pop("leave", None)
     return ray_tqdm(*args, **kwargs)
