@@ -232,9 +232,6 @@ class ArtifactStore:
                 self.fs.delete_file(manifest_path)
             self.fs.delete_dir(directory)
 
-    def remove(self, stage: str, key: str) -> None:
-        self._discard_invalid(stage, key)
-
 
 def _local_files_match(directory: Path, files: dict[str, dict]) -> bool:
     for name, entry in files.items():

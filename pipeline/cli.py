@@ -110,7 +110,7 @@ def run(
     def on_failure(item, error) -> None:
         from pipeline.graph import StageResult
 
-        failed = StageResult(item.stage.name, item.key, False, started=started, ended=time.time())
+        failed = StageResult(item.stage.name, item.key, False)  # its task's times are unknown here
         tracker.log_stage(item.stage.name, item.key, getattr(experiment, item.stage.section).model_dump(mode="json"),
                           failed, status="FAILED", error=str(error))
         rows.append((item.stage.name, "failed", item.key, "-", "-"))

@@ -358,7 +358,3 @@ def _nearest_line(key_path: tuple, lines: dict[tuple, int]) -> int | None:
             return lines[key_path[:end]]
     return None
 
-
-def section_slice(config: ExperimentConfig, section: str) -> dict:
-    """A stage's config slice as plain JSON data: what its cache key is computed from."""
-    return getattr(config, section).model_dump(mode="json")

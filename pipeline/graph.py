@@ -14,11 +14,10 @@ import logging
 import os
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Callable
 
 from pipeline.artifacts import ArtifactState, ArtifactStatus, ArtifactStore, artifact_key
-from pipeline.config import ExperimentConfig, FileRef, section_slice
+from pipeline.config import ExperimentConfig
 from pipeline.context import StageContext, ray_parallel_map, ray_progress
 from stages import bpe, clean, download, tokenize
 
@@ -34,10 +33,13 @@ class Stage:
     upstream: tuple[str, ...] = ()
     # A resumable stage gets back the staging directory a crashed attempt left behind.
     resumable: bool = False
+    # For inputs outside the artifact store: section -> data that changes when they do.
+    fingerprint: Callable | None = None
 
 
 DATA_STAGES = (
-    Stage("download", "download", download.download_corpus, download.VERSION),
+    Stage("download", "download", download.download_corpus, download.VERSION,
+          fingerprint=download.local_file_fingerprints),
     Stage("clean", "clean", clean.clean_corpus, clean.VERSION, ("download",)),
     Stage("bpe", "bpe", bpe.train_bpe, bpe.VERSION, ("clean",)),
     Stage("tokenize", "tokenize", tokenize.tokenize_corpus, tokenize.VERSION, ("clean", "bpe")),
@@ -70,34 +72,13 @@ class StageResult:
 
 
 def stage_key_inputs(stage: Stage, config: ExperimentConfig) -> dict:
-    """The config slice a stage's key is computed from.
-
-    Local input files without a pinned sha256 add their size and mtime, so editing a
-    local corpus file invalidates the download artifact as `make` would.
-    """
-    slice_ = section_slice(config, stage.section)
-    if stage.name == "download":
-        slice_["local_files"] = {ref.path: _fingerprint(Path(ref.path)) for ref in _local_refs(config)}
+    """The config slice a stage's key is computed from, plus what its ``fingerprint``
+    says about inputs outside the store (e.g. local corpus files)."""
+    section = getattr(config, stage.section)
+    slice_ = section.model_dump(mode="json")
+    if stage.fingerprint is not None:
+        slice_["local_files"] = stage.fingerprint(section)
     return slice_
-
-
-def _local_refs(config: ExperimentConfig) -> list[FileRef]:
-    refs = []
-    for split in ("train", "valid", "test"):
-        source = getattr(config.download, split)
-        for name in ("src", "tgt", "file"):
-            ref = getattr(source, name, None)
-            if isinstance(ref, FileRef) and ref.path is not None and ref.sha256 is None:
-                refs.append(ref)
-    return refs
-
-
-def _fingerprint(path: Path) -> list[int] | str:
-    try:
-        stat = path.stat()
-    except FileNotFoundError:
-        return "missing"
-    return [stat.st_size, stat.st_mtime_ns]
 
 
 def plan(config: ExperimentConfig, store: ArtifactStore, until: str | None = None,

@@ -101,8 +101,8 @@ def test_mlflow_records_params_metrics_and_reports_per_stage(workdir):
     assert children["tokenize"].data.metrics["pairs_per_second"] > 0
     key = children["bpe"].data.tags["nmt.artifact_key"]
     assert (workdir / "artifacts" / "bpe" / key / "MANIFEST.json").is_file()
-    report = json.loads(client.download_artifacts(clean.info.run_id, "stage_report.json", str(workdir)) and
-                        (workdir / "stage_report.json").read_text())
+    report_path = client.download_artifacts(clean.info.run_id, "stage_report.json", str(workdir))
+    report = json.loads(Path(report_path).read_text())
     assert report["stage"] == "clean" and report["metrics"]["train_pairs"] == clean.data.metrics["train_pairs"]
     assert "resolved_config.yaml" in [f.path for f in client.list_artifacts(parent.info.run_id)]
 
@@ -162,3 +162,20 @@ def test_run_killed_mid_stage_then_rerun_completes_with_the_same_keys(tmp_path, 
     assert [item.key for item in after] == [item.key for item in planned]
     assert all(item.status.state == ArtifactState.CACHED for item in after)
     assert not list((tmp_path / "artifacts").glob("*/*.partial"))
+
+
+def test_editing_a_local_corpus_file_changes_the_download_key(tmp_path, multi30k):
+    corpus = slice_multi30k(multi30k, tmp_path / "corpus", {"train": 20, "val": 5, "test_2016_flickr": 5})
+    config_path = write_config(tmp_path / "exp.yaml", small_config(corpus))
+    store = ArtifactStore(str(tmp_path / "artifacts"))
+    before = {item.stage.name: item.key for item in plan(load_config(config_path), store)}
+    with open(corpus / "train.de", "a", encoding="utf-8") as handle:
+        handle.write("Eine neue Zeile.\n")
+    after = {item.stage.name: item.key for item in plan(load_config(config_path), store)}
+    assert all(before[name] != after[name] for name in STAGES)  # download and everything downstream
+    # Files pinned by sha256 (every URL) are identified by their digest, not by a stat.
+    from stages.download import local_file_fingerprints
+
+    assert local_file_fingerprints(load_config(SMOKE).download) == {}
+    assert set(local_file_fingerprints(load_config(config_path).download)) == {
+        str(corpus / f"{split}.{lang}") for split in ("train", "val", "test_2016_flickr") for lang in ("en", "de")}

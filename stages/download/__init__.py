@@ -15,7 +15,7 @@ from typing import Iterator
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipeline.config import DownloadConfig, FilesSource, HuggingFaceSource, SacrebleuSource, TsvSource
+from pipeline.config import DownloadConfig, FileRef, FilesSource, HuggingFaceSource, SacrebleuSource, TsvSource
 from pipeline.context import StageContext
 from stages.download import readers
 from stages.download.locate import locate_file
@@ -41,6 +41,22 @@ def download_corpus(inputs: dict[str, Path], config: DownloadConfig, output: Pat
         metrics[f"{split}_pairs"] = count
     (output / "meta.json").write_text(json.dumps(meta, indent=2))
     return metrics
+
+
+def local_file_fingerprints(config: DownloadConfig) -> dict[str, list[int] | str]:
+    """Size and mtime of each local input file without a pinned sha256, so that
+    editing a local corpus invalidates the download artifact, as `make` would."""
+    fingerprints: dict[str, list[int] | str] = {}
+    for split in SPLITS:
+        source = getattr(config, split)
+        for ref in (getattr(source, name, None) for name in ("src", "tgt", "file")):
+            if isinstance(ref, FileRef) and ref.path is not None and ref.sha256 is None:
+                try:
+                    stat = Path(ref.path).stat()
+                    fingerprints[ref.path] = [stat.st_size, stat.st_mtime_ns]
+                except FileNotFoundError:
+                    fingerprints[ref.path] = "missing"
+    return fingerprints
 
 
 def write_pairs(pairs: Iterator[tuple[str, str]], path: Path) -> int:
