@@ -36,7 +36,8 @@ def _table_console() -> Console:
 
 
 def _fail(message: str, code: int) -> None:
-    console.print(f"[bold red]error:[/] {message}", highlight=False, markup=True, soft_wrap=True)
+    # Plain text: messages quote file contents and tool output that rich would parse as markup.
+    typer.secho(f"error: {message}", fg="red", err=True)
     raise typer.Exit(code)
 
 
