@@ -98,7 +98,7 @@ def run(
     rows = []
 
     def on_result(item, result) -> None:
-        tracker.log_stage(item.stage.name, item.key, getattr(experiment, item.stage.section).model_dump(mode="json"),
+        tracker.log_stage(item.stage.name, item.key, item.stage.config_of(experiment).model_dump(mode="json"),
                           result)
         if result.cache_hit:
             log.info("%-9s cache hit (key %s)", item.stage.name, item.key)
@@ -112,7 +112,7 @@ def run(
         from pipeline.graph import StageResult
 
         failed = StageResult(item.stage.name, item.key, False)  # its task's times are unknown here
-        tracker.log_stage(item.stage.name, item.key, getattr(experiment, item.stage.section).model_dump(mode="json"),
+        tracker.log_stage(item.stage.name, item.key, item.stage.config_of(experiment).model_dump(mode="json"),
                           failed, status="FAILED", error=str(error))
         rows.append((item.stage.name, "failed", item.key, "-", "-"))
 

@@ -187,17 +187,96 @@ class TokenizeConfig(Section):
     histogram_bin_width: int = Field(default=8, gt=0)
 
 
+# --------------------------------------------------------------------------- train
+
+
+class TrainConfig(Section):
+    """How every model is trained: one section, so the comparison is like for like.
+
+    Defaults follow Vaswani et al. (2017), section 5: Adam (0.9, 0.98, 1e-9), the
+    inverse-square-root schedule with 4000 warmup steps, label smoothing 0.1. A run
+    stops at the first budget it reaches; at least one must be set.
+    """
+
+    # Ray Train workers, each with one DeepSpeed engine (data parallel).
+    workers: int = Field(default=1, gt=0)
+    use_gpu: bool = False
+    cpus_per_worker: int = Field(default=1, gt=0)
+    # torch threads per worker; default: cpus_per_worker.
+    threads_per_worker: int | None = Field(default=None, gt=0)
+    # bf16: autocast on a CPU (AMX makes it the fast path), DeepSpeed's bf16 mode on a GPU.
+    precision: Literal["fp32", "bf16", "fp16"] = "bf16"
+    zero_stage: int = Field(default=0, ge=0, le=3)
+    # Tokens per batch and side on each worker (padded: sentences x longest); the paper
+    # used about 25,000 per side over 8 GPUs.
+    max_tokens: int = Field(default=4096, gt=0)
+    gradient_accumulation: int = Field(default=1, gt=0)
+    gradient_clipping: float = Field(default=0.0, ge=0.0)  # 0: none, as in the paper
+    label_smoothing: float = Field(default=0.1, ge=0.0, lt=1.0)
+
+    optimizer: Literal["adam", "adamw"] = "adam"
+    betas: tuple[float, float] = (0.9, 0.98)
+    eps: float = Field(default=1e-9, gt=0.0)
+    weight_decay: float = Field(default=0.0, ge=0.0)
+    # noam: lr = lr_scale * d_model^-0.5 * min(step^-0.5, step * warmup^-1.5) (section 5.3);
+    # cosine: linear warmup to lr, cosine decay to min_lr at max_steps.
+    schedule: Literal["noam", "cosine"] = "noam"
+    lr: float = Field(default=5e-4, gt=0.0)
+    lr_scale: float = Field(default=1.0, gt=0.0)
+    min_lr: float = Field(default=0.0, ge=0.0)
+    warmup_steps: int = Field(default=4000, ge=0)
+
+    # Budgets: whichever comes first.
+    max_steps: int | None = Field(default=None, gt=0)
+    max_epochs: int | None = Field(default=None, gt=0)
+    max_train_tokens: int | None = Field(default=None, gt=0)  # target tokens, all workers
+    max_train_flops: float | None = Field(default=None, gt=0)  # counted, stages/train/flops.py
+    max_wall_time: float | None = Field(default=None, gt=0)  # seconds of training
+
+    valid_every: int = Field(default=1000, gt=0)  # steps
+    early_stopping_patience: int | None = Field(default=None, gt=0)  # validations without improvement
+    checkpoint_every: int = Field(default=1000, gt=0)  # steps
+    keep_checkpoints: int = Field(default=5, gt=0)
+    # The final model averages the last N checkpoints (the paper averaged 5, section 6.1).
+    average_last: int = Field(default=1, gt=0)
+    log_every: int = Field(default=10, gt=0)  # steps between logged metrics
+    seed: int = 1
+    # Peak FLOP/s of one worker's device, for MFU; None: not reported.
+    peak_flops_per_worker: float | None = Field(default=None, gt=0)
+    # Ray Train restarts crashed workers from the last checkpoint this many times.
+    max_failures: int = Field(default=2, ge=-1)
+    # Merged into the generated DeepSpeed JSON last (e.g. zero_optimization.offload_optimizer).
+    deepspeed: dict[str, Any] = {}
+
+    @model_validator(mode="after")
+    def _has_a_budget_and_a_schedule(self) -> TrainConfig:
+        budgets = (self.max_steps, self.max_epochs, self.max_train_tokens, self.max_train_flops, self.max_wall_time)
+        if all(budget is None for budget in budgets):
+            raise ValueError("set at least one budget: max_steps, max_epochs, max_train_tokens, "
+                             "max_train_flops or max_wall_time")
+        if self.schedule == "cosine" and self.max_steps is None:
+            raise ValueError("schedule 'cosine' decays to max_steps: set max_steps")
+        if self.average_last > self.keep_checkpoints:
+            raise ValueError("average_last cannot exceed keep_checkpoints")
+        if self.precision == "fp16" and not self.use_gpu:
+            raise ValueError("fp16 needs use_gpu: true; on a CPU use bf16 or fp32")
+        return self
+
+
 # --------------------------------------------------------------------------- models
 
 
 class ModelSpec(Section):
     """One model to train and compare: a family, a named preset, and settings that
-    override the preset's hyperparameters (see stages/train/models/presets.py)."""
+    override the preset's hyperparameters (see stages/train/models/presets.py).
+    ``train`` overrides keys of the experiment's train section for this model only
+    (e.g. a learning rate); budgets are best left shared."""
 
-    name: str
+    name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
     family: Literal["transformer", "rnn", "decoder_only"]
     preset: str = "small"
     settings: dict[str, Any] = {}
+    train: dict[str, Any] = {}
 
     @model_validator(mode="after")
     def _preset_and_settings_exist(self) -> ModelSpec:
@@ -205,6 +284,13 @@ class ModelSpec(Section):
 
         resolve_preset(self.family, self.preset, self.settings)
         return self
+
+
+class TrainStageConfig(Section):
+    """A train stage's slice: its model and the train section with the model's overrides."""
+
+    model: ModelSpec
+    train: TrainConfig
 
 
 # --------------------------------------------------------------------------- experiment
@@ -218,7 +304,25 @@ class ExperimentConfig(Section):
     clean: CleanConfig = CleanConfig()
     bpe: BpeConfig = BpeConfig()
     tokenize: TokenizeConfig = TokenizeConfig()
+    train: TrainConfig | None = None
     models: list[ModelSpec] = []
+
+    @model_validator(mode="after")
+    def _models_need_a_train_section(self) -> ExperimentConfig:
+        if self.models and self.train is None:
+            raise ValueError("'models' are listed but there is no 'train' section with a budget")
+        for model in self.models:
+            try:
+                self.train_stage_config(model)
+            except ValidationError as error:
+                problem = error.errors()[0]
+                where = ".".join(str(part) for part in problem["loc"])
+                raise ValueError(f"model {model.name!r}: train.{where}: {problem['msg']}") from None
+        return self
+
+    def train_stage_config(self, model: ModelSpec) -> TrainStageConfig:
+        train = TrainConfig.model_validate({**self.train.model_dump(), **model.train})
+        return TrainStageConfig(model=model, train=train)
 
     @field_validator("models")
     @classmethod
@@ -312,7 +416,7 @@ def _strip_union_tags(loc: tuple) -> tuple:
 
 def _valid_keys(section_path: tuple) -> list[str]:
     """The keys the model at ``section_path`` accepts (for sources: any source type's)."""
-    if section_path and section_path[-1] in ("train", "valid", "test"):
+    if section_path[-2:-1] == ("download",) and section_path[-1] in ("train", "valid", "test"):
         keys: set[str] = set()
         for option in (FilesSource, TsvSource, HuggingFaceSource, SacrebleuSource):
             keys |= set(option.model_fields)

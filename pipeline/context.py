@@ -24,6 +24,9 @@ class StageContext:
     mirrors: list[str] = field(default_factory=list)
     # Where verified downloads are kept, by sha256, across runs and configs.
     download_cache: Path = field(default_factory=lambda: default_cache_dir() / "downloads")
+    # Upstream name -> picklable callable that returns a local copy of that artifact on
+    # whichever node calls it (training workers may run on other nodes than the stage).
+    input_fetchers: dict[str, Callable[[], Path]] = field(default_factory=dict)
 
 
 def ray_parallel_map(fn: Callable, items: list) -> list:

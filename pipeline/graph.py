@@ -10,16 +10,19 @@ driver waits on the refs and records each finished stage in MLflow.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import time
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Callable
 
 from pipeline.artifacts import ArtifactState, ArtifactStatus, ArtifactStore, artifact_key
-from pipeline.config import ExperimentConfig
+from pipeline.config import ExperimentConfig, ModelSpec, Section
 from pipeline.context import StageContext, ray_parallel_map, ray_progress
 from stages import bpe, clean, download, tokenize
+from stages.train import stage as train
 
 log = logging.getLogger("nmt")
 
@@ -27,7 +30,7 @@ log = logging.getLogger("nmt")
 @dataclass(frozen=True)
 class Stage:
     name: str
-    section: str  # the config section that is this stage's slice
+    config_of: Callable[[ExperimentConfig], Section]  # the stage's slice of the config
     run: Callable  # (inputs: dict[str, Path], config, output: Path, ctx: StageContext) -> metrics dict
     version: int  # bump when the same inputs would now give a different artifact
     upstream: tuple[str, ...] = ()
@@ -35,20 +38,37 @@ class Stage:
     resumable: bool = False
     # For inputs outside the artifact store: section -> data that changes when they do.
     fingerprint: Callable | None = None
+    # CPUs the stage's own Ray task holds. Training holds none: its Ray Train workers
+    # ask for their own, and a waiting driver task must not starve them.
+    task_cpus: float = 1
+
+    @property
+    def group(self) -> str:
+        """``train`` for ``train/<model>``; a stage's own name otherwise."""
+        return self.name.split("/", 1)[0]
 
 
 DATA_STAGES = (
-    Stage("download", "download", download.download_corpus, download.VERSION,
+    Stage("download", attrgetter("download"), download.download_corpus, download.VERSION,
           fingerprint=download.local_file_fingerprints),
-    Stage("clean", "clean", clean.clean_corpus, clean.VERSION, ("download",)),
-    Stage("bpe", "bpe", bpe.train_bpe, bpe.VERSION, ("clean",)),
-    Stage("tokenize", "tokenize", tokenize.tokenize_corpus, tokenize.VERSION, ("clean", "bpe")),
+    Stage("clean", attrgetter("clean"), clean.clean_corpus, clean.VERSION, ("download",)),
+    Stage("bpe", attrgetter("bpe"), bpe.train_bpe, bpe.VERSION, ("clean",)),
+    Stage("tokenize", attrgetter("tokenize"), tokenize.tokenize_corpus, tokenize.VERSION, ("clean", "bpe")),
 )
 
 
+def _train_slice(model: ModelSpec, config: ExperimentConfig):
+    return config.train_stage_config(model)
+
+
 def pipeline_stages(config: ExperimentConfig) -> tuple[Stage, ...]:
-    """The stages of a config, in an order where every stage follows its upstream."""
-    return DATA_STAGES
+    """The stages of a config, in an order where every stage follows its upstream.
+    After tokenization the graph fans out: one train stage per model."""
+    training = tuple(
+        Stage(f"train/{model.name}", functools.partial(_train_slice, model), train.train_model, train.VERSION,
+              ("tokenize",), resumable=True, task_cpus=0)
+        for model in config.models)
+    return DATA_STAGES + training
 
 
 @dataclass(frozen=True)
@@ -69,12 +89,14 @@ class StageResult:
     started: float = 0.0
     ended: float = 0.0
     size_bytes: int = 0
+    # Per-step rows (e.g. a training curve): logged to MLflow as metric histories.
+    series: list[dict] = field(default_factory=list)
 
 
 def stage_key_inputs(stage: Stage, config: ExperimentConfig) -> dict:
     """The config slice a stage's key is computed from, plus what its ``fingerprint``
     says about inputs outside the store (e.g. local corpus files)."""
-    section = getattr(config, stage.section)
+    section = stage.config_of(config)
     slice_ = section.model_dump(mode="json")
     if stage.fingerprint is not None:
         slice_["local_files"] = stage.fingerprint(section)
@@ -83,13 +105,19 @@ def stage_key_inputs(stage: Stage, config: ExperimentConfig) -> dict:
 
 def plan(config: ExperimentConfig, store: ArtifactStore, until: str | None = None,
          force: tuple[str, ...] = ()) -> list[PlannedStage]:
+    """Keys and states of the config's stages, up to ``until`` (a stage, or ``train`` for
+    every train stage); ``force`` names stages (or ``train``) to recompute with their
+    downstream."""
     stages = pipeline_stages(config)
-    names = [stage.name for stage in stages]
+    names = [stage.name for stage in stages] + sorted({stage.group for stage in stages} - {s.name for s in stages})
     for name in [*force, *([until] if until else [])]:
         if name not in names:
             raise ValueError(f"unknown stage {name!r}; stages are: {', '.join(names)}")
+    if until is not None:
+        last = max(index for index, stage in enumerate(stages) if until in (stage.name, stage.group))
+        stages = stages[:last + 1]
     keys: dict[str, str] = {}
-    forced: set[str] = set(force)
+    forced: set[str] = {stage.name for stage in stages if stage.name in force or stage.group in force}
     planned = []
     for stage in stages:
         upstream_keys = {name: keys[name] for name in stage.upstream}
@@ -101,8 +129,6 @@ def plan(config: ExperimentConfig, store: ArtifactStore, until: str | None = Non
         status = store.status(stage.name, key)
         will_run = stage.name in forced or status.state != ArtifactState.CACHED
         planned.append(PlannedStage(stage, key, upstream_keys, status, will_run))
-        if stage.name == until:
-            break
     return planned
 
 
@@ -116,13 +142,16 @@ def execute_stage(stage: Stage, section, key: str, upstream_keys: dict[str, str]
     started = time.time()
     inputs = {name: store.local_path(name, upstream_key) for name, upstream_key in upstream_keys.items()}
     staging = store.staging_dir(stage.name, key, keep_previous=stage.resumable)
-    ctx = StageContext(parallel_map=ray_parallel_map, progress=ray_progress, mirrors=mirrors)
+    fetchers = {name: functools.partial(store.local_path, name, upstream_key)
+                for name, upstream_key in upstream_keys.items()}
+    ctx = StageContext(parallel_map=ray_parallel_map, progress=ray_progress, mirrors=mirrors, input_fetchers=fetchers)
     metrics = stage.run(inputs, section, staging, ctx)
+    series = metrics.pop("series", [])
     status = store.commit(stage.name, key, staging, {
         "version": stage.version, "config": section.model_dump(mode="json"),
         "upstream": upstream_keys, "metrics": metrics,
     })
-    return StageResult(stage.name, key, False, metrics, started, time.time(), status.size_bytes)
+    return StageResult(stage.name, key, False, metrics, started, time.time(), status.size_bytes, series)
 
 
 def connect_ray(address: str | None) -> None:
@@ -148,7 +177,7 @@ def run_pipeline(config: ExperimentConfig, planned: list[PlannedStage], store: A
     """Run the planned stages that are not cached; ``on_result`` sees every stage, hits included."""
     import ray
 
-    task = ray.remote(num_cpus=1)(execute_stage)
+    task = ray.remote(execute_stage)
     refs: dict[str, ray.ObjectRef] = {}
     pending: dict[ray.ObjectRef, PlannedStage] = {}
     results = []
@@ -159,8 +188,8 @@ def run_pipeline(config: ExperimentConfig, planned: list[PlannedStage], store: A
             results.append(result)
             continue
         upstream_refs = [refs[name] for name in item.stage.upstream if name in refs]
-        section = getattr(config, item.stage.section)
-        ref = task.options(name=f"stage:{item.stage.name}").remote(
+        section = item.stage.config_of(config)
+        ref = task.options(name=f"stage:{item.stage.name}", num_cpus=item.stage.task_cpus).remote(
             item.stage, section, item.key, item.upstream_keys, store, mirrors, *upstream_refs)
         refs[item.stage.name] = ref
         pending[ref] = item

@@ -17,6 +17,7 @@ from mlflow.entities import Metric, Param, RunTag
 from mlflow.tracking import MlflowClient
 
 MAX_PARAM_CHARS = 6000  # MLflow's limit on a param value
+MAX_METRICS_PER_BATCH = 1000  # MLflow's limit on one log_batch call
 
 
 def default_tracking_uri() -> str:
@@ -68,12 +69,21 @@ class RunTracker:
             params=[Param(name, value[:MAX_PARAM_CHARS]) for name, value in params.items()],
             tags=[RunTag("nmt.error", error[:5000])] if error else [],
         )
+        self._log_series(run_id, result.series)
         report = {"stage": stage, "artifact_key": key, "cache_hit": result.cache_hit, "status": status,
                   "metrics": result.metrics, "config": config_slice, **({"error": error} if error else {})}
         self.client.log_text(run_id, json.dumps(report, indent=2), "stage_report.json")
         ended = int((result.ended or time.time()) * 1000)
         self.client.set_terminated(run_id, status=status, end_time=ended)
         return run_id
+
+    def _log_series(self, run_id: str, rows: list[dict]) -> None:
+        """Rows with a ``step`` become metric histories (MLflow's step axis)."""
+        metrics = [Metric(name, float(value), int(row.get("time", time.time()) * 1000), int(row["step"]))
+                   for row in rows for name, value in row.items()
+                   if name != "step" and isinstance(value, (int, float))]
+        for start in range(0, len(metrics), MAX_METRICS_PER_BATCH):
+            self.client.log_batch(run_id, metrics=metrics[start:start + MAX_METRICS_PER_BATCH])
 
     def finish(self, status: str, summary: dict) -> None:
         now = int(time.time() * 1000)

@@ -90,3 +90,30 @@ def small_config(corpus_dir: Path, **sections) -> dict:
     for name, values in sections.items():
         config[name] = {**config.get(name, {}), **values}
     return config
+
+
+@pytest.fixture(scope="session")
+def tokenized(multi30k, tmp_path_factory) -> Path:
+    """A tokenize artifact of a Multi30k slice (1,500 training pairs, joint 500-piece
+    BPE), made by calling the data stages directly."""
+    from pipeline.config import BpeConfig, CleanConfig, DownloadConfig, TokenizeConfig
+    from pipeline.context import StageContext
+    from stages.bpe import train_bpe
+    from stages.clean import clean_corpus
+    from stages.download import download_corpus
+    from stages.tokenize import tokenize_corpus
+
+    root = tmp_path_factory.mktemp("tokenized")
+    corpus = slice_multi30k(multi30k, root / "corpus", {"train": 1500, "val": 100, "test_2016_flickr": 100})
+    download = DownloadConfig.model_validate({"src_lang": "en", "tgt_lang": "de",
+                                              "train": files_source(corpus, "train"),
+                                              "valid": files_source(corpus, "val"),
+                                              "test": files_source(corpus, "test_2016_flickr")})
+    steps = [("download", download_corpus, download, {}),
+             ("clean", clean_corpus, CleanConfig(), {"download": root / "download"}),
+             ("bpe", train_bpe, BpeConfig(vocab_size=500), {"clean": root / "clean"}),
+             ("tokenize", tokenize_corpus, TokenizeConfig(shards=2), {"clean": root / "clean", "bpe": root / "bpe"})]
+    for name, stage, config, inputs in steps:
+        (root / name).mkdir()
+        stage(inputs, config, root / name, StageContext())
+    return root / "tokenize"

@@ -1,0 +1,46 @@
+"""The DeepSpeed JSON config, generated from our train section.
+
+Precision: on a GPU, ``bf16`` and ``fp16`` are DeepSpeed's own mixed-precision modes
+(fp32 master weights in the optimizer, ZeRO-aware). On a CPU DeepSpeed runs in fp32
+and the train loop wraps the forward in ``torch.autocast("cpu", torch.bfloat16)``: the
+matrix products run in bf16 on AMX while weights and optimizer stay fp32.
+
+``train.deepspeed`` is merged in last, key by key, for anything not generated here
+(offloading, communication overlap, activation checkpointing, ...).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pipeline.config import TrainConfig
+
+
+def deepspeed_config(config: TrainConfig) -> dict[str, Any]:
+    generated: dict[str, Any] = {
+        # Batches are built by token count, so the micro-batch size in sentences is
+        # nominal: DeepSpeed needs a number, the loop feeds it whole batches.
+        "train_micro_batch_size_per_gpu": 1,
+        "gradient_accumulation_steps": config.gradient_accumulation,
+        "gradient_clipping": config.gradient_clipping,
+        "zero_optimization": {"stage": config.zero_stage},
+        "steps_per_print": 10**9,  # our own logging reports progress
+        "wall_clock_breakdown": False,
+    }
+    if config.use_gpu and config.precision == "bf16":
+        generated["bf16"] = {"enabled": True}
+    if config.use_gpu and config.precision == "fp16":
+        generated["fp16"] = {"enabled": True, "loss_scale": 0, "initial_scale_power": 16}
+    return merge(generated, config.deepspeed)
+
+
+def merge(base: dict, overrides: dict) -> dict:
+    merged = dict(base)
+    for key, value in overrides.items():
+        merged[key] = merge(merged[key], value) if isinstance(value, dict) and isinstance(merged.get(key), dict) \
+            else value
+    return merged
+
+
+def cpu_autocast(config: TrainConfig) -> bool:
+    return config.precision == "bf16" and not config.use_gpu

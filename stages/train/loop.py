@@ -1,0 +1,318 @@
+"""The per-worker training loop that Ray Train runs on every worker.
+
+Each worker builds the same model from the same seed, wraps it in a DeepSpeed engine
+(data parallel over Ray Train's process group, ZeRO stage from the config), and
+trains on its share of the token-budget batches. After every optimizer update the
+workers sum their counts (tokens, FLOPs, loss) in one all-reduce, so every worker
+sees the same totals and stops at the same update. Dropout is seeded from (seed,
+rank, batch number), so a resumed run draws the same masks as an uninterrupted one.
+
+A checkpoint is a DeepSpeed checkpoint (every rank writes its shard) plus, from rank
+0, ``progress.json``, ``history.jsonl`` (every logged row so far) and ``best.pt`` (the
+best validated weights). Ray Train persists it to the run's storage and hands the
+newest one back through ``ray.train.get_checkpoint()`` when it restarts a worker
+group or when the stage is started again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from pipeline.config import TrainStageConfig
+from stages.train.batching import batches_from, token_batches
+from stages.train.data import Batch, TokenizedSplit
+from stages.train.deepspeed_config import cpu_autocast, deepspeed_config
+from stages.train.flops import training_flops
+from stages.train.loss import translation_loss
+from stages.train.model_file import build_for_vocabulary, vocabulary_facts
+from stages.train.progress import TrainingProgress, budget_reached
+from stages.train.schedule import learning_rate
+
+DEEPSPEED_TAG = "deepspeed"
+
+
+def train_worker(loop_config: dict) -> None:
+    """Ray Train's ``train_loop_per_worker``: ``loop_config`` holds the stage's config
+    (JSON), the tokenize artifact's path and a callable that fetches it on this node."""
+    import deepspeed
+    import ray.train
+
+    config = TrainStageConfig.model_validate(loop_config["config"])
+    train = config.train
+    context = ray.train.get_context()
+    rank, world = context.get_world_rank(), context.get_world_size()
+    torch.set_num_threads(train.threads_per_worker or train.cpus_per_worker)
+    tokenized = loop_config["fetch_tokenized"]()
+    train_split, valid_split = TokenizedSplit(tokenized, "train"), TokenizedSplit(tokenized, "valid")
+    facts = vocabulary_facts(tokenized, train_split.vocab)
+
+    torch.manual_seed(train.seed)  # the same initial weights on every worker
+    model = build_for_vocabulary(config.model, facts)
+    width = getattr(model.config, "d_model", None) or model.config.hidden
+    optimizer_class = torch.optim.AdamW if train.optimizer == "adamw" else torch.optim.Adam
+    # lr=1: the LambdaLR factor is the learning rate itself.
+    optimizer = optimizer_class(model.parameters(), lr=1.0, betas=train.betas, eps=train.eps,
+                                weight_decay=train.weight_decay)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda update: learning_rate(update + 1, train, width))
+    engine, _, _, _ = deepspeed.initialize(model=model, optimizer=optimizer, lr_scheduler=scheduler,
+                                           config=deepspeed_config(train))
+
+    progress, history, best = TrainingProgress(), [], None
+    # Ray Train's checkpoint when it restarts workers or finds its run's snapshot; else
+    # the newest complete one the stage found on disk.
+    checkpoint = ray.train.get_checkpoint()
+    if checkpoint is None and loop_config["resume_from"]:
+        checkpoint = ray.train.Checkpoint.from_directory(loop_config["resume_from"])
+    if checkpoint is not None:
+        with checkpoint.as_directory() as directory:
+            progress, history, best = _restore(engine, Path(directory))
+        progress.restarts += 1
+
+    loop = TrainLoop(engine, config, facts, train_split, valid_split, rank, world, progress, history, best)
+    loop.run()
+
+
+class TrainLoop:
+    def __init__(self, engine, config: TrainStageConfig, facts: dict, train_split: TokenizedSplit,
+                 valid_split: TokenizedSplit, rank: int, world: int, progress: TrainingProgress,
+                 history: list[dict], best: dict | None):
+        self.engine, self.model, self.config, self.train = engine, engine.module, config, config.train
+        self.pad_id = facts["special_ids"]["pad"]
+        self.train_split, self.valid_split = train_split, valid_split
+        self.rank, self.world = rank, world
+        self.progress, self.history, self.best = progress, history, best
+        self.autocast = cpu_autocast(self.train)
+        self.device = engine.device
+        self.window = _Window()
+
+    def run(self) -> None:
+        train, progress = self.train, self.progress
+        if progress.stop_reason and progress.last_checkpoint_step == progress.step:
+            return  # restored from the final checkpoint of a finished run: nothing left to do
+        bar = self._progress_bar()
+        started = time.perf_counter() - progress.seconds
+        batches = batches_from(progress.position, self.train_split.src_lengths, self.train_split.tgt_lengths,
+                               train.max_tokens, train.seed, self.rank, self.world)
+        self.model.train()
+        progress.stop_reason = budget_reached(train, progress)
+        while not progress.stop_reason:
+            for _ in range(train.gradient_accumulation):
+                position, indices = next(batches)
+                if train.max_epochs is not None and position.epoch >= train.max_epochs:
+                    progress.stop_reason = "max_epochs"
+                    break
+                self._train_on(self.train_split.batch(indices))
+                progress.epoch, progress.step_in_epoch = position.epoch, position.step_in_epoch
+            if progress.stop_reason:
+                break
+            progress.step += 1
+            self._account_update(time.perf_counter() - started)
+            bar.update(1)
+            if progress.step % train.valid_every == 0:
+                self._validate()
+            progress.stop_reason = budget_reached(train, progress)
+            if progress.step % train.checkpoint_every == 0 and not progress.stop_reason:
+                self._checkpoint()
+        bar.close()
+        # The end of a run is always validated and checkpointed: the final model and
+        # the stop reason are read from that last checkpoint.
+        if progress.last_valid_step != progress.step:
+            self._validate()
+        self._checkpoint()
+
+    def _progress_bar(self):
+        """Rank 0's bar, drawn on the driver by Ray; its total is known for step and epoch budgets."""
+        if self.rank != 0:
+            return _NoBar()
+        from ray.experimental.tqdm_ray import tqdm
+
+        total = self.train.max_steps
+        if total is None and self.train.max_epochs is not None:
+            per_epoch = len(token_batches(self.train_split.src_lengths, self.train_split.tgt_lengths,
+                                          self.train.max_tokens, self.train.seed, 0)) // self.world
+            total = self.train.max_epochs * per_epoch // self.train.gradient_accumulation
+        bar = tqdm(total=total, desc=f"train {self.config.model.name}", unit="step")
+        bar.update(self.progress.step)  # a resumed run starts where it left off
+        return bar
+
+    # ------------------------------------------------------------------ one batch
+
+    def _train_on(self, batch: Batch) -> None:
+        progress = self.progress
+        # Dropout masks depend only on (seed, rank, batch number): resuming redraws them.
+        torch.manual_seed(hash((self.train.seed, self.rank, progress.micro_batches)) & (2**62 - 1))
+        src, tgt_in, tgt_out = (t.to(self.device) for t in (batch.src, batch.tgt_in, batch.tgt_out))
+        with self._precision():
+            loss, nll = translation_loss(self.model, src, tgt_in, tgt_out, progress.step,
+                                         self.train.label_smoothing, self.pad_id)
+        tokens = max(1, batch.target_tokens)
+        self.engine.backward(loss / tokens)
+        if self.engine.is_gradient_accumulation_boundary() and self.engine.zero_optimization_stage() == 0:
+            self.window.grad_norm = _grad_norm(self.model)
+        self.engine.step()
+        progress.micro_batches += 1
+        flops = sum(training_flops(self.model, int(s), int(t)) for s, t in zip(batch.src_lengths, batch.tgt_lengths))
+        self.window.add(tokens=batch.target_tokens, src_tokens=int(batch.src_lengths.sum()), flops=flops,
+                        loss=loss.item(), nll=nll.item())
+
+    def _precision(self):
+        if self.autocast:
+            return torch.autocast("cpu", dtype=torch.bfloat16)
+        return contextlib.nullcontext()
+
+    # ------------------------------------------------------------------ after an update
+
+    def _account_update(self, elapsed: float) -> None:
+        """Sum this update's counts over the workers and log a row every ``log_every``."""
+        progress, train = self.progress, self.train
+        tokens, src_tokens, flops, loss, nll, seconds = _all_reduce(
+            [self.window.tokens, self.window.src_tokens, self.window.flops, self.window.loss, self.window.nll,
+             elapsed], self.world)
+        progress.train_tokens += int(tokens)
+        progress.train_src_tokens += int(src_tokens)
+        progress.train_flops += flops
+        interval = max(1e-9, seconds / self.world - progress.seconds)
+        progress.seconds = seconds / self.world
+        self.window.rows_tokens += tokens
+        self.window.rows_flops += flops
+        self.window.rows_seconds += interval
+        self.window.rows_loss += loss
+        self.window.rows_nll += nll
+        grad_norm = self.window.grad_norm
+        if grad_norm is None:
+            grad_norm = self.engine.get_global_grad_norm()
+        self.window.reset_step()
+        if progress.step % train.log_every == 0:
+            self._log_row(grad_norm)
+
+    def _log_row(self, grad_norm) -> None:
+        window, progress = self.window, self.progress
+        tokens = max(window.rows_tokens, 1.0)
+        flops_per_second = window.rows_flops / window.rows_seconds
+        row = {"step": progress.step, "epoch": progress.epoch, "train_loss": window.rows_loss / tokens,
+               "train_nll": window.rows_nll / tokens, "train_ppl": math.exp(min(window.rows_nll / tokens, 50)),
+               "lr": self.engine.get_lr()[0], "tokens_per_second": window.rows_tokens / window.rows_seconds,
+               "train_tokens": progress.train_tokens, "train_flops": progress.train_flops,
+               "flops_per_second": flops_per_second, "train_seconds": progress.seconds}
+        if grad_norm is not None:
+            row["grad_norm"] = float(grad_norm)
+        if self.train.peak_flops_per_worker:
+            row["mfu"] = flops_per_second / (self.train.peak_flops_per_worker * self.world)
+        self.history.append(row)
+        window.reset_rows()
+
+    def _validate(self) -> None:
+        """Loss and perplexity on the valid split: each worker a share, summed."""
+        progress = self.progress
+        batches = token_batches(self.valid_split.src_lengths, self.valid_split.tgt_lengths, self.train.max_tokens,
+                                seed=0, epoch=0)[self.rank::self.world]
+        self.model.eval()
+        nll_sum, tokens = 0.0, 0
+        with torch.no_grad(), self._precision():
+            for indices in batches:
+                batch = self.valid_split.batch(indices)
+                src, tgt_in, tgt_out = (t.to(self.device) for t in (batch.src, batch.tgt_in, batch.tgt_out))
+                nll_sum += translation_loss(self.model, src, tgt_in, tgt_out, 10**9, 0.0, self.pad_id)[1].item()
+                tokens += batch.target_tokens
+        self.model.train()
+        nll_sum, tokens = _all_reduce([nll_sum, float(tokens)], self.world)
+        valid_loss = nll_sum / max(tokens, 1.0)
+        progress.last_valid_step = progress.step
+        improved = valid_loss < progress.best_valid_loss
+        if improved:
+            progress.best_valid_loss, progress.best_step = valid_loss, progress.step
+            progress.validations_without_improvement = 0
+            self.best = _full_state_dict(self.engine) if self.rank == 0 else None
+        else:
+            progress.validations_without_improvement += 1
+        self.history.append({"step": progress.step, "valid_loss": valid_loss,
+                             "valid_ppl": math.exp(min(valid_loss, 50)), "train_seconds": progress.seconds,
+                             "train_flops": progress.train_flops, "train_tokens": progress.train_tokens})
+
+    def _checkpoint(self) -> None:
+        import ray.train
+        from ray.train import Checkpoint
+
+        progress = self.progress
+        progress.last_checkpoint_step = progress.step
+        with tempfile.TemporaryDirectory(prefix="nmt-checkpoint-") as directory:
+            self.engine.save_checkpoint(directory, tag=DEEPSPEED_TAG)
+            if self.rank == 0:
+                root = Path(directory)
+                with open(root / "history.jsonl", "w") as handle:
+                    handle.writelines(json.dumps(row) + "\n" for row in self.history)
+                if self.best is not None:
+                    torch.save(self.best, root / "best.pt")
+                (root / "progress.json").write_text(json.dumps(progress.to_json(), indent=2))
+            metrics = {"step": progress.step, "train_tokens": progress.train_tokens}
+            ray.train.report(metrics, checkpoint=Checkpoint.from_directory(directory))
+
+
+class _Window:
+    """Sums since the last update (this worker) and since the last logged row (all workers)."""
+
+    def __init__(self):
+        self.reset_step()
+        self.reset_rows()
+
+    def reset_step(self) -> None:
+        self.tokens = self.src_tokens = self.flops = self.loss = self.nll = 0.0
+        self.grad_norm = None
+
+    def reset_rows(self) -> None:
+        self.rows_tokens = self.rows_flops = self.rows_seconds = self.rows_loss = self.rows_nll = 0.0
+
+    def add(self, tokens: int, src_tokens: int, flops: float, loss: float, nll: float) -> None:
+        self.tokens += tokens
+        self.src_tokens += src_tokens
+        self.flops += flops
+        self.loss += loss
+        self.nll += nll
+
+
+def _all_reduce(values: list[float], world: int) -> list[float]:
+    if world == 1 or not dist.is_initialized():
+        return [float(v) for v in values]
+    tensor = torch.tensor(values, dtype=torch.float64)
+    dist.all_reduce(tensor)
+    return tensor.tolist()
+
+
+def _grad_norm(model: torch.nn.Module) -> float:
+    grads = [p.grad for p in model.parameters() if p.grad is not None]
+    return float(torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g.float()) for g in grads])))
+
+
+def _full_state_dict(engine) -> dict:
+    """fp32 weights on the CPU. Under ZeRO-3 the parameters are partitioned, so they are
+    gathered (every rank must call this); below stage 3 each rank holds them whole."""
+    if engine.zero_optimization_stage() == 3:
+        state = engine._zero3_consolidated_16bit_state_dict() or {}
+    else:
+        state = engine.module.state_dict()
+    return {name: tensor.detach().float().cpu().clone() for name, tensor in state.items()}
+
+
+def _restore(engine, directory: Path) -> tuple[TrainingProgress, list[dict], dict | None]:
+    engine.load_checkpoint(str(directory), tag=DEEPSPEED_TAG)
+    progress = TrainingProgress.from_json(json.loads((directory / "progress.json").read_text()))
+    history = [json.loads(line) for line in (directory / "history.jsonl").read_text().splitlines() if line]
+    best = torch.load(directory / "best.pt", weights_only=True) if (directory / "best.pt").is_file() else None
+    return progress, history, best
+
+
+class _NoBar:
+    def update(self, _count: int) -> None:
+        pass
+
+    def close(self) -> None:
+        pass

@@ -1,0 +1,62 @@
+"""Where a training run is: saved in every checkpoint, so a resumed run continues the
+same data order, budgets and early-stopping count; and the budget check itself."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+from pipeline.config import TrainConfig
+from stages.train.batching import BatchPosition
+
+
+@dataclass
+class TrainingProgress:
+    step: int = 0  # optimizer updates
+    micro_batches: int = 0  # batches this worker has trained (its dropout seeds follow it)
+    epoch: int = 0
+    step_in_epoch: int = 0
+    train_tokens: int = 0  # target tokens, all workers
+    train_src_tokens: int = 0
+    train_flops: float = 0.0  # counted (stages/train/flops.py), all workers
+    seconds: float = 0.0  # wall time spent training, across restarts
+    best_valid_loss: float = math.inf
+    best_step: int = 0
+    validations_without_improvement: int = 0
+    last_checkpoint_step: int = -1
+    last_valid_step: int = -1
+    stop_reason: str = ""
+    restarts: int = 0
+
+    @property
+    def position(self) -> BatchPosition:
+        return BatchPosition(self.epoch, self.step_in_epoch)
+
+    def to_json(self) -> dict:
+        data = asdict(self)
+        data["best_valid_loss"] = None if math.isinf(self.best_valid_loss) else self.best_valid_loss
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict) -> TrainingProgress:
+        data = dict(data)
+        if data.get("best_valid_loss") is None:
+            data["best_valid_loss"] = math.inf
+        return cls(**data)
+
+
+def budget_reached(config: TrainConfig, progress: TrainingProgress) -> str:
+    """The name of the first budget ``progress`` has used up, or ''. Called after an
+    update with the numbers summed over all workers, so every worker agrees."""
+    if config.max_steps is not None and progress.step >= config.max_steps:
+        return "max_steps"
+    if config.max_train_tokens is not None and progress.train_tokens >= config.max_train_tokens:
+        return "max_train_tokens"
+    if config.max_train_flops is not None and progress.train_flops >= config.max_train_flops:
+        return "max_train_flops"
+    if config.max_wall_time is not None and progress.seconds >= config.max_wall_time:
+        return "max_wall_time"
+    if (config.early_stopping_patience is not None
+            and progress.validations_without_improvement >= config.early_stopping_patience):
+        return "early_stopping"
+    return ""

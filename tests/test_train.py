@@ -1,0 +1,182 @@
+"""The train stage for real: Ray Train workers, DeepSpeed engines (gloo on the CPU),
+checkpoints, a SIGKILLed run resumed, and all three families through `nmt run`."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from mlflow.tracking import MlflowClient
+from typer.testing import CliRunner
+
+from pipeline.cli import app
+from pipeline.config import ModelSpec, TrainConfig, TrainStageConfig
+from pipeline.context import StageContext
+from stages.train.checkpoints import complete_checkpoints
+from stages.train.data import TokenizedSplit
+from stages.train.model_file import load_model_file
+from stages.train.stage import RUN_NAME, train_model
+
+from conftest import REPO, slice_multi30k, small_config, write_config
+
+pytestmark = pytest.mark.slow
+# Everything but wall-clock rates must be identical between an interrupted and an
+# uninterrupted run.
+TIMING_FIELDS = {"tokens_per_second", "flops_per_second", "train_seconds", "mfu"}
+
+
+def stage_config(family: str = "transformer", **train) -> TrainStageConfig:
+    defaults = dict(workers=1, precision="fp32", max_tokens=600, warmup_steps=20, lr_scale=2.0, max_steps=40,
+                    valid_every=10, checkpoint_every=10, keep_checkpoints=3, log_every=2, seed=3)
+    return TrainStageConfig(model=ModelSpec(name=f"{family}_tiny", family=family, preset="tiny"),
+                            train=TrainConfig(**{**defaults, **train}))
+
+
+def run_stage(tokenized: Path, config: TrainStageConfig, output: Path) -> dict:
+    output.mkdir(parents=True, exist_ok=True)
+    return train_model({"tokenize": tokenized}, config, output, StageContext())
+
+
+def rows(output: Path) -> list[dict]:
+    return [json.loads(line) for line in (output / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_two_cpu_workers_with_zero2_train_checkpoint_and_lower_the_loss(tokenized, tmp_path, local_ray):
+    config = stage_config(workers=2, zero_stage=2, precision="bf16", max_steps=60, valid_every=20,
+                          checkpoint_every=20, average_last=2)
+    metrics = run_stage(tokenized, config, tmp_path / "out")
+    curve = [row["train_loss"] for row in rows(tmp_path / "out") if "train_loss" in row]
+    assert metrics["steps"] == 60 and len(curve) == 30
+    assert sum(curve[-5:]) / 5 < sum(curve[:5]) / 5 - 0.3
+    valid = [row["valid_loss"] for row in rows(tmp_path / "out") if "valid_loss" in row]
+    assert len(valid) == 3 and valid[-1] < valid[0] < math.log(500)
+    checkpoints = complete_checkpoints(tmp_path / "out" / RUN_NAME, world_size=2, zero_stage=2)
+    assert [c.step for c in checkpoints] == [20, 40, 60]
+    report = json.loads((tmp_path / "out" / "train_report.json").read_text())
+    assert report["stop_reason"] == "max_steps" and report["averaged_steps"] == [40, 60]
+    # Both workers' tokens are counted: about twice one worker's share.
+    assert metrics["train_tokens"] == rows(tmp_path / "out")[-1]["train_tokens"]
+    assert metrics["train_flops"] > metrics["train_tokens"] * 1e5
+
+
+def test_consolidated_weights_load_without_deepspeed_and_match_the_engine(tokenized, tmp_path, local_ray,
+                                                                          monkeypatch):
+    config = stage_config(workers=2, zero_stage=2, precision="bf16", max_steps=10, checkpoint_every=10)
+    run_stage(tokenized, config, tmp_path / "out")
+    model, info = load_model_file(tmp_path / "out" / "model.pt")
+    assert info["info"]["averaged_steps"] == [10]
+    checkpoint = complete_checkpoints(tmp_path / "out" / RUN_NAME, 2, 2)[-1].path
+    batch = TokenizedSplit(tokenized, "valid").batch(torch.arange(8).numpy())
+    with torch.no_grad():
+        ours = model(batch.src, batch.tgt_in)
+    engine_model, _ = load_model_file(tmp_path / "out" / "model.pt")  # same architecture, weights replaced
+    for parameter in engine_model.parameters():
+        torch.nn.init.zeros_(parameter)
+    theirs = _engine_logits(engine_model, checkpoint, batch, monkeypatch)
+    assert torch.allclose(ours, theirs, atol=1e-5)
+
+
+def _engine_logits(model, checkpoint: Path, batch, monkeypatch):
+    """Logits from a DeepSpeed engine that loads the checkpoint itself (this process alone)."""
+    import deepspeed
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    for name, value in {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1",
+                        "MASTER_PORT": str(port)}.items():
+        monkeypatch.setenv(name, value)
+    deepspeed.init_distributed(dist_backend="gloo")
+    engine, *_ = deepspeed.initialize(model=model, config={"train_micro_batch_size_per_gpu": 1})
+    engine.load_checkpoint(str(checkpoint), tag="deepspeed", load_module_only=True,
+                           load_optimizer_states=False, load_lr_scheduler_states=False)
+    engine.eval()
+    with torch.no_grad():
+        return engine(batch.src, batch.tgt_in)
+
+
+VICTIM = """
+import sys
+from pathlib import Path
+import ray
+from pipeline.config import TrainStageConfig
+from pipeline.context import StageContext
+from stages.train.stage import train_model
+ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
+config = TrainStageConfig.model_validate_json(sys.argv[1])
+train_model({"tokenize": Path(sys.argv[2])}, config, Path(sys.argv[3]), StageContext())
+"""
+
+
+def test_a_killed_run_resumes_from_its_checkpoint_and_follows_the_same_curve(tokenized, tmp_path, local_ray):
+    config = stage_config(max_steps=40, checkpoint_every=10)
+    run_stage(tokenized, config, tmp_path / "uninterrupted")
+
+    killed = tmp_path / "killed"
+    killed.mkdir()
+    victim = subprocess.Popen([sys.executable, "-c", VICTIM, config.model_dump_json(), str(tokenized), str(killed)],
+                              cwd=REPO, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 300
+    while not complete_checkpoints(killed / RUN_NAME, 1, 0) and time.time() < deadline:
+        assert victim.poll() is None, "the run ended before its first checkpoint"
+        time.sleep(0.05)
+    os.killpg(victim.pid, signal.SIGKILL)
+    victim.wait()
+    saved = complete_checkpoints(killed / RUN_NAME, 1, 0)
+    assert saved and saved[-1].step < 40 and not (killed / "model.pt").exists()
+
+    metrics = run_stage(tokenized, config, killed)
+    assert metrics["restarts"] == 1
+    expected, resumed = rows(tmp_path / "uninterrupted"), rows(killed)
+    assert [row["step"] for row in resumed] == [row["step"] for row in expected]
+    for want, got in zip(expected, resumed):
+        assert set(want) == set(got)
+        for name in set(want) - TIMING_FIELDS:
+            assert got[name] == pytest.approx(want[name], rel=1e-5, abs=1e-5), (want["step"], name)
+
+
+@pytest.fixture
+def workdir(tmp_path, multi30k, local_ray, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("NMT_ARTIFACT_ROOT", str(tmp_path / "artifacts"))
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    return tmp_path
+
+
+def test_every_family_trains_through_the_pipeline_and_is_tracked(workdir, multi30k):
+    corpus = slice_multi30k(multi30k, workdir / "corpus", {"train": 800, "val": 60, "test_2016_flickr": 20})
+    train = {"workers": 1, "precision": "bf16", "max_tokens": 600, "warmup_steps": 20, "lr_scale": 2.0,
+             "max_steps": 30, "valid_every": 15, "checkpoint_every": 15, "log_every": 5}
+    models = [{"name": f"{family}_tiny", "family": family, "preset": "tiny"}
+              for family in ("rnn", "transformer", "decoder_only")]
+    config = write_config(workdir / "exp.yaml", {**small_config(corpus), "train": train, "models": models})
+    result = CliRunner().invoke(app, ["run", str(config)])
+    assert result.exit_code == 0, result.output
+
+    client = MlflowClient(f"sqlite:///{workdir / 'mlflow.db'}")
+    runs = client.search_runs([client.get_experiment_by_name("test").experiment_id])
+    trained = {run.data.tags["nmt.stage"]: run for run in runs
+               if run.data.tags.get("nmt.stage", "").startswith("train/")}
+    assert set(trained) == {f"train/{model['name']}" for model in models}
+    for name, run in trained.items():
+        history = client.get_metric_history(run.info.run_id, "train_loss")
+        assert [m.step for m in history] == [5, 10, 15, 20, 25, 30], name
+        assert history[-1].value < history[0].value, name
+        assert run.data.metrics["best_valid_loss"] < math.log(500), name
+        assert run.data.metrics["train_flops"] > 0 and run.data.metrics["parameters"] > 0
+        key = run.data.tags["nmt.artifact_key"]
+        model, _ = load_model_file(workdir / "artifacts" / name / key / "model.pt")
+        assert model.family == name.split("/")[1].removesuffix("_tiny")
+
+    again = CliRunner().invoke(app, ["run", str(config)])
+    assert again.exit_code == 0, again.output
+    assert again.output.count("│ cached ") == 7  # four data stages and three models
