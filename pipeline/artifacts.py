@@ -85,6 +85,9 @@ class ArtifactStore:
             self.fs, self.root = pafs.FileSystem.from_uri(root)
         else:
             self.fs, self.root = pafs.LocalFileSystem(), str(Path(root).resolve())
+            # Absolute, so a copy unpickled in a process with another working directory
+            # (a Ray Train worker runs in its trial directory) names the same place.
+            self.root_uri = self.root
         self._explicit_fs = filesystem
         # A store on this machine's disk is used in place; any other is staged and
         # read through a local cache directory.

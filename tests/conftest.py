@@ -92,28 +92,38 @@ def small_config(corpus_dir: Path, **sections) -> dict:
     return config
 
 
-@pytest.fixture(scope="session")
-def tokenized(multi30k, tmp_path_factory) -> Path:
-    """A tokenize artifact of a Multi30k slice (1,500 training pairs, joint 500-piece
-    BPE), made by calling the data stages directly."""
-    from pipeline.config import BpeConfig, CleanConfig, DownloadConfig, TokenizeConfig
+def clean_slice(multi30k: Path, root: Path, lines: dict[str, int]) -> Path:
+    """Download and clean stages, called directly, on a slice of Multi30k: the clean artifact."""
+    from pipeline.config import CleanConfig, DownloadConfig
     from pipeline.context import StageContext
-    from stages.bpe import train_bpe
     from stages.clean import clean_corpus
     from stages.download import download_corpus
+
+    corpus = slice_multi30k(multi30k, root / "corpus", lines)
+    config = DownloadConfig.model_validate({"src_lang": "en", "tgt_lang": "de",
+                                            "train": files_source(corpus, "train"),
+                                            "valid": files_source(corpus, "val"),
+                                            "test": files_source(corpus, "test_2016_flickr")})
+    (root / "download").mkdir()
+    download_corpus({}, config, root / "download", StageContext())
+    (root / "clean").mkdir()
+    clean_corpus({"download": root / "download"}, CleanConfig(), root / "clean", StageContext())
+    return root / "clean"
+
+
+@pytest.fixture(scope="session")
+def tokenized(multi30k, tmp_path_factory) -> Path:
+    """A tokenize artifact of a Multi30k slice (1,500 training pairs, joint 500-piece BPE)."""
+    from pipeline.config import BpeConfig, TokenizeConfig
+    from pipeline.context import StageContext
+    from stages.bpe import train_bpe
     from stages.tokenize import tokenize_corpus
 
     root = tmp_path_factory.mktemp("tokenized")
-    corpus = slice_multi30k(multi30k, root / "corpus", {"train": 1500, "val": 100, "test_2016_flickr": 100})
-    download = DownloadConfig.model_validate({"src_lang": "en", "tgt_lang": "de",
-                                              "train": files_source(corpus, "train"),
-                                              "valid": files_source(corpus, "val"),
-                                              "test": files_source(corpus, "test_2016_flickr")})
-    steps = [("download", download_corpus, download, {}),
-             ("clean", clean_corpus, CleanConfig(), {"download": root / "download"}),
-             ("bpe", train_bpe, BpeConfig(vocab_size=500), {"clean": root / "clean"}),
-             ("tokenize", tokenize_corpus, TokenizeConfig(shards=2), {"clean": root / "clean", "bpe": root / "bpe"})]
-    for name, stage, config, inputs in steps:
-        (root / name).mkdir()
-        stage(inputs, config, root / name, StageContext())
+    clean = clean_slice(multi30k, root, {"train": 1500, "val": 100, "test_2016_flickr": 100})
+    (root / "bpe").mkdir()
+    train_bpe({"clean": clean}, BpeConfig(vocab_size=500), root / "bpe", StageContext())
+    (root / "tokenize").mkdir()
+    tokenize_corpus({"clean": clean, "bpe": root / "bpe"}, TokenizeConfig(shards=2), root / "tokenize",
+                    StageContext())
     return root / "tokenize"

@@ -95,3 +95,11 @@ def test_file_uri_root(tmp_path):
     store.commit("clean", "k1", staging, {})
     assert store.status("clean", "k1").state == ArtifactState.CACHED
     assert (tmp_path / "uri-store" / "clean" / "k1" / "data.txt").is_file()
+
+
+def test_a_store_unpickled_in_another_working_directory_names_the_same_place(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    store = ArtifactStore("artifacts")  # relative, as configs give it
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")  # e.g. a Ray Train worker's trial directory
+    assert pickle.loads(pickle.dumps(store)).path("tokenize", "k") == str(tmp_path / "artifacts" / "tokenize" / "k")

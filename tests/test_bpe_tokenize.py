@@ -9,30 +9,18 @@ import pyarrow.parquet as pq
 import pytest
 import sentencepiece as spm
 
-from pipeline.config import BpeConfig, CleanConfig, DownloadConfig, TokenizeConfig
+from pipeline.config import BpeConfig, TokenizeConfig
 from pipeline.context import StageContext
 from stages.bpe import train_bpe
-from stages.clean import clean_corpus
-from stages.download import download_corpus
 from stages.errors import InputDataError
 from stages.tokenize import tokenize_corpus
 
-from conftest import files_source, slice_multi30k
+from conftest import clean_slice
 
 
 @pytest.fixture(scope="module")
 def cleaned(multi30k, tmp_path_factory):
-    root = tmp_path_factory.mktemp("data")
-    corpus = slice_multi30k(multi30k, root / "corpus", {"train": 2000, "val": 100, "test_2016_flickr": 100})
-    config = DownloadConfig.model_validate({"src_lang": "en", "tgt_lang": "de",
-                                            "train": files_source(corpus, "train"),
-                                            "valid": files_source(corpus, "val"),
-                                            "test": files_source(corpus, "test_2016_flickr")})
-    (root / "download").mkdir()
-    download_corpus({}, config, root / "download", StageContext())
-    (root / "clean").mkdir()
-    clean_corpus({"download": root / "download"}, CleanConfig(), root / "clean", StageContext())
-    return root / "clean"
+    return clean_slice(multi30k, tmp_path_factory.mktemp("data"), {"train": 2000, "val": 100, "test_2016_flickr": 100})
 
 
 def _run(stage, inputs, config, output):

@@ -68,13 +68,17 @@ def test_two_cpu_workers_with_zero2_train_checkpoint_and_lower_the_loss(tokenize
     assert metrics["train_flops"] > metrics["train_tokens"] * 1e5
 
 
+@pytest.mark.parametrize("precision, zero_stage, workers", [("bf16", 2, 2), ("fp32", 0, 1)])
 def test_consolidated_weights_load_without_deepspeed_and_match_the_engine(tokenized, tmp_path, local_ray,
-                                                                          monkeypatch):
-    config = stage_config(workers=2, zero_stage=2, precision="bf16", max_steps=10, checkpoint_every=10)
+                                                                          monkeypatch, precision, zero_stage, workers):
+    """ZeRO 1-3 weights come from the optimizer's fp32 partitions (zero_to_fp32), stage
+    0's from the model states file: either way they must be the engine's weights."""
+    config = stage_config(workers=workers, zero_stage=zero_stage, precision=precision, max_steps=10,
+                          checkpoint_every=10)
     run_stage(tokenized, config, tmp_path / "out")
     model, info = load_model_file(tmp_path / "out" / "model.pt")
     assert info["info"]["averaged_steps"] == [10]
-    checkpoint = complete_checkpoints(tmp_path / "out" / RUN_NAME, 2, 2)[-1].path
+    checkpoint = complete_checkpoints(tmp_path / "out" / RUN_NAME, workers, zero_stage)[-1].path
     batch = TokenizedSplit(tokenized, "valid").batch(torch.arange(8).numpy())
     with torch.no_grad():
         ours = model(batch.src, batch.tgt_in)
@@ -117,31 +121,67 @@ train_model({"tokenize": Path(sys.argv[2])}, config, Path(sys.argv[3]), StageCon
 """
 
 
-def test_a_killed_run_resumes_from_its_checkpoint_and_follows_the_same_curve(tokenized, tmp_path, local_ray):
-    config = stage_config(max_steps=40, checkpoint_every=10)
-    run_stage(tokenized, config, tmp_path / "uninterrupted")
+@pytest.fixture(scope="module")
+def uninterrupted(tokenized, tmp_path_factory, local_ray) -> tuple[TrainStageConfig, list[dict]]:
+    """A fp32 run that nothing interrupts: the curve the interrupted runs must follow."""
+    config = stage_config(max_steps=40, checkpoint_every=10, max_failures=1)
+    output = tmp_path_factory.mktemp("uninterrupted")
+    run_stage(tokenized, config, output)
+    return config, rows(output)
 
-    killed = tmp_path / "killed"
-    killed.mkdir()
-    victim = subprocess.Popen([sys.executable, "-c", VICTIM, config.model_dump_json(), str(tokenized), str(killed)],
-                              cwd=REPO, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+def start_in_a_new_process(config: TrainStageConfig, tokenized: Path, output: Path) -> subprocess.Popen:
+    output.mkdir(parents=True, exist_ok=True)
+    return subprocess.Popen([sys.executable, "-c", VICTIM, config.model_dump_json(), str(tokenized), str(output)],
+                            cwd=REPO, start_new_session=True, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+
+
+def wait_for_a_checkpoint(process: subprocess.Popen, output: Path) -> None:
     deadline = time.time() + 300
-    while not complete_checkpoints(killed / RUN_NAME, 1, 0) and time.time() < deadline:
-        assert victim.poll() is None, "the run ended before its first checkpoint"
+    while not complete_checkpoints(output / RUN_NAME, 1, 0) and time.time() < deadline:
+        assert process.poll() is None, "the run ended before its first checkpoint"
         time.sleep(0.05)
+
+
+def assert_same_curve(expected: list[dict], got: list[dict]) -> None:
+    assert [row["step"] for row in got] == [row["step"] for row in expected]
+    for want, row in zip(expected, got):
+        assert set(want) == set(row)
+        for name in set(want) - TIMING_FIELDS:
+            assert row[name] == pytest.approx(want[name], rel=1e-5, abs=1e-5), (want["step"], name)
+
+
+def test_a_killed_run_resumes_from_its_checkpoint_and_follows_the_same_curve(tokenized, tmp_path, uninterrupted):
+    config, expected = uninterrupted
+    killed = tmp_path / "killed"
+    victim = start_in_a_new_process(config, tokenized, killed)
+    wait_for_a_checkpoint(victim, killed)
     os.killpg(victim.pid, signal.SIGKILL)
     victim.wait()
     saved = complete_checkpoints(killed / RUN_NAME, 1, 0)
     assert saved and saved[-1].step < 40 and not (killed / "model.pt").exists()
 
     metrics = run_stage(tokenized, config, killed)
-    assert metrics["restarts"] == 1
-    expected, resumed = rows(tmp_path / "uninterrupted"), rows(killed)
-    assert [row["step"] for row in resumed] == [row["step"] for row in expected]
-    for want, got in zip(expected, resumed):
-        assert set(want) == set(got)
-        for name in set(want) - TIMING_FIELDS:
-            assert got[name] == pytest.approx(want[name], rel=1e-5, abs=1e-5), (want["step"], name)
+    assert metrics["restarts"] == 1 and metrics["steps"] == 40
+    assert_same_curve(expected, rows(killed))
+
+
+def test_a_crashed_worker_is_restarted_by_ray_train_from_the_last_checkpoint(tokenized, tmp_path, uninterrupted):
+    import psutil
+
+    config, expected = uninterrupted
+    output = tmp_path / "out"
+    run = start_in_a_new_process(config, tokenized, output)
+    wait_for_a_checkpoint(run, output)
+    workers = [process for process in psutil.Process(run.pid).children(recursive=True)
+               if "RayTrainWorker" in " ".join(process.cmdline())]
+    assert len(workers) == 1
+    workers[0].kill()
+    assert run.wait(timeout=300) == 0
+    report = json.loads((output / "train_report.json").read_text())
+    assert report["metrics"]["restarts"] == 1 and report["metrics"]["steps"] == 40
+    assert_same_curve(expected, rows(output))
 
 
 @pytest.fixture

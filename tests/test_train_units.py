@@ -13,7 +13,7 @@ import yaml
 from pipeline.config import ConfigError, TrainConfig, load_config
 from stages.train.checkpoints import average_weights
 from stages.train.deepspeed_config import deepspeed_config
-from stages.train.progress import TrainingProgress, budget_reached
+from stages.train.progress import TrainingProgress, budget_fraction, budget_reached
 from stages.train.schedule import learning_rate
 
 from conftest import REPO
@@ -45,6 +45,14 @@ def test_the_first_budget_reached_stops_training():
     flops = TrainConfig(max_train_flops=1e12, early_stopping_patience=2)
     assert budget_reached(flops, TrainingProgress(train_flops=1e12)) == "max_train_flops"
     assert budget_reached(flops, TrainingProgress(validations_without_improvement=2)) == "early_stopping"
+
+
+def test_the_progress_bar_follows_the_budget_closest_to_its_end():
+    config = TrainConfig(max_train_flops=1e12, max_wall_time=100.0, max_epochs=4)
+    assert budget_fraction(config, TrainingProgress(train_flops=2.5e11, seconds=10.0), 50) == 0.25
+    assert budget_fraction(config, TrainingProgress(train_flops=1e11, seconds=60.0), 50) == 0.6
+    assert budget_fraction(config, TrainingProgress(epoch=3, step_in_epoch=25), 50) == 0.875
+    assert budget_fraction(config, TrainingProgress(seconds=500.0), 50) == 1.0
 
 
 def test_progress_round_trips_through_json_with_no_validation_yet():

@@ -33,7 +33,7 @@ from stages.train.deepspeed_config import cpu_autocast, deepspeed_config
 from stages.train.flops import training_flops
 from stages.train.loss import translation_loss
 from stages.train.model_file import build_for_vocabulary, vocabulary_facts
-from stages.train.progress import TrainingProgress, budget_reached
+from stages.train.progress import TrainingProgress, budget_fraction, budget_reached
 from stages.train.schedule import learning_rate
 
 DEEPSPEED_TAG = "deepspeed"
@@ -99,6 +99,7 @@ class TrainLoop:
         if progress.stop_reason and progress.last_checkpoint_step == progress.step:
             return  # restored from the final checkpoint of a finished run: nothing left to do
         bar = self._progress_bar()
+        bar.show(progress)  # a resumed run starts where it left off
         started = time.perf_counter() - progress.seconds
         batches = batches_from(progress.position, self.train_split.src_lengths, self.train_split.tgt_lengths,
                                train.max_tokens, train.seed, self.rank, self.world)
@@ -116,7 +117,7 @@ class TrainLoop:
                 break
             progress.step += 1
             self._account_update(time.perf_counter() - started)
-            bar.update(1)
+            bar.show(progress)
             if progress.step % train.valid_every == 0:
                 self._validate()
             progress.stop_reason = budget_reached(train, progress)
@@ -129,20 +130,11 @@ class TrainLoop:
             self._validate()
         self._checkpoint()
 
-    def _progress_bar(self):
-        """Rank 0's bar, drawn on the driver by Ray; its total is known for step and epoch budgets."""
-        if self.rank != 0:
-            return _NoBar()
-        from ray.experimental.tqdm_ray import tqdm
-
-        total = self.train.max_steps
-        if total is None and self.train.max_epochs is not None:
-            per_epoch = len(token_batches(self.train_split.src_lengths, self.train_split.tgt_lengths,
-                                          self.train.max_tokens, self.train.seed, 0)) // self.world
-            total = self.train.max_epochs * per_epoch // self.train.gradient_accumulation
-        bar = tqdm(total=total, desc=f"train {self.config.model.name}", unit="step")
-        bar.update(self.progress.step)  # a resumed run starts where it left off
-        return bar
+    def _progress_bar(self) -> BudgetBar:
+        """Rank 0's bar, drawn on the driver by Ray, in per mille of the budget (any kind)."""
+        per_epoch = len(token_batches(self.train_split.src_lengths, self.train_split.tgt_lengths,
+                                      self.train.max_tokens, self.train.seed, 0)) // self.world
+        return BudgetBar(f"train {self.config.model.name}", self.train, per_epoch, enabled=self.rank == 0)
 
     # ------------------------------------------------------------------ one batch
 
@@ -310,9 +302,28 @@ def _restore(engine, directory: Path) -> tuple[TrainingProgress, list[dict], dic
     return progress, history, best
 
 
-class _NoBar:
-    def update(self, _count: int) -> None:
-        pass
+class BudgetBar:
+    """Progress in per mille of the training budget, so a FLOPs or time budget gets a
+    rate and an ETA just as a step budget does."""
+
+    SCALE = 1000
+
+    def __init__(self, desc: str, config, batches_per_epoch: int, enabled: bool):
+        self.config, self.batches_per_epoch, self.shown = config, batches_per_epoch, 0
+        self.bar = None
+        if enabled:
+            from ray.experimental.tqdm_ray import tqdm
+
+            self.bar = tqdm(total=self.SCALE, desc=f"{desc} (per mille of budget)", unit="‰")
+
+    def show(self, progress: TrainingProgress) -> None:
+        if self.bar is None:
+            return
+        done = int(self.SCALE * budget_fraction(self.config, progress, self.batches_per_epoch))
+        if done > self.shown:
+            self.bar.update(done - self.shown)
+            self.shown = done
 
     def close(self) -> None:
-        pass
+        if self.bar is not None:
+            self.bar.close()

@@ -60,3 +60,20 @@ def budget_reached(config: TrainConfig, progress: TrainingProgress) -> str:
             and progress.validations_without_improvement >= config.early_stopping_patience):
         return "early_stopping"
     return ""
+
+
+def budget_fraction(config: TrainConfig, progress: TrainingProgress, batches_per_epoch: int) -> float:
+    """How much of the budget is used, 0 to 1: the largest fraction over the budgets set
+    (the one that will stop the run first, if rates hold). Drives the progress bar."""
+    fractions = [0.0]
+    if config.max_steps is not None:
+        fractions.append(progress.step / config.max_steps)
+    if config.max_epochs is not None:
+        fractions.append((progress.epoch + progress.step_in_epoch / max(batches_per_epoch, 1)) / config.max_epochs)
+    if config.max_train_tokens is not None:
+        fractions.append(progress.train_tokens / config.max_train_tokens)
+    if config.max_train_flops is not None:
+        fractions.append(progress.train_flops / config.max_train_flops)
+    if config.max_wall_time is not None:
+        fractions.append(progress.seconds / config.max_wall_time)
+    return min(1.0, max(fractions))
