@@ -144,6 +144,15 @@ def wait_for_a_checkpoint(process: subprocess.Popen, output: Path) -> None:
         time.sleep(0.05)
 
 
+def registered_checkpoint(output: Path) -> str | None:
+    """The checkpoint Ray Train would restart from, per its run snapshot."""
+    try:
+        snapshot = json.loads((output / RUN_NAME / "checkpoint_manager_snapshot.json").read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return None
+    return (snapshot.get("latest_checkpoint_result") or {}).get("checkpoint_dir_name")
+
+
 def assert_same_curve(expected: list[dict], got: list[dict]) -> None:
     assert [row["step"] for row in got] == [row["step"] for row in expected]
     for want, row in zip(expected, got):
@@ -173,7 +182,12 @@ def test_a_crashed_worker_is_restarted_by_ray_train_from_the_last_checkpoint(tok
     config, expected = uninterrupted
     output = tmp_path / "out"
     run = start_in_a_new_process(config, tokenized, output)
-    wait_for_a_checkpoint(run, output)
+    # Ray Train restarts from the checkpoints it has registered, which comes a moment
+    # after the files are on disk.
+    deadline = time.time() + 300
+    while not registered_checkpoint(output) and time.time() < deadline:
+        assert run.poll() is None, "the run ended before Ray Train registered a checkpoint"
+        time.sleep(0.05)
     workers = [process for process in psutil.Process(run.pid).children(recursive=True)
                if "RayTrainWorker" in " ".join(process.cmdline())]
     assert len(workers) == 1
