@@ -114,7 +114,8 @@ def run(
         failed = StageResult(item.stage.name, item.key, False)  # its task's times are unknown here
         tracker.log_stage(item.stage.name, item.key, item.stage.config_of(experiment).model_dump(mode="json"),
                           failed, status="FAILED", error=str(error))
-        rows.append((item.stage.name, "failed", item.key, "-", "-"))
+        state = "not run" if isinstance(error, UpstreamFailed) else "failed"
+        rows.append((item.stage.name, state, item.key, "-", "-"))
 
     if any(item.will_run for item in planned):
         connect_ray(address)

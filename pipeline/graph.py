@@ -204,8 +204,10 @@ def run_pipeline(config: ExperimentConfig, planned: list[PlannedStage], store: A
         try:
             result = ray.get(done[0])
         except Exception as error:
-            upstream_failed = [name for name in item.stage.upstream if name in failed]
-            cause = (UpstreamFailed(f"not run: upstream stage {upstream_failed[0]!r} failed") if upstream_failed
+            # Ray hands a stage its upstream's exception, and may report the downstream
+            # stage first: look at the upstream refs, not at the order of reports.
+            upstream = _failed_upstream(item.stage, refs)
+            cause = (UpstreamFailed(f"not run: upstream stage {upstream!r} failed") if upstream
                      else getattr(error, "cause", None) or error)
             failed[item.stage.name] = cause
             on_failure(item, cause)
@@ -213,8 +215,24 @@ def run_pipeline(config: ExperimentConfig, planned: list[PlannedStage], store: A
         on_result(item, result)
         results.append(result)
     if failed:
-        raise next(iter(failed.values()))
+        root_causes = [error for error in failed.values() if not isinstance(error, UpstreamFailed)]
+        raise (root_causes or list(failed.values()))[0]
     return results
+
+
+def _failed_upstream(stage: Stage, refs: dict) -> str | None:
+    """The first direct upstream stage of ``stage`` whose task failed in this run."""
+    import ray
+
+    for name in stage.upstream:
+        ref = refs.get(name)
+        if ref is None or not ray.wait([ref], timeout=0)[0]:
+            continue
+        try:
+            ray.get(ref)
+        except Exception:
+            return name
+    return None
 
 
 class UpstreamFailed(Exception):

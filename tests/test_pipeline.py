@@ -182,3 +182,31 @@ def test_editing_a_local_corpus_file_changes_the_download_key(tmp_path, multi30k
     assert local_file_fingerprints(load_config(SMOKE).download) == {}
     assert set(local_file_fingerprints(load_config(config_path).download)) == {
         str(corpus / f"{split}.{lang}") for split in ("train", "val", "test_2016_flickr") for lang in ("en", "de")}
+
+
+def test_a_stage_that_failed_because_its_upstream_did_is_reported_as_not_run(local_ray):
+    """Ray gives a dependent task its upstream's exception and may report the dependent
+    first; the failure must still be pinned on the upstream stage."""
+    import ray
+
+    from pipeline.graph import DATA_STAGES, _failed_upstream
+
+    @ray.remote
+    def fails():
+        raise ValueError("bpe broke")
+
+    @ray.remote
+    def succeeds():
+        return 1
+
+    @ray.remote
+    def downstream(*_upstream):
+        return 2
+
+    tokenize = next(stage for stage in DATA_STAGES if stage.name == "tokenize")
+    refs = {"clean": succeeds.remote(), "bpe": fails.remote()}
+    dependent = downstream.remote(refs["clean"], refs["bpe"])
+    with pytest.raises(ray.exceptions.RayTaskError):
+        ray.get(dependent)
+    assert _failed_upstream(tokenize, refs) == "bpe"
+    assert _failed_upstream(tokenize, {"clean": refs["clean"]}) is None
