@@ -97,9 +97,24 @@ def run(
     started = time.time()
     rows = []
 
+    open_runs: dict[str, str] = {}  # stage -> its nested MLflow run, opened at submission
+
+    def slice_of(item) -> dict:
+        return item.stage.config_of(experiment).model_dump(mode="json")
+
+    def on_submit(item):
+        open_runs[item.stage.name] = tracker.open_stage(item.stage.name, item.key, slice_of(item))
+        return tracker.live_sink(open_runs[item.stage.name])
+
+    def close(item, result, status: str = "FINISHED", error: str | None = None) -> None:
+        if item.stage.name in open_runs:
+            tracker.close_stage(open_runs.pop(item.stage.name), item.stage.name, item.key, slice_of(item), result,
+                                status, error)
+        else:
+            tracker.log_stage(item.stage.name, item.key, slice_of(item), result, status, error)
+
     def on_result(item, result) -> None:
-        tracker.log_stage(item.stage.name, item.key, item.stage.config_of(experiment).model_dump(mode="json"),
-                          result)
+        close(item, result)
         if result.cache_hit:
             log.info("%-9s cache hit (key %s)", item.stage.name, item.key)
             rows.append((item.stage.name, "cached", item.key, _human_bytes(result.size_bytes), "-"))
@@ -112,21 +127,22 @@ def run(
         from pipeline.graph import StageResult
 
         failed = StageResult(item.stage.name, item.key, False)  # its task's times are unknown here
-        tracker.log_stage(item.stage.name, item.key, item.stage.config_of(experiment).model_dump(mode="json"),
-                          failed, status="FAILED", error=str(error))
+        close(item, failed, "FAILED", str(error))
         state = "not run" if isinstance(error, UpstreamFailed) else "failed"
         rows.append((item.stage.name, state, item.key, "-", "-"))
 
     if any(item.will_run for item in planned):
         connect_ray(address)
     try:
-        run_pipeline(experiment, planned, store, mirrors_from(experiment.mirrors), on_result, on_failure)
+        run_pipeline(experiment, planned, store, mirrors_from(experiment.mirrors), on_result, on_failure, on_submit)
     except (InputDataError, UpstreamFailed) as error:
         tracker.finish("FAILED", {"seconds": time.time() - started})
         _print_rows(rows)
         first_failed = next(row[0] for row in rows if row[1] == "failed")
         _fail(f"stage {first_failed!r} failed: {error}", 1)
     except BaseException:
+        for run_id in open_runs.values():  # interrupted while these stages ran
+            tracker.client.set_terminated(run_id, status="KILLED")
         tracker.finish("FAILED", {"seconds": time.time() - started})
         raise
     hits = sum(1 for row in rows if row[1] == "cached")

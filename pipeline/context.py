@@ -27,6 +27,9 @@ class StageContext:
     # Upstream name -> picklable callable that returns a local copy of that artifact on
     # whichever node calls it (training workers may run on other nodes than the stage).
     input_fetchers: dict[str, Callable[[], Path]] = field(default_factory=dict)
+    # Takes rows with a ``step`` (a training curve) and records them while the stage
+    # runs, from any process; None when nothing is tracking (stages called directly).
+    metrics_sink: Callable[[list[dict]], None] | None = None
 
 
 def ray_parallel_map(fn: Callable, items: list) -> list:

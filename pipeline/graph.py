@@ -133,7 +133,7 @@ def plan(config: ExperimentConfig, store: ArtifactStore, until: str | None = Non
 
 
 def execute_stage(stage: Stage, section, key: str, upstream_keys: dict[str, str], store: ArtifactStore,
-                  mirrors: list[str], *upstream_results: StageResult) -> StageResult:
+                  mirrors: list[str], metrics_sink: Callable | None, *upstream_results: StageResult) -> StageResult:
     """Run one stage and commit its artifact; the body of each stage's Ray task.
 
     ``upstream_results`` are not read: passing the upstream ObjectRefs as arguments is
@@ -144,7 +144,8 @@ def execute_stage(stage: Stage, section, key: str, upstream_keys: dict[str, str]
     staging = store.staging_dir(stage.name, key, keep_previous=stage.resumable)
     fetchers = {name: functools.partial(store.local_path, name, upstream_key)
                 for name, upstream_key in upstream_keys.items()}
-    ctx = StageContext(parallel_map=ray_parallel_map, progress=ray_progress, mirrors=mirrors, input_fetchers=fetchers)
+    ctx = StageContext(parallel_map=ray_parallel_map, progress=ray_progress, mirrors=mirrors, input_fetchers=fetchers,
+                       metrics_sink=metrics_sink)
     metrics = stage.run(inputs, section, staging, ctx)
     series = metrics.pop("series", [])
     status = store.commit(stage.name, key, staging, {
@@ -174,8 +175,10 @@ def connect_ray(address: str | None) -> None:
 
 def run_pipeline(config: ExperimentConfig, planned: list[PlannedStage], store: ArtifactStore,
                  mirrors: list[str], on_result: Callable[[PlannedStage, StageResult], None],
-                 on_failure: Callable[[PlannedStage, BaseException], None]) -> list[StageResult]:
-    """Run the planned stages that are not cached; ``on_result`` sees every stage, hits included."""
+                 on_failure: Callable[[PlannedStage, BaseException], None],
+                 on_submit: Callable[[PlannedStage], Callable | None] = lambda item: None) -> list[StageResult]:
+    """Run the planned stages that are not cached; ``on_result`` sees every stage, hits
+    included. ``on_submit`` may return a metrics sink the stage can log to as it runs."""
     import ray
 
     task = ray.remote(execute_stage)
@@ -191,7 +194,7 @@ def run_pipeline(config: ExperimentConfig, planned: list[PlannedStage], store: A
         upstream_refs = [refs[name] for name in item.stage.upstream if name in refs]
         section = item.stage.config_of(config)
         ref = task.options(name=f"stage:{item.stage.name}", num_cpus=item.stage.task_cpus).remote(
-            item.stage, section, item.key, item.upstream_keys, store, mirrors, *upstream_refs)
+            item.stage, section, item.key, item.upstream_keys, store, mirrors, on_submit(item), *upstream_refs)
         refs[item.stage.name] = ref
         pending[ref] = item
         log.info("%-9s submitted (key %s)", item.stage.name, item.key)

@@ -1,8 +1,9 @@
 """MLflow records: one parent run per ``nmt run``, one nested run per stage.
 
-Only the driver talks to MLflow; stages return their metrics and the driver logs
-them when each stage's task finishes. That keeps the default SQLite store safe
-(one writer) and keeps MLflow out of the stages. The client API is used with
+The driver opens each stage's nested run when it submits the stage and closes it
+with the stage's metrics when the task finishes. A stage that reports while it runs
+(training) gets a ``MetricsSink`` for its run through its context, a plain callable,
+so MLflow stays out of the stages; SQLite serializes the few concurrent writers. The client API is used with
 explicit start and end times, so a nested run shows when its stage really ran.
 """
 
@@ -11,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import time
+import warnings
 from pathlib import Path
 
 from mlflow.entities import Metric, Param, RunTag
@@ -36,9 +38,55 @@ def flatten(data: dict, prefix: str = "") -> dict[str, str]:
     return flat
 
 
+def absolute_tracking_uri(uri: str) -> str:
+    """A relative SQLite path made absolute: training workers run in other directories."""
+    prefix = "sqlite:///"
+    if uri.startswith(prefix) and not uri.startswith(prefix + "/"):
+        return prefix + str(Path(uri[len(prefix):]).resolve())
+    return uri
+
+
+class MetricsSink:
+    """Rows with a ``step`` logged to one MLflow run as they come, from any process (a
+    training worker's rank 0). Picklable; best effort: a store that stays unreachable
+    costs the live curve a few points, never the training run."""
+
+    ATTEMPTS = 3
+
+    def __init__(self, tracking_uri: str, run_id: str):
+        self.tracking_uri, self.run_id = tracking_uri, run_id
+        self._client = None
+
+    def __getstate__(self) -> dict:
+        return {"tracking_uri": self.tracking_uri, "run_id": self.run_id, "_client": None}
+
+    def __call__(self, rows: list[dict]) -> None:
+        if self._client is None:
+            self._client = MlflowClient(self.tracking_uri)
+        metrics = series_metrics(rows)
+        for attempt in range(self.ATTEMPTS):
+            try:
+                for start in range(0, len(metrics), MAX_METRICS_PER_BATCH):
+                    self._client.log_batch(self.run_id, metrics=metrics[start:start + MAX_METRICS_PER_BATCH])
+                return
+            except Exception as error:  # a locked SQLite file, a restarting server
+                if attempt == self.ATTEMPTS - 1:
+                    warnings.warn(f"MLflow: {len(rows)} metric row(s) not logged to run {self.run_id}: {error}")
+                else:
+                    time.sleep(0.5 * (attempt + 1))
+
+
+def series_metrics(rows: list[dict]) -> list[Metric]:
+    """Rows with a ``step`` as MLflow metrics on the step axis."""
+    now = int(time.time() * 1000)
+    return [Metric(name, float(value), now, int(row["step"]))
+            for row in rows for name, value in row.items() if name != "step" and isinstance(value, (int, float))]
+
+
 class RunTracker:
     def __init__(self, tracking_uri: str, experiment: str):
-        self.client = MlflowClient(tracking_uri)
+        self.tracking_uri = absolute_tracking_uri(tracking_uri)
+        self.client = MlflowClient(self.tracking_uri)
         existing = self.client.get_experiment_by_name(experiment)
         self.experiment_id = existing.experiment_id if existing else self.client.create_experiment(experiment)
         self.parent_id: str | None = None
@@ -50,14 +98,21 @@ class RunTracker:
         self.client.log_text(self.parent_id, config_yaml, "resolved_config.yaml")
         return self.parent_id
 
-    def log_stage(self, stage: str, key: str, config_slice: dict, result, status: str = "FINISHED",
-                  error: str | None = None) -> str:
-        started = int((result.started or time.time()) * 1000)
+    def open_stage(self, stage: str, key: str, config_slice: dict, cache_hit: bool = False,
+                   started: float | None = None) -> str:
+        """The stage's nested run, RUNNING until ``close_stage``: a running stage shows
+        in the MLflow UI, and its metrics can be logged while it runs."""
         tags = {"mlflow.parentRunId": self.parent_id, "nmt.stage": stage, "nmt.artifact_key": key,
-                "nmt.cache_hit": str(result.cache_hit).lower()}
-        run = self.client.create_run(self.experiment_id, start_time=started, run_name=stage, tags=tags)
-        run_id = run.info.run_id
+                "nmt.cache_hit": str(cache_hit).lower()}
+        run = self.client.create_run(self.experiment_id, start_time=int((started or time.time()) * 1000),
+                                     run_name=stage, tags=tags)
         params = {"artifact_key": key, **flatten(config_slice)}
+        self.client.log_batch(run.info.run_id, params=[Param(name, value[:MAX_PARAM_CHARS])
+                                                       for name, value in params.items()])
+        return run.info.run_id
+
+    def close_stage(self, run_id: str, stage: str, key: str, config_slice: dict, result, status: str = "FINISHED",
+                    error: str | None = None) -> None:
         now = int(time.time() * 1000)
         metrics = {**result.metrics, "cache_hit": float(result.cache_hit), "artifact_bytes": result.size_bytes}
         if not result.cache_hit and result.ended:
@@ -66,22 +121,27 @@ class RunTracker:
             run_id,
             metrics=[Metric(name, float(value), now, 0) for name, value in metrics.items()
                      if isinstance(value, (int, float))],
-            params=[Param(name, value[:MAX_PARAM_CHARS]) for name, value in params.items()],
             tags=[RunTag("nmt.error", error[:5000])] if error else [],
         )
         self._log_series(run_id, result.series)
         report = {"stage": stage, "artifact_key": key, "cache_hit": result.cache_hit, "status": status,
                   "metrics": result.metrics, "config": config_slice, **({"error": error} if error else {})}
         self.client.log_text(run_id, json.dumps(report, indent=2), "stage_report.json")
-        ended = int((result.ended or time.time()) * 1000)
-        self.client.set_terminated(run_id, status=status, end_time=ended)
+        self.client.set_terminated(run_id, status=status, end_time=int((result.ended or time.time()) * 1000))
+
+    def log_stage(self, stage: str, key: str, config_slice: dict, result, status: str = "FINISHED",
+                  error: str | None = None) -> str:
+        """A stage's whole nested run at once (cache hits, stages that never started)."""
+        run_id = self.open_stage(stage, key, config_slice, result.cache_hit, result.started or None)
+        self.close_stage(run_id, stage, key, config_slice, result, status, error)
         return run_id
 
+    def live_sink(self, run_id: str) -> MetricsSink:
+        return MetricsSink(self.tracking_uri, run_id)
+
     def _log_series(self, run_id: str, rows: list[dict]) -> None:
-        """Rows with a ``step`` become metric histories (MLflow's step axis)."""
-        metrics = [Metric(name, float(value), int(row.get("time", time.time()) * 1000), int(row["step"]))
-                   for row in rows for name, value in row.items()
-                   if name != "step" and isinstance(value, (int, float))]
+        """Rows a stage returned (rather than logged live) become metric histories."""
+        metrics = series_metrics(rows)
         for start in range(0, len(metrics), MAX_METRICS_PER_BATCH):
             self.client.log_batch(run_id, metrics=metrics[start:start + MAX_METRICS_PER_BATCH])
 

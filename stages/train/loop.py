@@ -77,14 +77,15 @@ def train_worker(loop_config: dict) -> None:
             progress, history, best = _restore(engine, Path(directory))
         progress.restarts += 1
 
-    loop = TrainLoop(engine, config, facts, train_split, valid_split, rank, world, progress, history, best)
+    loop = TrainLoop(engine, config, facts, train_split, valid_split, rank, world, progress, history, best,
+                     loop_config["metrics_sink"] if rank == 0 else None)
     loop.run()
 
 
 class TrainLoop:
     def __init__(self, engine, config: TrainStageConfig, facts: dict, train_split: TokenizedSplit,
                  valid_split: TokenizedSplit, rank: int, world: int, progress: TrainingProgress,
-                 history: list[dict], best: dict | None):
+                 history: list[dict], best: dict | None, metrics_sink=None):
         self.engine, self.model, self.config, self.train = engine, engine.module, config, config.train
         self.pad_id = facts["special_ids"]["pad"]
         self.train_split, self.valid_split = train_split, valid_split
@@ -93,6 +94,14 @@ class TrainLoop:
         self.autocast = cpu_autocast(self.train)
         self.device = engine.device
         self.window = _Window()
+        self.metrics_sink = metrics_sink  # rank 0's live MLflow logging, when tracked
+
+    def _record(self, row: dict) -> None:
+        """A logged row: kept for the checkpoint's history and sent to the tracker now.
+        A resumed run sends the rows after its checkpoint again, under the same steps."""
+        self.history.append(row)
+        if self.metrics_sink is not None:
+            self.metrics_sink([row])
 
     def run(self) -> None:
         train, progress = self.train, self.progress
@@ -199,7 +208,7 @@ class TrainLoop:
             row["grad_norm"] = float(grad_norm)
         if self.train.peak_flops_per_worker:
             row["mfu"] = flops_per_second / (self.train.peak_flops_per_worker * self.world)
-        self.history.append(row)
+        self._record(row)
         window.reset_rows()
 
     def _validate(self) -> None:
@@ -226,7 +235,7 @@ class TrainLoop:
             self.best = _full_state_dict(self.engine) if self.rank == 0 else None
         else:
             progress.validations_without_improvement += 1
-        self.history.append({"step": progress.step, "valid_loss": valid_loss,
+        self._record({"step": progress.step, "valid_loss": valid_loss,
                              "valid_ppl": math.exp(min(valid_loss, 50)), "train_seconds": progress.seconds,
                              "train_flops": progress.train_flops, "train_tokens": progress.train_tokens})
 

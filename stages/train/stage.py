@@ -47,7 +47,8 @@ def train_model(inputs: dict[str, Path], config: TrainStageConfig, output: Path,
                            "fetch_tokenized": ctx.input_fetchers.get("tokenize", _Fixed(tokenized)),
                            # Ray Train restores its own run state from RUN_NAME's snapshot; this
                            # covers a run killed before its snapshot named the checkpoint.
-                           "resume_from": str(resume[-1].path) if resume else None},
+                           "resume_from": str(resume[-1].path) if resume else None,
+                           "metrics_sink": ctx.metrics_sink},
         scaling_config=ScalingConfig(num_workers=world, use_gpu=train.use_gpu, resources_per_worker=resources),
         torch_config=TorchConfig(backend="nccl" if train.use_gpu else "gloo"),
         run_config=RunConfig(name=RUN_NAME, storage_path=str(output),
@@ -59,7 +60,10 @@ def train_model(inputs: dict[str, Path], config: TrainStageConfig, output: Path,
     checkpoints = complete_checkpoints(output / RUN_NAME, world, zero)
     if not checkpoints:
         raise RuntimeError(f"training {config.model.name!r} ended without a complete checkpoint in {output}")
-    return _write_outputs(output, config, tokenized, checkpoints, time.time() - started)
+    metrics = _write_outputs(output, config, tokenized, checkpoints, time.time() - started)
+    if ctx.metrics_sink is not None:
+        metrics.pop("series")  # rank 0 logged the curve as it went
+    return metrics
 
 
 class _Fixed:
