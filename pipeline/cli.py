@@ -142,7 +142,7 @@ def run(
         _fail(f"stage {first_failed!r} failed: {error}", 1)
     except BaseException:
         for run_id in open_runs.values():  # interrupted while these stages ran
-            tracker.client.set_terminated(run_id, status="KILLED")
+            tracker.abandon_stage(run_id)
         tracker.finish("FAILED", {"seconds": time.time() - started})
         raise
     hits = sum(1 for row in rows if row[1] == "cached")

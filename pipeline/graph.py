@@ -89,8 +89,6 @@ class StageResult:
     started: float = 0.0
     ended: float = 0.0
     size_bytes: int = 0
-    # Per-step rows (e.g. a training curve): logged to MLflow as metric histories.
-    series: list[dict] = field(default_factory=list)
 
 
 def stage_key_inputs(stage: Stage, config: ExperimentConfig) -> dict:
@@ -147,12 +145,11 @@ def execute_stage(stage: Stage, section, key: str, upstream_keys: dict[str, str]
     ctx = StageContext(parallel_map=ray_parallel_map, progress=ray_progress, mirrors=mirrors, input_fetchers=fetchers,
                        metrics_sink=metrics_sink)
     metrics = stage.run(inputs, section, staging, ctx)
-    series = metrics.pop("series", [])
     status = store.commit(stage.name, key, staging, {
         "version": stage.version, "config": section.model_dump(mode="json"),
         "upstream": upstream_keys, "metrics": metrics,
     })
-    return StageResult(stage.name, key, False, metrics, started, time.time(), status.size_bytes, series)
+    return StageResult(stage.name, key, False, metrics, started, time.time(), status.size_bytes)
 
 
 def connect_ray(address: str | None) -> None:

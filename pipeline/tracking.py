@@ -3,8 +3,9 @@
 The driver opens each stage's nested run when it submits the stage and closes it
 with the stage's metrics when the task finishes. A stage that reports while it runs
 (training) gets a ``MetricsSink`` for its run through its context, a plain callable,
-so MLflow stays out of the stages; SQLite serializes the few concurrent writers. The client API is used with
-explicit start and end times, so a nested run shows when its stage really ran.
+so MLflow stays out of the stages; SQLite serializes the few concurrent writers. The
+client API is used with explicit start and end times, so a nested run shows when its
+stage really ran.
 """
 
 from __future__ import annotations
@@ -123,7 +124,6 @@ class RunTracker:
                      if isinstance(value, (int, float))],
             tags=[RunTag("nmt.error", error[:5000])] if error else [],
         )
-        self._log_series(run_id, result.series)
         report = {"stage": stage, "artifact_key": key, "cache_hit": result.cache_hit, "status": status,
                   "metrics": result.metrics, "config": config_slice, **({"error": error} if error else {})}
         self.client.log_text(run_id, json.dumps(report, indent=2), "stage_report.json")
@@ -139,11 +139,9 @@ class RunTracker:
     def live_sink(self, run_id: str) -> MetricsSink:
         return MetricsSink(self.tracking_uri, run_id)
 
-    def _log_series(self, run_id: str, rows: list[dict]) -> None:
-        """Rows a stage returned (rather than logged live) become metric histories."""
-        metrics = series_metrics(rows)
-        for start in range(0, len(metrics), MAX_METRICS_PER_BATCH):
-            self.client.log_batch(run_id, metrics=metrics[start:start + MAX_METRICS_PER_BATCH])
+    def abandon_stage(self, run_id: str) -> None:
+        """A stage's run that the driver stopped waiting for (interrupted, crashed)."""
+        self.client.set_terminated(run_id, status="KILLED")
 
     def finish(self, status: str, summary: dict) -> None:
         now = int(time.time() * 1000)

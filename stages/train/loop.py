@@ -141,9 +141,11 @@ class TrainLoop:
 
     def _progress_bar(self) -> BudgetBar:
         """Rank 0's bar, drawn on the driver by Ray, in per mille of the budget (any kind)."""
+        if self.rank != 0:
+            return BudgetBar("", self.train, 0, enabled=False)
         per_epoch = len(token_batches(self.train_split.src_lengths, self.train_split.tgt_lengths,
                                       self.train.max_tokens, self.train.seed, 0)) // self.world
-        return BudgetBar(f"train {self.config.model.name}", self.train, per_epoch, enabled=self.rank == 0)
+        return BudgetBar(f"train {self.config.model.name}", self.train, per_epoch, enabled=True)
 
     # ------------------------------------------------------------------ one batch
 

@@ -19,6 +19,8 @@ import math
 import time
 from pathlib import Path
 
+import torch
+
 from pipeline.config import TrainStageConfig
 from pipeline.context import StageContext
 from stages.errors import InputDataError
@@ -60,10 +62,7 @@ def train_model(inputs: dict[str, Path], config: TrainStageConfig, output: Path,
     checkpoints = complete_checkpoints(output / RUN_NAME, world, zero)
     if not checkpoints:
         raise RuntimeError(f"training {config.model.name!r} ended without a complete checkpoint in {output}")
-    metrics = _write_outputs(output, config, tokenized, checkpoints, time.time() - started)
-    if ctx.metrics_sink is not None:
-        metrics.pop("series")  # rank 0 logged the curve as it went
-    return metrics
+    return _write_outputs(output, config, tokenized, checkpoints, time.time() - started)
 
 
 class _Fixed:
@@ -101,21 +100,20 @@ def _write_outputs(output: Path, config: TrainStageConfig, tokenized: Path, chec
             "best_step": progress["best_step"], "best_valid_loss": progress["best_valid_loss"]}
     save_model_file(output / "model.pt", config.model, facts, weights, info)
     if (last.path / "best.pt").is_file():
-        import torch
-
         best = torch.load(last.path / "best.pt", weights_only=True)
         save_model_file(output / "best.pt", config.model, facts, best, {**info, "step": progress["best_step"]})
-    (output / "metrics.jsonl").write_text((last.path / "history.jsonl").read_text())
+    history_text = (last.path / "history.jsonl").read_text()
+    (output / "metrics.jsonl").write_text(history_text)
     for name in ("spm.model", "src.model", "tgt.model", "vocab.json"):
         if (tokenized / name).is_file():
             (output / name).write_bytes((tokenized / name).read_bytes())
 
     params = parameter_counts(model)
-    history = [json.loads(line) for line in (last.path / "history.jsonl").read_text().splitlines() if line]
-    train_rows = [row for row in history if "train_loss" in row]
+    train_rows = [row for row in map(json.loads, history_text.splitlines()) if "train_loss" in row]
     seconds = progress["seconds"]
     metrics = {
-        "steps": progress["step"], "epochs": progress["epoch"], "train_tokens": progress["train_tokens"],
+        # ``epoch``: the (0-based) epoch the last update was in.
+        "steps": progress["step"], "epoch": progress["epoch"], "train_tokens": progress["train_tokens"],
         "train_flops": progress["train_flops"],
         "train_src_tokens": progress["train_src_tokens"],
         # Kaplan et al. (2020): 6 x non-embedding parameters x tokens (source + target).
@@ -137,5 +135,5 @@ def _write_outputs(output: Path, config: TrainStageConfig, tokenized: Path, chec
               "metrics": metrics, "checkpoints": [str(c.path.relative_to(output)) for c in checkpoints],
               "averaged_steps": info["averaged_steps"]}
     (output / "train_report.json").write_text(json.dumps(report, indent=2))
-    return {**metrics, "series": history}
+    return metrics
 
