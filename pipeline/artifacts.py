@@ -18,6 +18,7 @@ hdfs://), so the nodes of a cluster can share one store.
 
 from __future__ import annotations
 
+import fnmatch
 import hashlib
 import json
 import os
@@ -110,6 +111,17 @@ class ArtifactStore:
                 return json.loads(stream.read().decode("utf-8"))
         except (FileNotFoundError, OSError, json.JSONDecodeError):
             return None
+
+    def read_files(self, stage: str, key: str, patterns: tuple[str, ...]) -> dict[str, bytes]:
+        """The committed files whose names match any glob pattern, read one by one (a
+        remote artifact is not downloaded whole for a few small files)."""
+        manifest = self.read_manifest(stage, key) or {"files": {}}
+        names = [name for name in manifest["files"] if any(fnmatch.fnmatch(name, p) for p in patterns)]
+        contents = {}
+        for name in names:
+            with self.fs.open_input_stream(f"{self.path(stage, key)}/{name}") as stream:
+                contents[name] = stream.read()
+        return contents
 
     def status(self, stage: str, key: str) -> ArtifactStatus:
         """Whether ``stage/key`` exists and every file matches its manifest (size and sha256)."""

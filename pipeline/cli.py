@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import shlex
 import sys
@@ -108,10 +109,12 @@ def run(
 
     def close(item, result, status: str = "FINISHED", error: str | None = None) -> None:
         if item.stage.name in open_runs:
-            tracker.close_stage(open_runs.pop(item.stage.name), item.stage.name, item.key, slice_of(item), result,
-                                status, error)
+            run_id = open_runs.pop(item.stage.name)
+            tracker.close_stage(run_id, item.stage.name, item.key, slice_of(item), result, status, error)
         else:
-            tracker.log_stage(item.stage.name, item.key, slice_of(item), result, status, error)
+            run_id = tracker.log_stage(item.stage.name, item.key, slice_of(item), result, status, error)
+        if status == "FINISHED" and item.stage.mlflow_files:
+            tracker.log_files(run_id, store.read_files(item.stage.name, item.key, item.stage.mlflow_files))
 
     def on_result(item, result) -> None:
         close(item, result)
@@ -148,6 +151,10 @@ def run(
     hits = sum(1 for row in rows if row[1] == "cached")
     tracker.finish("FINISHED", {"seconds": time.time() - started, "cache_hits": hits, "stages_run": len(rows) - hits})
     _print_rows(rows)
+    report = next((item for item in planned if item.stage.name == "report"), None)
+    if report is not None:
+        _print_report(json.loads(store.read_files("report", report.key, ("report.json",))["report.json"]))
+        console.print(f"report: {store.path('report', report.key)}/report.md (.html, .csv, .json, plots)")
 
 
 def _print_rows(rows: list[tuple]) -> None:
@@ -155,6 +162,18 @@ def _print_rows(rows: list[tuple]) -> None:
     for row in rows:
         table.add_row(*row)
     _table_console().print(table)
+
+
+def _print_report(report: dict) -> None:
+    from stages.report.tables import SUMMARY_COLUMNS, display_table, signature_lines
+
+    frame = display_table(report["models"])[list(SUMMARY_COLUMNS)]
+    table = Table(*frame.columns, title=report["title"])
+    for row in frame.itertuples(index=False):
+        table.add_row(*row)
+    _table_console().print(table)
+    for line in signature_lines(report["models"]):
+        _table_console().print(f"sacreBLEU {line}")
 
 
 @app.command()
@@ -181,8 +200,6 @@ def inspect(config: Path = ConfigArg, overrides: List[str] = SetOpt, artifact_ro
             tgt_len: Optional[float] = typer.Option(None, help="Target tokens per pair (default: the corpus mean).")
             ) -> None:
     """Parameters and FLOPs per target token of every model in a config."""
-    import json
-
     from pipeline.artifacts import ArtifactState
     from pipeline.graph import plan
     from stages.train.flops import cost_summary
@@ -218,3 +235,110 @@ def inspect(config: Path = ConfigArg, overrides: List[str] = SetOpt, artifact_ro
     _table_console().print(table)
     _table_console().print(f"Sizes from {source}. FLOPs count matrix products (stages/train/flops.py); "
                     "training = 3 x forward; 6N = 6 x non-embedding parameters per token (Kaplan et al. 2020).")
+
+
+@app.command()
+def report(
+    sources: List[str] = typer.Argument(..., help="Experiment YAML files and/or MLflow run ids of 'nmt run'."),
+    output: Path = typer.Option(Path("report"), "--output", "-o", help="Directory for the report's files."),
+    title: Optional[str] = typer.Option(None, help="Report title; default: the sources' names."),
+    artifact_root: Optional[str] = RootOpt,
+    tracking_uri: Optional[str] = typer.Option(None, "--tracking-uri", envvar="MLFLOW_TRACKING_URI",
+                                               help="MLflow tracking URI for run ids; default: sqlite:///./mlflow.db"),
+) -> None:
+    """One comparison table and plots over the models of several configs or MLflow runs."""
+    from mlflow.exceptions import MlflowException
+    from mlflow.tracking import MlflowClient
+
+    from pipeline.compare import from_config, from_mlflow, merge
+    from pipeline.tracking import absolute_tracking_uri, default_tracking_uri
+    from stages.report import write_report
+
+    gathered = []
+    for source in sources:
+        if source.endswith((".yaml", ".yml")) or Path(source).is_file():
+            experiment = _load(Path(source), [])
+            gathered.append(from_config(experiment, _store(experiment, artifact_root)))
+            continue
+        client = MlflowClient(absolute_tracking_uri(tracking_uri or default_tracking_uri()))
+        try:
+            gathered.append(from_mlflow(client, source))
+        except (MlflowException, ValueError) as error:
+            _fail(f"{source}: not a config file or a usable MLflow run id: {error}", 2)
+    for source in gathered:
+        for reason in source.skipped:
+            log.warning(reason)
+    rows, curves = merge(gathered)
+    if not rows:
+        _fail("no trained models found in " + ", ".join(sources), 1)
+    written = write_report(rows, curves, output, title or " vs ".join(source.label for source in gathered))
+    _print_report(json.loads((output / "report.json").read_text()))
+    console.print("wrote " + ", ".join(str(path) for path in written))
+
+
+@app.command()
+def translate(
+    model: Path = typer.Argument(..., help="A model file (model.pt, best.pt), a train artifact directory, "
+                                           "or an experiment YAML with --model."),
+    model_name: Optional[str] = typer.Option(None, "--model", help="Which model of the experiment YAML."),
+    input_file: Optional[Path] = typer.Option(None, "--input", "-i", help="Text to translate; default: stdin."),
+    beam: int = typer.Option(4, "--beam", min=1, help="Beam size; 1 is greedy."),
+    nbest: int = typer.Option(1, "--nbest", min=1, help="Print the N best as 'line ||| text ||| score'."),
+    length_penalty: float = typer.Option(0.6, "--length-penalty", min=0.0, help="GNMT alpha."),
+    max_length_b: int = typer.Option(50, "--max-length-b", min=1,
+                                     help="At most source length + this many output tokens."),
+    batch_size: int = typer.Option(32, "--batch-size", min=1, help="Sentences per batch."),
+    device: str = typer.Option("cpu", "--device", help="cpu, cuda, cuda:1, ..."),
+    precision: str = typer.Option("fp32", "--precision", help="fp32 or bf16 (autocast)."),
+    artifact_root: Optional[str] = RootOpt,
+) -> None:
+    """Translate lines of text with a trained model: one output line per input line."""
+    from tqdm import tqdm
+
+    from stages.evaluate.translator import SearchSettings, Translator
+
+    if nbest > beam:
+        _fail(f"--nbest ({nbest}) cannot exceed --beam ({beam})", 2)
+    if precision not in ("fp32", "bf16"):
+        _fail(f"--precision must be fp32 or bf16, not {precision!r}", 2)
+    try:
+        translator = Translator(_model_file(model, model_name, artifact_root), device, precision)
+    except (FileNotFoundError, RuntimeError) as error:
+        _fail(str(error), 2)
+    text = input_file.read_text(encoding="utf-8") if input_file else sys.stdin.read()
+    lines = text.splitlines()
+    search = SearchSettings(beam_size=beam, length_penalty=length_penalty, max_length_b=max_length_b, nbest=nbest)
+    started = time.time()
+    # Chunks of many batches: output streams out while the rest translates, in input order.
+    chunk = batch_size * 16
+    with tqdm(total=len(lines), unit="sent", desc="translate", disable=None, file=sys.stderr) as bar:
+        for start in range(0, len(lines), chunk):
+            results = translator.translate(lines[start:start + chunk], search, batch_size)
+            for index, translations in enumerate(results, start):
+                if nbest == 1:
+                    print(translations[0].text)
+                    continue
+                for translation in translations:
+                    print(f"{index} ||| {translation.text} ||| {translation.hypothesis.score:.4f}")
+            sys.stdout.flush()
+            bar.update(len(results))
+    seconds = time.time() - started
+    console.print(f"{len(lines)} lines in {seconds:.1f}s ({len(lines) / max(seconds, 1e-9):.1f} sentences/s)")
+
+
+def _model_file(model: Path, model_name: str | None, artifact_root: str | None) -> Path:
+    """The model file that a translate argument names."""
+    if model.suffix not in (".yaml", ".yml"):
+        return model / "model.pt" if model.is_dir() else model
+    from pipeline.artifacts import ArtifactState
+    from pipeline.graph import plan
+
+    experiment = _load(model, [])
+    names = [spec.name for spec in experiment.models]
+    if model_name not in names:
+        _fail(f"{model}: pick a model with --model: {', '.join(names)}", 2)
+    store = _store(experiment, artifact_root)
+    train = next(item for item in plan(experiment, store) if item.stage.name == f"train/{model_name}")
+    if train.status.state != ArtifactState.CACHED:
+        _fail(f"{model}: {model_name} is not trained yet (nmt run {model} first)", 1)
+    return store.local_path(train.stage.name, train.key) / "model.pt"

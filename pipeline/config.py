@@ -293,6 +293,52 @@ class TrainStageConfig(Section):
     train: TrainConfig
 
 
+# --------------------------------------------------------------------------- evaluate
+
+
+class EvaluateConfig(Section):
+    """Beam search on the test split, scored with sacreBLEU; one section for every model.
+
+    Defaults are Vaswani et al. (2017), section 6.1: beam 4, length penalty alpha 0.6,
+    at most source length + 50 tokens (``max_length_a * |x| + max_length_b``).
+    """
+
+    split: Literal["test", "valid"] = "test"
+    # model: the train stage's final (averaged) weights; best: its best validated ones.
+    weights: Literal["model", "best"] = "model"
+    beam_size: int = Field(default=4, gt=0)
+    length_penalty: float = Field(default=0.6, ge=0.0)
+    max_length_a: float = Field(default=1.0, ge=0.0)
+    max_length_b: int = Field(default=50, gt=0)
+    min_length: int = Field(default=1, ge=0)  # tokens before EOS may end a hypothesis
+    nbest: int = Field(default=1, gt=0)  # hypotheses per sentence in nbest.jsonl
+    greedy: bool = True  # also decode with beam 1, for the report's greedy columns
+    batch_size: int = Field(default=64, gt=0)  # sentences per decoding batch
+    shards: int = Field(default=2, gt=0)  # parallel tasks the split is cut into, one CPU each
+    precision: Literal["fp32", "bf16"] = "fp32"
+    device: Literal["cpu", "cuda"] = "cpu"
+
+    @model_validator(mode="after")
+    def _nbest_within_beam(self) -> EvaluateConfig:
+        if self.nbest > self.beam_size:
+            raise ValueError(f"nbest ({self.nbest}) cannot exceed beam_size ({self.beam_size})")
+        return self
+
+
+class EvaluateStageConfig(Section):
+    """An evaluate stage's slice: which trained model, and how to search and score."""
+
+    model: str
+    evaluate: EvaluateConfig
+
+
+class ReportStageConfig(Section):
+    """The report stage's slice: the experiment and its models, in config order."""
+
+    experiment: str
+    models: list[str]
+
+
 # --------------------------------------------------------------------------- experiment
 
 
@@ -305,6 +351,7 @@ class ExperimentConfig(Section):
     bpe: BpeConfig = BpeConfig()
     tokenize: TokenizeConfig = TokenizeConfig()
     train: TrainConfig | None = None
+    evaluate: EvaluateConfig = EvaluateConfig()
     models: list[ModelSpec] = []
 
     @model_validator(mode="after")
@@ -323,6 +370,12 @@ class ExperimentConfig(Section):
     def train_stage_config(self, model: ModelSpec) -> TrainStageConfig:
         train = TrainConfig.model_validate({**self.train.model_dump(), **model.train})
         return TrainStageConfig(model=model, train=train)
+
+    def evaluate_stage_config(self, model: ModelSpec) -> EvaluateStageConfig:
+        return EvaluateStageConfig(model=model.name, evaluate=self.evaluate)
+
+    def report_stage_config(self) -> ReportStageConfig:
+        return ReportStageConfig(experiment=self.name, models=[model.name for model in self.models])
 
     @field_validator("models")
     @classmethod

@@ -31,6 +31,21 @@ class StageContext:
     # runs, from any process; None when nothing is tracking (stages called directly).
     metrics_sink: Callable[[list[dict]], None] | None = None
 
+    def fetcher(self, name: str, local: Path) -> Callable[[], Path]:
+        """What a task on another process or node calls to get input ``name``; when the
+        stage runs without the runner (tests), the path it was given."""
+        return self.input_fetchers.get(name) or LocalPath(local)
+
+
+class LocalPath:
+    """A picklable fetcher for an input path every process can already read."""
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    def __call__(self) -> Path:
+        return self.path
+
 
 def ray_parallel_map(fn: Callable, items: list) -> list:
     """One Ray task per item; the caller's CPU is released while it waits in ray.get."""

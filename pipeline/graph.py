@@ -21,7 +21,7 @@ from typing import Callable
 from pipeline.artifacts import ArtifactState, ArtifactStatus, ArtifactStore, artifact_key
 from pipeline.config import ExperimentConfig, ModelSpec, Section
 from pipeline.context import StageContext, ray_parallel_map, ray_progress
-from stages import bpe, clean, download, tokenize
+from stages import bpe, clean, download, evaluate, report, tokenize
 from stages.train import stage as train
 
 log = logging.getLogger("nmt")
@@ -41,6 +41,8 @@ class Stage:
     # CPUs the stage's own Ray task holds. Training holds none: its Ray Train workers
     # ask for their own, and a waiting driver task must not starve them.
     task_cpus: float = 1
+    # Files of the artifact (glob patterns) also logged to the stage's MLflow run.
+    mlflow_files: tuple[str, ...] = ()
 
     @property
     def group(self) -> str:
@@ -61,14 +63,28 @@ def _train_slice(model: ModelSpec, config: ExperimentConfig):
     return config.train_stage_config(model)
 
 
+def _evaluate_slice(model: ModelSpec, config: ExperimentConfig):
+    return config.evaluate_stage_config(model)
+
+
 def pipeline_stages(config: ExperimentConfig) -> tuple[Stage, ...]:
     """The stages of a config, in an order where every stage follows its upstream.
-    After tokenization the graph fans out: one train stage per model."""
+    After tokenization the graph fans out, one train and one evaluate stage per model,
+    and joins again in the report."""
+    if not config.models:
+        return DATA_STAGES
     training = tuple(
         Stage(f"train/{model.name}", functools.partial(_train_slice, model), train.train_model, train.VERSION,
-              ("tokenize",), resumable=True, task_cpus=0)
+              ("tokenize",), resumable=True, task_cpus=0, mlflow_files=("train_report.json", "metrics.jsonl"))
         for model in config.models)
-    return DATA_STAGES + training
+    evaluation = tuple(
+        Stage(f"evaluate/{model.name}", functools.partial(_evaluate_slice, model), evaluate.evaluate_model,
+              evaluate.VERSION, ("clean", f"train/{model.name}"), mlflow_files=("*.txt", "nbest.jsonl", "scores.json"))
+        for model in config.models)
+    reporting = Stage("report", ExperimentConfig.report_stage_config, report.report_models, report.VERSION,
+                      tuple(stage.name for stage in training + evaluation),
+                      mlflow_files=("report.*", "*.png"))
+    return DATA_STAGES + training + evaluation + (reporting,)
 
 
 @dataclass(frozen=True)
@@ -184,7 +200,10 @@ def run_pipeline(config: ExperimentConfig, planned: list[PlannedStage], store: A
     results = []
     for item in planned:
         if not item.will_run:
-            result = StageResult(item.stage.name, item.key, True, size_bytes=item.status.size_bytes)
+            # A hit reports the metrics its artifact was made with, so every run's record is whole.
+            manifest = store.read_manifest(item.stage.name, item.key) or {}
+            result = StageResult(item.stage.name, item.key, True, manifest.get("metrics", {}),
+                                 size_bytes=item.status.size_bytes)
             on_result(item, result)
             results.append(result)
             continue

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import tempfile
 import time
 import warnings
 from pathlib import Path
@@ -135,6 +136,16 @@ class RunTracker:
         run_id = self.open_stage(stage, key, config_slice, result.cache_hit, result.started or None)
         self.close_stage(run_id, stage, key, config_slice, result, status, error)
         return run_id
+
+    def log_files(self, run_id: str, files: dict[str, bytes]) -> None:
+        """Files (name -> contents) as artifacts of a run, e.g. a stage's hypotheses."""
+        if not files:
+            return
+        with tempfile.TemporaryDirectory(prefix="nmt-mlflow-") as directory:
+            for name, contents in files.items():
+                (Path(directory) / name).parent.mkdir(parents=True, exist_ok=True)
+                (Path(directory) / name).write_bytes(contents)
+            self.client.log_artifacts(run_id, directory)
 
     def live_sink(self, run_id: str) -> MetricsSink:
         return MetricsSink(self.tracking_uri, run_id)

@@ -15,10 +15,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from mlflow.tracking import MlflowClient
-from typer.testing import CliRunner
 
-from pipeline.cli import app
 from pipeline.config import ModelSpec, TrainConfig, TrainStageConfig
 from pipeline.context import StageContext
 from stages.train.checkpoints import complete_checkpoints
@@ -26,7 +23,7 @@ from stages.train.data import TokenizedSplit
 from stages.train.model_file import load_model_file
 from stages.train.stage import RUN_NAME, train_model
 
-from conftest import REPO, slice_multi30k, small_config, write_config
+from conftest import REPO
 
 pytestmark = pytest.mark.slow
 # Everything but wall-clock rates must be identical between an interrupted and an
@@ -196,41 +193,3 @@ def test_a_crashed_worker_is_restarted_by_ray_train_from_the_last_checkpoint(tok
     report = json.loads((output / "train_report.json").read_text())
     assert report["metrics"]["restarts"] == 1 and report["metrics"]["steps"] == 40
     assert_same_curve(expected, rows(output))
-
-
-@pytest.fixture
-def workdir(tmp_path, multi30k, local_ray, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("NMT_ARTIFACT_ROOT", str(tmp_path / "artifacts"))
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
-    return tmp_path
-
-
-def test_every_family_trains_through_the_pipeline_and_is_tracked(workdir, multi30k):
-    corpus = slice_multi30k(multi30k, workdir / "corpus", {"train": 800, "val": 60, "test_2016_flickr": 20})
-    train = {"workers": 1, "precision": "bf16", "max_tokens": 600, "warmup_steps": 20, "lr_scale": 2.0,
-             "max_steps": 30, "valid_every": 15, "checkpoint_every": 15, "log_every": 5}
-    models = [{"name": f"{family}_tiny", "family": family, "preset": "tiny"}
-              for family in ("rnn", "transformer", "decoder_only")]
-    config = write_config(workdir / "exp.yaml", {**small_config(corpus), "train": train, "models": models})
-    result = CliRunner().invoke(app, ["run", str(config)])
-    assert result.exit_code == 0, result.output
-
-    client = MlflowClient(f"sqlite:///{workdir / 'mlflow.db'}")
-    runs = client.search_runs([client.get_experiment_by_name("test").experiment_id])
-    trained = {run.data.tags["nmt.stage"]: run for run in runs
-               if run.data.tags.get("nmt.stage", "").startswith("train/")}
-    assert set(trained) == {f"train/{model['name']}" for model in models}
-    for name, run in trained.items():
-        history = client.get_metric_history(run.info.run_id, "train_loss")
-        assert [m.step for m in history] == [5, 10, 15, 20, 25, 30], name
-        assert history[-1].value < history[0].value, name
-        assert run.data.metrics["best_valid_loss"] < math.log(500), name
-        assert run.data.metrics["train_flops"] > 0 and run.data.metrics["parameters"] > 0
-        key = run.data.tags["nmt.artifact_key"]
-        model, _ = load_model_file(workdir / "artifacts" / name / key / "model.pt")
-        assert model.family == name.split("/")[1].removesuffix("_tiny")
-
-    again = CliRunner().invoke(app, ["run", str(config)])
-    assert again.exit_code == 0, again.output
-    assert again.output.count("│ cached ") == 7  # four data stages and three models

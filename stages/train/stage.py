@@ -46,7 +46,7 @@ def train_model(inputs: dict[str, Path], config: TrainStageConfig, output: Path,
     trainer = TorchTrainer(
         train_worker,
         train_loop_config={"config": config.model_dump(mode="json"),
-                           "fetch_tokenized": ctx.input_fetchers.get("tokenize", _Fixed(tokenized)),
+                           "fetch_tokenized": ctx.fetcher("tokenize", tokenized),
                            # Ray Train restores its own run state from RUN_NAME's snapshot; this
                            # covers a run killed before its snapshot named the checkpoint.
                            "resume_from": str(resume[-1].path) if resume else None,
@@ -65,22 +65,15 @@ def train_model(inputs: dict[str, Path], config: TrainStageConfig, output: Path,
     return _write_outputs(output, config, tokenized, checkpoints, time.time() - started)
 
 
-class _Fixed:
-    """A picklable 'fetch' for an input path every worker can already read."""
-
-    def __init__(self, path: Path):
-        self.path = path
-
-    def __call__(self) -> Path:
-        return self.path
-
-
 def _check_inputs(tokenized: Path, config: TrainStageConfig) -> None:
     index = json.loads((tokenized / "index.json").read_text())
     splits = index["splits"]
     for split in ("train", "valid"):
         if splits[split]["pairs"] == 0:
             raise InputDataError(f"train {config.model.name!r}: the tokenized {split} split is empty")
+    if not index.get("append_eos", True):
+        raise InputDataError(f"train {config.model.name!r}: needs tokenize.append_eos: true "
+                             "(models learn where a translation ends from EOS)")
     vocab = index["vocab"]
     if config.model.family == "decoder_only" and not vocab["joint"]:
         raise InputDataError(f"train {config.model.name!r}: the decoder-only family needs bpe.joint: true")

@@ -1,0 +1,109 @@
+"""Models gathered for ``nmt report`` from configs (their cached artifacts) or from
+MLflow runs (the files each stage's run keeps), for one table across experiments."""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from mlflow.tracking import MlflowClient
+
+from pipeline.artifacts import ArtifactState, ArtifactStore
+from pipeline.config import ExperimentConfig
+from stages.report import records
+
+
+@dataclass
+class Gathered:
+    label: str  # the experiment (config) or run name the models came from
+    rows: list[dict] = field(default_factory=list)
+    curves: dict[str, list[dict]] = field(default_factory=dict)
+    skipped: list[str] = field(default_factory=list)  # why a model is not in the table
+
+
+def from_config(config: ExperimentConfig, store: ArtifactStore) -> Gathered:
+    """Every model of ``config`` whose train artifact is cached (evaluation if cached)."""
+    from pipeline.graph import plan
+
+    planned = {item.stage.name: item for item in plan(config, store)}
+    gathered = Gathered(config.name)
+    for model in config.models:
+        train, evaluation = planned[f"train/{model.name}"], planned[f"evaluate/{model.name}"]
+        if train.status.state != ArtifactState.CACHED:
+            gathered.skipped.append(f"{config.name}/{model.name}: not trained yet (nmt run its config first)")
+            continue
+        evaluation_manifest = (store.read_manifest(evaluation.stage.name, evaluation.key)
+                               if evaluation.status.state == ArtifactState.CACHED else None)
+        if evaluation_manifest is None:
+            gathered.skipped.append(f"{config.name}/{model.name}: not evaluated; BLEU columns left empty")
+        # The train artifact's checkpoints are not needed: read only its small files.
+        curve = store.read_files(train.stage.name, train.key, ("metrics.jsonl",))["metrics.jsonl"]
+        record, curve = records.from_reports(model.name, store.read_manifest(train.stage.name, train.key),
+                                             _jsonl(curve), evaluation_manifest)
+        gathered.rows.append(record)
+        gathered.curves[model.name] = curve
+    return gathered
+
+
+def from_mlflow(client: MlflowClient, run_id: str) -> Gathered:
+    """The models of one ``nmt run`` (its parent run id), from its stages' nested runs."""
+    run = client.get_run(run_id)
+    if "nmt.stage" in run.data.tags:
+        raise ValueError(f"MLflow run {run_id} is the {run.data.tags['nmt.stage']!r} stage of a run; "
+                         f"give the parent run ({run.data.tags.get('mlflow.parentRunId')})")
+    children = client.search_runs([run.info.experiment_id], f"tags.mlflow.parentRunId = '{run_id}'",
+                                   order_by=["attributes.start_time ASC"])
+    finished = {child.data.tags["nmt.stage"]: child for child in children
+                if child.info.status == "FINISHED" and "nmt.stage" in child.data.tags}
+    gathered = Gathered(run.info.run_name or run_id)
+    with tempfile.TemporaryDirectory(prefix="nmt-report-") as scratch:
+        for stage in finished:
+            if not stage.startswith("train/"):
+                continue
+            name = stage.split("/", 1)[1]
+            train_dir = Path(client.download_artifacts(finished[stage].info.run_id, "", f"{scratch}/{stage}"))
+            if not (train_dir / "metrics.jsonl").is_file():
+                gathered.skipped.append(f"{gathered.label}/{name}: run has no metrics.jsonl (tracked before "
+                                        "stages logged their files)")
+                continue
+            evaluation = finished.get(f"evaluate/{name}")
+            eval_report = None
+            if evaluation is not None:
+                eval_dir = client.download_artifacts(evaluation.info.run_id, "stage_report.json",
+                                                     f"{scratch}/evaluate-{name}")
+                eval_report = json.loads(Path(eval_dir).read_text())
+            else:
+                gathered.skipped.append(f"{gathered.label}/{name}: not evaluated; BLEU columns left empty")
+            record, curve = records.from_reports(
+                name, json.loads((train_dir / "stage_report.json").read_text()),
+                records.read_jsonl(train_dir / "metrics.jsonl"), eval_report)
+            gathered.rows.append(record)
+            gathered.curves[name] = curve
+    if not gathered.rows:
+        gathered.skipped.append(f"MLflow run {run_id}: no finished train stage")
+    return gathered
+
+
+def merge(sources: list[Gathered]) -> tuple[list[dict], dict[str, list[dict]]]:
+    """All rows in one table; names that repeat across sources get their source's label
+    (and a number if that repeats too)."""
+    counts: dict[str, int] = {}
+    for source in sources:
+        for row in source.rows:
+            counts[row["name"]] = counts.get(row["name"], 0) + 1
+    rows, curves = [], {}
+    for source in sources:
+        for row in source.rows:
+            name = base = row["name"] if counts[row["name"]] == 1 else f"{source.label}/{row['name']}"
+            copy = 2
+            while name in curves:  # the same source given twice
+                name, copy = f"{base}#{copy}", copy + 1
+            rows.append({**row, "name": name})
+            curves[name] = source.curves.get(row["name"], [])
+    return rows, curves
+
+
+def _jsonl(data: bytes) -> list[dict]:
+    return [json.loads(line) for line in data.decode("utf-8").splitlines() if line.strip()]

@@ -1,0 +1,131 @@
+"""evaluate: translate the test split with one trained model and score it with sacreBLEU.
+
+The split is cut into ``shards`` contiguous parts, one parallel task each (a Ray task
+with one CPU under the runner); every task loads the model and decodes its part with
+beam search and, when ``greedy`` is set, with beam 1. Hypotheses are detokenized with
+the model's SentencePiece model and scored against the cleaned references (the test
+split is normalized, never filtered) with sacreBLEU's BLEU and chrF.
+
+Output: ``source.txt`` and ``reference.txt`` (the split as scored), ``hypotheses.txt``
+(beam), ``hypotheses.greedy.txt``, ``nbest.jsonl`` (the ``nbest`` best per line with
+model scores) and ``scores.json``: BLEU and chrF with their signatures, the mean
+length-penalized model score, and decoding speed. Speed is per task (one CPU thread
+under the runner): sentences and generated tokens (EOS included) per second of
+decoding, model loading excluded.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import pyarrow.parquet as pq
+from sacrebleu.metrics import BLEU, CHRF
+
+from pipeline.config import EvaluateConfig, EvaluateStageConfig
+from pipeline.context import StageContext
+from stages.errors import InputDataError
+from stages.evaluate.translator import SearchSettings, Translation, Translator
+
+VERSION = 1
+
+
+@dataclass(frozen=True)
+class DecodeJob:
+    fetch_model: Callable[[], Path]  # the train artifact, local to the task that calls it
+    lines: list[str]
+    config: EvaluateConfig
+
+
+@dataclass(frozen=True)
+class Decoded:
+    beam: list[list[Translation]]
+    greedy: list[list[Translation]] | None
+    beam_seconds: float
+    greedy_seconds: float
+
+
+def evaluate_model(inputs: dict[str, Path], config: EvaluateStageConfig, output: Path, ctx: StageContext) -> dict:
+    settings = config.evaluate
+    name = f"train/{config.model}"
+    split = pq.read_table(inputs["clean"] / f"{settings.split}.parquet")
+    sources, references = split.column("src").to_pylist(), split.column("tgt").to_pylist()
+    if not sources:
+        raise InputDataError(f"evaluate {config.model!r}: the cleaned {settings.split} split is empty")
+    if not (inputs[name] / f"{settings.weights}.pt").is_file():
+        raise InputDataError(f"evaluate {config.model!r}: {inputs[name]} has no {settings.weights}.pt "
+                             "(evaluate.weights: best needs a train run that validated)")
+
+    size = -(-len(sources) // min(settings.shards, len(sources)))
+    jobs = [DecodeJob(ctx.fetcher(name, inputs[name]), sources[start:start + size], settings)
+            for start in range(0, len(sources), size)]
+    started = time.time()
+    parts = ctx.parallel_map(decode_part, jobs)
+    wall_seconds = time.time() - started
+    beam = [line for part in parts for line in part.beam]
+
+    _write_lines(output / "source.txt", sources)
+    _write_lines(output / "reference.txt", references)
+    _write_lines(output / "hypotheses.txt", [line[0].text for line in beam])
+    with (output / "nbest.jsonl").open("w", encoding="utf-8") as handle:
+        for index, line in enumerate(beam):
+            for rank, translation in enumerate(line):
+                hypothesis = translation.hypothesis
+                handle.write(json.dumps({"line": index, "rank": rank, "text": translation.text,
+                                         "score": hypothesis.score, "log_prob": hypothesis.log_prob,
+                                         "tokens": len(hypothesis.tokens) + 1}, ensure_ascii=False) + "\n")
+
+    scores = {"split": settings.split, "sentences": len(sources), "beam_size": settings.beam_size,
+              "length_penalty": settings.length_penalty, "decode_wall_seconds": wall_seconds,
+              **score_hypotheses(beam, references, "", sum(p.beam_seconds for p in parts))}
+    if settings.greedy:
+        greedy = [line for part in parts for line in part.greedy]
+        _write_lines(output / "hypotheses.greedy.txt", [line[0].text for line in greedy])
+        scores.update(score_hypotheses(greedy, references, "greedy_", sum(p.greedy_seconds for p in parts)))
+    (output / "scores.json").write_text(json.dumps(scores, indent=2, ensure_ascii=False))
+    return scores
+
+
+def decode_part(job: DecodeJob) -> Decoded:
+    """One task's share: load the model, decode with the beam (and greedily)."""
+    settings = job.config
+    translator = Translator(job.fetch_model() / f"{settings.weights}.pt", settings.device, settings.precision)
+    search = SearchSettings(settings.beam_size, settings.length_penalty, settings.max_length_a,
+                            settings.max_length_b, settings.min_length, settings.nbest)
+    started = time.perf_counter()
+    beam = translator.translate(job.lines, search, settings.batch_size)
+    beam_seconds = time.perf_counter() - started
+    greedy, greedy_seconds = None, 0.0
+    if settings.greedy:
+        started = time.perf_counter()
+        greedy = translator.translate(job.lines, dataclasses.replace(search, beam_size=1, nbest=1),
+                                      settings.batch_size)
+        greedy_seconds = time.perf_counter() - started
+    return Decoded(beam, greedy, beam_seconds, greedy_seconds)
+
+
+def score_hypotheses(translations: list[list[Translation]], references: list[str], prefix: str,
+                     seconds: float) -> dict:
+    """sacreBLEU BLEU and chrF of the best hypotheses, the mean model score, and speed."""
+    hypotheses = [line[0].text for line in translations]
+    bleu, chrf = BLEU(), CHRF()
+    tokens = sum(len(line[0].hypothesis.tokens) + 1 for line in translations)
+    return {
+        f"{prefix}bleu": bleu.corpus_score(hypotheses, [references]).score,
+        f"{prefix}chrf": chrf.corpus_score(hypotheses, [references]).score,
+        f"{prefix}bleu_signature": str(bleu.get_signature()),
+        f"{prefix}chrf_signature": str(chrf.get_signature()),
+        f"{prefix}mean_score": sum(line[0].hypothesis.score for line in translations) / len(translations),
+        f"{prefix}decode_seconds": seconds,
+        f"{prefix}sentences_per_second": len(translations) / max(seconds, 1e-9),
+        f"{prefix}tokens_per_second": tokens / max(seconds, 1e-9),
+    }
+
+
+def _write_lines(path: Path, lines: list[str]) -> None:
+    # One line per sentence, whatever a sentence holds: a newline inside would shift every later line.
+    path.write_text("".join(line.replace("\n", " ") + "\n" for line in lines), encoding="utf-8")

@@ -1,0 +1,122 @@
+"""Batched beam search over the models' incremental interface (stages/train/models).
+
+The search of Vaswani et al. (2017), section 6.1: beam size k, GNMT's length penalty
+(Wu et al. 2016, section 7) with alpha = 0.6, at most ``a * |x| + b`` output tokens
+(a = 1, b = 50), stopping early when possible. A hypothesis Y is ranked by
+
+    score(Y) = log P(Y | X) / lp(Y),   lp(Y) = ((5 + |Y|) / 6) ** alpha
+
+where |Y| counts the generated tokens, EOS included, and |x| the source tokens, its EOS
+included.
+
+The bookkeeping follows fairseq's SequenceGenerator. At each step every sentence's k
+live beams propose their 2k best continuations (by cumulative log-probability). EOS
+candidates among the first k become finished hypotheses; the k best others stay live
+(at most k of the 2k candidates end in EOS, one per beam, so there are always k). A
+sentence is done once k hypotheses have finished (the early stop) or when it reaches
+its maximum length, where EOS is the only continuation left; before ``min_length``
+tokens EOS is not a continuation at all. Done sentences leave the
+batch, so the rest decode without them. Beam size 1 is greedy decoding.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+
+
+@dataclass(frozen=True)
+class Hypothesis:
+    tokens: tuple[int, ...]  # generated tokens, without BOS and EOS
+    log_prob: float  # log P(Y | X), EOS included
+    score: float  # log_prob / length_penalty(len(tokens) + 1)
+
+
+def length_penalty(length: int, alpha: float) -> float:
+    """GNMT's lp(Y) for |Y| = ``length`` tokens (EOS included); 1.0 when alpha is 0."""
+    return ((5.0 + length) / 6.0) ** alpha
+
+
+def max_output_lengths(src: Tensor, pad_id: int, a: float, b: int) -> Tensor:
+    """(B,) most tokens (EOS included) each sentence may generate: a * |x| + b."""
+    return ((src != pad_id).sum(dim=1).double() * a).floor().long() + b
+
+
+@torch.no_grad()
+def beam_search(model: nn.Module, src: Tensor, beam_size: int, *, bos_id: int, eos_id: int, pad_id: int,
+                alpha: float = 0.6, max_length_a: float = 1.0, max_length_b: int = 50, min_length: int = 1,
+                nbest: int = 1, banned_ids: tuple[int, ...] | None = None) -> list[list[Hypothesis]]:
+    """The ``nbest`` best hypotheses of each sentence of ``src`` (B, S), best first.
+
+    EOS may end a hypothesis only after ``min_length`` tokens (fairseq's default of 1:
+    a weak model's likeliest output is often the empty one). ``banned_ids`` are never
+    generated (default: padding and BOS).
+    """
+    if not 1 <= nbest <= beam_size:
+        raise ValueError(f"nbest must be between 1 and the beam size ({beam_size}), got {nbest}")
+    batch, k = src.size(0), beam_size
+    device = src.device
+    banned = list((pad_id, bos_id) if banned_ids is None else banned_ids)
+    finished: list[list[Hypothesis]] = [[] for _ in range(batch)]
+
+    # Every sentence's encoding, repeated once per beam.
+    state = model.start_decoding(src)
+    state = model.reorder_state(state, torch.arange(batch, device=device).repeat_interleave(k))
+    sentence_ids = torch.arange(batch, device=device)  # original index of each live sentence
+    limits = max_output_lengths(src, pad_id, max_length_a, max_length_b)
+    tokens = torch.full((batch * k, 1), bos_id, dtype=torch.long, device=device)
+    # Only the first beam is live at the start; the others would repeat it.
+    scores = torch.full((batch, k), float("-inf"), device=device)
+    scores[:, 0] = 0.0
+    candidate_rank = torch.arange(2 * k, device=device)
+
+    for step in range(int(limits.max())):
+        log_probs, state = model.decode_step(state, tokens[:, -1])
+        log_probs = log_probs.float()
+        vocab = log_probs.size(1)
+        eos_scores = log_probs[:, eos_id].clone()
+        log_probs[:, banned] = float("-inf")
+        if step < min_length:
+            log_probs[:, eos_id] = float("-inf")
+        at_limit = (step + 1 >= limits).repeat_interleave(k)
+        if at_limit.any():  # the last allowed token: EOS
+            log_probs[at_limit] = float("-inf")
+            log_probs[at_limit, eos_id] = eos_scores[at_limit]
+
+        live = scores.size(0)
+        totals = (scores.view(-1, 1) + log_probs).view(live, k * vocab)
+        top_scores, top_ids = totals.topk(min(2 * k, k * vocab), dim=1)
+        top_beams, top_tokens = top_ids // vocab, top_ids % vocab
+        ends = top_tokens == eos_id
+
+        # Finished hypotheses: EOS among each sentence's first k candidates.
+        finishing = ends & (candidate_rank[:top_ids.size(1)] < k) & torch.isfinite(top_scores)
+        for row, rank in finishing.nonzero().tolist():
+            original = int(sentence_ids[row])
+            if len(finished[original]) == k:
+                continue
+            prefix = tokens[row * k + int(top_beams[row, rank]), 1:].tolist()
+            log_prob = float(top_scores[row, rank])
+            finished[original].append(Hypothesis(tuple(prefix), log_prob,
+                                                 log_prob / length_penalty(step + 1, alpha)))
+
+        done = torch.tensor([len(finished[int(i)]) == k for i in sentence_ids], device=device)
+        done |= step + 1 >= limits
+        if bool(done.all()):
+            break
+
+        # The k best candidates that do not end in EOS, in score order.
+        order = (ends.long() * top_ids.size(1) + candidate_rank[:top_ids.size(1)]).argsort(dim=1)[:, :k]
+        next_beams, next_tokens = top_beams.gather(1, order), top_tokens.gather(1, order)
+        next_scores = top_scores.gather(1, order)
+
+        keep = (~done).nonzero().squeeze(1)
+        rows = (keep * k).unsqueeze(1) + next_beams[keep]  # the beams each kept sentence continues
+        rows = rows.view(-1)
+        state = model.reorder_state(state, rows)
+        tokens = torch.cat([tokens[rows], next_tokens[keep].view(-1, 1)], dim=1)
+        scores, sentence_ids, limits = next_scores[keep], sentence_ids[keep], limits[keep]
+
+    return [sorted(hypotheses, key=lambda h: -h.score)[:nbest] for hypotheses in finished]

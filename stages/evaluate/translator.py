@@ -1,0 +1,93 @@
+"""Text in, text out: a trained model with its SentencePiece model(s).
+
+The evaluate stage and ``nmt translate`` both translate through ``Translator``, so
+what the report scores is what a user gets. Sources are encoded as the tokenize stage
+encoded training data (SentencePiece ids, then EOS), sorted by length and decoded in
+batches of similar length, and the hypotheses come back in input order, detokenized.
+A blank line translates to a blank line without running the model.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import sentencepiece as spm
+import torch
+
+from stages.evaluate.beam import Hypothesis, beam_search
+from stages.train.model_file import load_model_file
+
+
+@dataclass(frozen=True)
+class SearchSettings:
+    beam_size: int = 4
+    length_penalty: float = 0.6  # alpha
+    max_length_a: float = 1.0
+    max_length_b: int = 50
+    min_length: int = 1
+    nbest: int = 1
+
+
+@dataclass(frozen=True)
+class Translation:
+    text: str
+    hypothesis: Hypothesis  # tokens, log-probability and length-penalized score
+
+
+class Translator:
+    def __init__(self, model_file: Path, device: str = "cpu", precision: str = "fp32"):
+        """``model_file``: a train artifact's ``model.pt`` (or ``best.pt``), with the
+        artifact's ``vocab.json`` and SentencePiece model(s) beside it."""
+        model_file = Path(model_file)
+        if model_file.is_dir():
+            model_file = model_file / "model.pt"
+        if not model_file.is_file():
+            raise FileNotFoundError(f"{model_file}: no model file (a train artifact holds model.pt and best.pt)")
+        self.model, data = load_model_file(model_file, device)
+        self.device, self.precision = device, precision
+        self.info = data["info"]
+        self.spec = data["spec"]
+        vocab = json.loads((model_file.parent / "vocab.json").read_text())
+        self.src_spm = spm.SentencePieceProcessor(model_file=str(model_file.parent / vocab["models"]["src"]))
+        self.tgt_spm = spm.SentencePieceProcessor(model_file=str(model_file.parent / vocab["models"]["tgt"]))
+        specials = data["vocabulary"]["special_ids"]
+        self.pad_id, self.bos_id, self.eos_id = specials["pad"], specials["bos"], specials["eos"]
+
+    def encode(self, lines: list[str]) -> list[list[int]]:
+        return [ids + [self.eos_id] for ids in self.src_spm.encode(lines, out_type=int)]
+
+    def decode(self, tokens: tuple[int, ...]) -> str:
+        return self.tgt_spm.decode(list(tokens))
+
+    def translate(self, lines: list[str], search: SearchSettings = SearchSettings(),
+                  batch_size: int = 64) -> list[list[Translation]]:
+        """The ``search.nbest`` best translations of every line, in input order."""
+        results: list[list[Translation]] = [[Translation("", Hypothesis((), 0.0, 0.0))] for _ in lines]
+        present = [index for index, line in enumerate(lines) if line.strip()]
+        encoded = dict(zip(present, self.encode([lines[index] for index in present])))
+        by_length = sorted(present, key=lambda index: -len(encoded[index]))
+        for start in range(0, len(by_length), batch_size):
+            chunk = by_length[start:start + batch_size]
+            for index, hypotheses in zip(chunk, self._search([encoded[index] for index in chunk], search)):
+                results[index] = [Translation(self.decode(h.tokens), h) for h in hypotheses]
+        return results
+
+    def _search(self, sources: list[list[int]], search: SearchSettings) -> list[list[Hypothesis]]:
+        width = max(len(ids) for ids in sources)
+        src = torch.full((len(sources), width), self.pad_id, dtype=torch.long)
+        for row, ids in enumerate(sources):
+            src[row, :len(ids)] = torch.tensor(ids)
+        with self._autocast():
+            return beam_search(self.model, src.to(self.device), search.beam_size, bos_id=self.bos_id,
+                               eos_id=self.eos_id, pad_id=self.pad_id, alpha=search.length_penalty,
+                               max_length_a=search.max_length_a, max_length_b=search.max_length_b,
+                               min_length=search.min_length, nbest=search.nbest)
+
+    def _autocast(self):
+        if self.precision == "fp32":
+            return contextlib.nullcontext()
+        dtype = torch.bfloat16 if self.precision == "bf16" else torch.float16
+        return torch.autocast(device_type=torch.device(self.device).type, dtype=dtype)

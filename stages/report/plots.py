@@ -1,0 +1,73 @@
+"""The report's figures as PNG files: quality against compute and time, one mark or
+curve per model, drawn with matplotlib's file-only backend (no display needed)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402  (after choosing the backend)
+
+MARKERS = {"rnn": "s", "transformer": "o", "decoder_only": "^"}
+
+BLEU_VS_FLOPS = "bleu_vs_flops.png"
+LOSS_VS_FLOPS = "valid_loss_vs_flops.png"
+LOSS_VS_TIME = "valid_loss_vs_time.png"
+
+
+def write_plots(records: list[dict], curves: dict[str, list[dict]], directory: Path, title: str) -> list[str]:
+    """The PNG files written into ``directory``, by name."""
+    written = []
+    evaluated = [record for record in records if record.get("bleu") is not None]
+    if evaluated:
+        _bleu_vs_flops(evaluated, directory / BLEU_VS_FLOPS, title)
+        written.append(BLEU_VS_FLOPS)
+    if any(curves.get(record["name"]) for record in records):
+        _curves(records, curves, "train_flops", "training FLOPs (counted)", directory / LOSS_VS_FLOPS, title)
+        _curves(records, curves, "train_seconds", "training time (s)", directory / LOSS_VS_TIME, title)
+        written += [LOSS_VS_FLOPS, LOSS_VS_TIME]
+    return written
+
+
+def _bleu_vs_flops(records: list[dict], path: Path, title: str) -> None:
+    figure, axes = plt.subplots(figsize=(6.4, 4.4))
+    for record in records:
+        marker = MARKERS.get(record["family"], "D")
+        dots = axes.scatter(record["train_flops"], record["bleu"], marker=marker, s=60, label=record["name"])
+        if record.get("greedy_bleu") is not None:  # the same model decoded greedily: hollow
+            axes.scatter(record["train_flops"], record["greedy_bleu"], marker=marker, s=60,
+                         facecolors="none", edgecolors=dots.get_facecolor())
+        axes.annotate(record["name"], (record["train_flops"], record["bleu"]), textcoords="offset points",
+                      xytext=(6, 4), fontsize=8)
+    axes.set_xscale("log")
+    axes.set_xlabel("training FLOPs (counted)")
+    axes.set_ylabel("BLEU (filled: beam, hollow: greedy)")
+    axes.set_title(title)
+    axes.grid(True, which="both", alpha=0.3)
+    _save(figure, path)
+
+
+def _curves(records: list[dict], curves: dict[str, list[dict]], x_field: str, x_label: str, path: Path,
+            title: str) -> None:
+    figure, axes = plt.subplots(figsize=(6.4, 4.4))
+    for record in records:
+        points = curves.get(record["name"]) or []
+        if points:
+            axes.plot([p[x_field] for p in points], [p["valid_loss"] for p in points],
+                      marker=MARKERS.get(record["family"], "D"), markersize=3, label=record["name"])
+    if x_field == "train_flops":
+        axes.set_xscale("log")
+    axes.set_xlabel(x_label)
+    axes.set_ylabel("validation loss (nats per target token)")
+    axes.set_title(title)
+    axes.grid(True, which="both", alpha=0.3)
+    axes.legend(fontsize=8)
+    _save(figure, path)
+
+
+def _save(figure, path: Path) -> None:
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    plt.close(figure)

@@ -1,0 +1,83 @@
+"""One comparable record per model, from a train and an evaluate stage's outputs.
+
+The same four inputs exist in two places, so a record is built the same way from
+either: artifacts in the store (``MANIFEST.json`` holds a stage's config and metrics,
+``metrics.jsonl`` the training curve), or the files MLflow keeps for a tracked run
+(``stage_report.json`` holds the same config and metrics, and ``metrics.jsonl`` is
+logged beside it). The report stage reads artifacts; ``nmt report`` reads either.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from pipeline.artifacts import MANIFEST
+
+# The fields of report.json and report.csv, in column order.
+FIELDS = (
+    "name", "family", "preset", "parameters", "non_embedding_parameters", "steps", "train_tokens",
+    "train_seconds", "workers", "device_hours", "train_flops", "train_flops_6nd", "train_flops_paper",
+    "flops_per_second", "mfu", "best_valid_ppl", "bleu", "chrf", "greedy_bleu", "greedy_chrf", "beam_size",
+    "sentences_per_second", "tokens_per_second", "greedy_sentences_per_second", "test_sentences",
+    "sacrebleu_signature", "chrf_signature",
+)
+
+
+def model_record(name: str, train_config: dict, train_metrics: dict, eval_metrics: dict | None) -> dict:
+    """A model's row: training costs three ways, quality, and decoding speed.
+
+    ``train_flops_paper`` is the estimate of Vaswani et al. (2017), table 2: training
+    time x devices x the device's peak FLOP/s (None when the config gives no peak).
+    """
+    train, model = train_config["train"], train_config["model"]
+    peak = train.get("peak_flops_per_worker")
+    evaluation = eval_metrics or {}
+    record = {
+        "name": name, "family": model["family"], "preset": model["preset"],
+        "parameters": train_metrics["parameters"],
+        "non_embedding_parameters": train_metrics["non_embedding_parameters"],
+        "steps": train_metrics["steps"], "train_tokens": train_metrics["train_tokens"],
+        "train_seconds": train_metrics["train_seconds"], "workers": train["workers"],
+        "device_hours": train_metrics["device_hours"],
+        "train_flops": train_metrics["train_flops"], "train_flops_6nd": train_metrics["train_flops_6nd"],
+        "train_flops_paper": train_metrics["train_seconds"] * train["workers"] * peak if peak else None,
+        "flops_per_second": train_metrics["flops_per_second"], "mfu": train_metrics.get("mfu"),
+        "best_valid_ppl": train_metrics.get("best_valid_ppl"),
+        "bleu": evaluation.get("bleu"), "chrf": evaluation.get("chrf"),
+        "greedy_bleu": evaluation.get("greedy_bleu"), "greedy_chrf": evaluation.get("greedy_chrf"),
+        "beam_size": evaluation.get("beam_size"),
+        "sentences_per_second": evaluation.get("sentences_per_second"),
+        "tokens_per_second": evaluation.get("tokens_per_second"),
+        "greedy_sentences_per_second": evaluation.get("greedy_sentences_per_second"),
+        "test_sentences": evaluation.get("sentences"),
+        "sacrebleu_signature": evaluation.get("bleu_signature"),
+        "chrf_signature": evaluation.get("chrf_signature"),
+    }
+    return {field: record[field] for field in FIELDS}
+
+
+def validation_curve(rows: list[dict]) -> list[dict]:
+    """The validation points of a training curve: loss against FLOPs and seconds."""
+    return [{"step": row["step"], "train_flops": row["train_flops"], "train_seconds": row["train_seconds"],
+             "valid_loss": row["valid_loss"]} for row in rows if "valid_loss" in row]
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def from_artifacts(name: str, train_dir: Path, eval_dir: Path | None) -> tuple[dict, list[dict]]:
+    """(record, validation curve) of a model from its train and evaluate artifacts."""
+    return from_reports(name, json.loads((train_dir / MANIFEST).read_text()),
+                        read_jsonl(train_dir / "metrics.jsonl"),
+                        json.loads((eval_dir / MANIFEST).read_text()) if eval_dir else None)
+
+
+def from_reports(name: str, train_report: dict, train_curve: list[dict],
+                 eval_report: dict | None) -> tuple[dict, list[dict]]:
+    """The same from any dicts with a stage's ``config`` and ``metrics``: a manifest, or
+    the ``stage_report.json`` MLflow keeps."""
+    record = model_record(name, train_report["config"], train_report["metrics"],
+                          eval_report["metrics"] if eval_report else None)
+    return record, validation_curve(train_curve)

@@ -1,0 +1,116 @@
+"""The comparison table as people read it (Markdown, HTML, a terminal) and as programs
+read it (CSV, JSON). Missing values (a model not evaluated, no peak FLOP/s given)
+show as "-" and stay empty/null in CSV and JSON.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from pathlib import Path
+from typing import Callable
+
+import pandas as pd
+
+from stages.report.records import FIELDS
+
+
+def _count(value: float) -> str:
+    for scale, suffix in ((1e9, "B"), (1e6, "M"), (1e3, "k")):
+        if abs(value) >= scale:
+            return f"{value / scale:.2f}{suffix}"
+    return f"{value:.0f}"
+
+
+def _duration(seconds: float) -> str:
+    minutes, seconds = divmod(round(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{seconds:02d}s"
+
+
+def _fixed(digits: int) -> Callable[[float], str]:
+    return lambda value: f"{value:,.{digits}f}"
+
+
+# (header, record field, format) in display order.
+COLUMNS: tuple[tuple[str, str, Callable], ...] = (
+    ("model", "name", str),
+    ("family", "family", str),
+    ("params", "parameters", _count),
+    ("non-emb params", "non_embedding_parameters", _count),
+    ("train tokens", "train_tokens", _count),
+    ("time", "train_seconds", _duration),
+    ("device-h", "device_hours", _fixed(3)),
+    ("FLOPs counted", "train_flops", "{:.2e}".format),
+    ("FLOPs 6ND", "train_flops_6nd", "{:.2e}".format),
+    ("FLOPs time x peak", "train_flops_paper", "{:.2e}".format),
+    ("GFLOP/s", "flops_per_second", lambda value: f"{value / 1e9:.1f}"),
+    ("MFU", "mfu", "{:.1%}".format),
+    ("valid ppl", "best_valid_ppl", _fixed(2)),
+    ("BLEU greedy", "greedy_bleu", _fixed(2)),
+    ("BLEU beam", "bleu", _fixed(2)),
+    ("chrF greedy", "greedy_chrf", _fixed(2)),
+    ("chrF beam", "chrf", _fixed(2)),
+    ("sent/s beam", "sentences_per_second", _fixed(1)),
+    ("tok/s beam", "tokens_per_second", _fixed(0)),
+)
+
+# What a terminal shows (the files have every column).
+SUMMARY_COLUMNS = ("model", "params", "train tokens", "time", "FLOPs counted", "MFU", "valid ppl", "BLEU greedy",
+                   "BLEU beam", "chrF beam", "sent/s beam")
+
+
+def display_table(records: list[dict]) -> pd.DataFrame:
+    """Formatted strings, one row per model, "-" where a value is missing."""
+    rows = [[("-" if record.get(field) is None else fmt(record[field])) for _, field, fmt in COLUMNS]
+            for record in records]
+    return pd.DataFrame(rows, columns=[header for header, _, _ in COLUMNS])
+
+
+def signature_lines(records: list[dict]) -> list[str]:
+    """The sacreBLEU signatures in use: one line each, with the models that share it."""
+    lines = []
+    for metric, field in (("BLEU", "sacrebleu_signature"), ("chrF", "chrf_signature")):
+        signatures: dict[str, list[str]] = {}
+        for record in records:
+            if record.get(field):
+                signatures.setdefault(record[field], []).append(record["name"])
+        lines += [f"{metric}: {signature}" + (f" ({', '.join(names)})" if len(signatures) > 1 else "")
+                  for signature, names in signatures.items()]
+    return lines
+
+
+def write_json(records: list[dict], curves: dict[str, list[dict]], path: Path, title: str) -> None:
+    path.write_text(json.dumps({"title": title, "fields": list(FIELDS), "models": records, "curves": curves},
+                               indent=2, ensure_ascii=False))
+
+
+def write_csv(records: list[dict], path: Path) -> None:
+    pd.DataFrame(records, columns=list(FIELDS)).to_csv(path, index=False)
+
+
+def markdown(records: list[dict], title: str, plots: list[str]) -> str:
+    parts = [f"# {title}", "", display_table(records).to_markdown(index=False), ""]
+    parts += [f"- sacreBLEU {line}" for line in signature_lines(records)]
+    parts += [NOTES, ""] + [f"![{name}]({name})" for name in plots]
+    return "\n".join(parts) + "\n"
+
+
+def html_page(records: list[dict], title: str, plots: list[str]) -> str:
+    table = display_table(records).to_html(index=False, border=0, classes="report")
+    signatures = "".join(f"<li>sacreBLEU {html.escape(line)}</li>" for line in signature_lines(records))
+    images = "".join(f'<figure><img src="{html.escape(name)}" alt="{html.escape(name)}"></figure>'
+                     for name in plots)
+    return (f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
+            f"<style>{STYLE}</style></head><body><h1>{html.escape(title)}</h1>{table}<ul>{signatures}</ul>"
+            f"<p>{html.escape(NOTES)}</p>{images}</body></html>\n")
+
+
+NOTES = ("FLOPs counted: matrix products of every update (stages/train/flops.py), 3 x forward; "
+         "6ND: 6 x non-embedding parameters x source and target tokens (Kaplan et al. 2020); "
+         "time x peak: training seconds x workers x peak FLOP/s per worker (Vaswani et al. 2017, table 2). "
+         "Decoding speed is per decoding task (one CPU thread under the runner).")
+
+STYLE = ("body{font-family:sans-serif;margin:2em} table.report{border-collapse:collapse} "
+         "table.report td,table.report th{padding:4px 10px;text-align:right;border-bottom:1px solid #ddd} "
+         "table.report td:nth-child(-n+2){text-align:left} img{max-width:640px}")

@@ -1,0 +1,218 @@
+"""The whole graph on a Multi30k slice: training, evaluation, the report, MLflow, and
+``nmt report`` / ``nmt translate`` on what it produced. One pipeline run is shared by
+the module's tests."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from mlflow.tracking import MlflowClient
+from typer.testing import CliRunner
+
+from pipeline.artifacts import MANIFEST
+from pipeline.cli import app
+from stages.evaluate.translator import SearchSettings, Translator
+from stages.report import write_report
+from stages.train.model_file import load_model_file
+
+from conftest import slice_multi30k, small_config, write_config
+
+pytestmark = pytest.mark.slow
+
+FAMILIES = ("rnn", "transformer", "decoder_only")
+PEAK = 1e11  # per worker, for the report's time x peak column
+
+
+@pytest.fixture(scope="module")
+def pipeline_run(tmp_path_factory, multi30k, local_ray):
+    root = tmp_path_factory.mktemp("graph")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(root)
+        patch.setenv("NMT_ARTIFACT_ROOT", str(root / "artifacts"))
+        patch.setenv("NMT_CACHE_DIR", str(root / "cache"))
+        patch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{root / 'mlflow.db'}")
+        corpus = slice_multi30k(multi30k, root / "corpus", {"train": 800, "val": 60, "test_2016_flickr": 30})
+        train = {"workers": 1, "precision": "bf16", "max_tokens": 600, "warmup_steps": 20, "lr_scale": 2.0,
+                 "max_steps": 30, "valid_every": 15, "checkpoint_every": 15, "log_every": 5,
+                 "peak_flops_per_worker": PEAK}
+        models = [{"name": f"{family}_tiny", "family": family, "preset": "tiny"} for family in FAMILIES]
+        evaluate = {"batch_size": 8, "max_length_b": 20}
+        config = write_config(root / "exp.yaml", {**small_config(corpus), "train": train, "evaluate": evaluate,
+                                                  "models": models})
+        first = CliRunner().invoke(app, ["run", str(config)])
+        assert first.exit_code == 0, first.output
+        again = CliRunner().invoke(app, ["run", str(config)])
+        assert again.exit_code == 0, again.output
+        yield SimpleNamespace(root=root, config=config, first=first, again=again,
+                              client=MlflowClient(f"sqlite:///{root / 'mlflow.db'}"))
+
+
+def artifact(run, stage: str) -> Path:
+    """The one committed artifact directory of ``stage``."""
+    (directory,) = (run.root / "artifacts" / stage).iterdir()
+    return directory
+
+
+def stage_runs(run, prefix: str) -> dict:
+    """The MLflow runs of the stages named ``prefix...`` in the first (computing) run."""
+    experiment = run.client.get_experiment_by_name("test").experiment_id
+    runs = {}
+    for tracked in run.client.search_runs([experiment], order_by=["start_time ASC"]):
+        stage = tracked.data.tags.get("nmt.stage", "")
+        if stage.startswith(prefix):
+            runs.setdefault(stage, tracked)
+    return runs
+
+
+def test_every_family_is_trained_evaluated_reported_and_tracked(pipeline_run):
+    run = pipeline_run
+    trained = stage_runs(run, "train/")
+    assert set(trained) == {f"train/{family}_tiny" for family in FAMILIES}
+    for name, tracked in trained.items():
+        history = run.client.get_metric_history(tracked.info.run_id, "train_loss")
+        assert [m.step for m in history] == [5, 10, 15, 20, 25, 30], name
+        assert history[-1].value < history[0].value, name
+        assert tracked.data.metrics["best_valid_loss"] < math.log(500), name
+        model, _ = load_model_file(artifact(run, name) / "model.pt")
+        assert model.family == name.split("/")[1].removesuffix("_tiny")
+
+    evaluated = stage_runs(run, "evaluate/")
+    assert set(evaluated) == {f"evaluate/{family}_tiny" for family in FAMILIES}
+    for name, tracked in evaluated.items():
+        assert 0 < tracked.data.metrics["chrf"] <= 100 and tracked.data.metrics["sentences_per_second"] > 0
+        logged = {a.path for a in run.client.list_artifacts(tracked.info.run_id)}
+        assert {"hypotheses.txt", "hypotheses.greedy.txt", "reference.txt", "scores.json"} <= logged, name
+    (report,) = stage_runs(run, "report").values()
+    assert {"report.md", "report.html", "report.csv", "report.json", "bleu_vs_flops.png"} <= {
+        a.path for a in run.client.list_artifacts(report.info.run_id)}
+
+    # The run prints the comparison; the rerun computes nothing.
+    assert "BLEU beam" in run.first.stdout and "rnn_tiny" in run.first.stdout
+    assert run.again.output.count("│ cached ") == 11  # four data stages, three x (train, evaluate), report
+
+
+def sacrebleu_cli(references: Path, hypotheses: Path) -> dict[str, float]:
+    result = subprocess.run([sys.executable, "-m", "sacrebleu", str(references), "-i", str(hypotheses),
+                             "-m", "bleu", "chrf", "-w", "6", "--format", "json"],
+                            capture_output=True, text=True, check=True)
+    scores = json.loads(result.stdout)
+    return {entry["name"]: entry["score"] for entry in scores}
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_stage_scores_equal_sacrebleu_run_on_the_written_files(pipeline_run, family):
+    directory = artifact(pipeline_run, f"evaluate/{family}_tiny")
+    scores = json.loads((directory / "scores.json").read_text())
+    lines = (directory / "hypotheses.txt").read_text().splitlines()
+    assert len(lines) == len((directory / "reference.txt").read_text().splitlines()) == scores["sentences"] == 30
+    for prefix, hypotheses in (("", "hypotheses.txt"), ("greedy_", "hypotheses.greedy.txt")):
+        cli = sacrebleu_cli(directory / "reference.txt", directory / hypotheses)
+        assert scores[f"{prefix}bleu"] == pytest.approx(cli["BLEU"], abs=1e-4)
+        assert scores[f"{prefix}chrf"] == pytest.approx(cli["chrF2"], abs=1e-4)
+    assert scores["bleu_signature"].startswith("nrefs:1|case:mixed|eff:no|tok:13a")
+
+
+def test_beam_four_finds_higher_scoring_translations_than_greedy(pipeline_run):
+    directory = artifact(pipeline_run, "evaluate/transformer_tiny")
+    sources = (directory / "source.txt").read_text().splitlines()
+    translator = Translator(artifact(pipeline_run, "train/transformer_tiny") / "model.pt")
+    beam = translator.translate(sources, SearchSettings(beam_size=4, max_length_b=20), batch_size=8)
+    greedy = translator.translate(sources, SearchSettings(beam_size=1, max_length_b=20), batch_size=8)
+    beam_mean = sum(line[0].hypothesis.score for line in beam) / len(beam)
+    greedy_mean = sum(line[0].hypothesis.score for line in greedy) / len(greedy)
+    assert beam_mean > greedy_mean
+    # The stage decoded the same way: its hypotheses are these.
+    assert [line[0].text for line in beam] == (directory / "hypotheses.txt").read_text().splitlines()
+
+
+def test_report_flops_columns_agree_with_the_training_metrics(pipeline_run):
+    report_dir = artifact(pipeline_run, "report")
+    report = json.loads((report_dir / "report.json").read_text())
+    with (report_dir / "report.csv").open() as handle:
+        csv_rows = {row["name"]: row for row in csv.DictReader(handle)}
+    assert [row["name"] for row in report["models"]] == [f"{family}_tiny" for family in FAMILIES]
+    for row in report["models"]:
+        metrics = json.loads((artifact(pipeline_run, f"train/{row['name']}") / MANIFEST).read_text())["metrics"]
+        scores = json.loads((artifact(pipeline_run, f"evaluate/{row['name']}") / "scores.json").read_text())
+        assert row["train_flops"] == metrics["train_flops"] > 0
+        assert row["train_flops_6nd"] == metrics["train_flops_6nd"] > 0
+        assert row["train_flops_paper"] == pytest.approx(metrics["train_seconds"] * 1 * PEAK)
+        assert row["mfu"] == pytest.approx(metrics["flops_per_second"] / PEAK)
+        assert row["parameters"] == metrics["parameters"] and row["train_tokens"] == metrics["train_tokens"]
+        assert row["bleu"] == scores["bleu"] and row["greedy_chrf"] == scores["greedy_chrf"]
+        assert float(csv_rows[row["name"]]["train_flops"]) == pytest.approx(row["train_flops"])
+        assert csv_rows[row["name"]]["sacrebleu_signature"] == scores["bleu_signature"]
+        assert len(report["curves"][row["name"]]) == 2  # validated at steps 15 and 30
+    markdown = (report_dir / "report.md").read_text()
+    assert all(f"| {family}_tiny " in markdown for family in FAMILIES)
+
+
+def test_the_report_renders_with_any_subset_of_models(pipeline_run, tmp_path):
+    report = json.loads((artifact(pipeline_run, "report") / "report.json").read_text())
+    rnn = [row for row in report["models"] if row["family"] == "rnn"]
+    written = write_report(rnn, {"rnn_tiny": report["curves"]["rnn_tiny"]}, tmp_path / "rnn", "only the RNN")
+    assert {path.name for path in written} >= {"report.md", "bleu_vs_flops.png", "valid_loss_vs_time.png"}
+    markdown = (tmp_path / "rnn" / "report.md").read_text()
+    assert "rnn_tiny" in markdown and "transformer_tiny" not in markdown
+    # Not evaluated, no curve, no peak FLOP/s: the table shows "-" and no BLEU plot is drawn.
+    bare = {**rnn[0], "bleu": None, "greedy_bleu": None, "chrf": None, "train_flops_paper": None, "mfu": None}
+    written = write_report([bare], {}, tmp_path / "bare", "bare")
+    assert [path.name for path in written] == ["report.md", "report.html", "report.csv", "report.json"]
+    assert "| -" in (tmp_path / "bare" / "report.md").read_text()
+
+
+def test_nmt_report_compares_configs_and_mlflow_runs(pipeline_run, tmp_path):
+    run = pipeline_run
+    experiment = run.client.get_experiment_by_name("test").experiment_id
+    parents = [r for r in run.client.search_runs([experiment], order_by=["start_time ASC"])
+               if "nmt.stage" not in r.data.tags]
+    from_config = CliRunner().invoke(app, ["report", str(run.config), "-o", str(tmp_path / "config")])
+    assert from_config.exit_code == 0, from_config.output
+    # The first run trained everything; its MLflow records give the same table as the artifacts.
+    from_mlflow = CliRunner().invoke(app, ["report", parents[0].info.run_id, "-o", str(tmp_path / "mlflow")])
+    assert from_mlflow.exit_code == 0, from_mlflow.output
+    by_config = json.loads((tmp_path / "config" / "report.json").read_text())
+    by_mlflow = json.loads((tmp_path / "mlflow" / "report.json").read_text())
+    assert by_mlflow["models"] == by_config["models"]
+    assert by_mlflow["curves"] == by_config["curves"]
+
+    both = CliRunner().invoke(app, ["report", str(run.config), parents[1].info.run_id, "-o", str(tmp_path / "both")])
+    assert both.exit_code == 0, both.output
+    names = [row["name"] for row in json.loads((tmp_path / "both" / "report.json").read_text())["models"]]
+    assert len(names) == 6 and len(set(names)) == 6 and "test/rnn_tiny" in names
+
+    stage_run = stage_runs(run, "report")["report"].info.run_id
+    wrong = CliRunner().invoke(app, ["report", stage_run, "-o", str(tmp_path / "wrong")])
+    assert wrong.exit_code == 2 and "give the parent run" in wrong.output
+
+
+def test_translate_prints_one_line_per_input_line_in_order(pipeline_run, tmp_path):
+    run = pipeline_run
+    sources = (artifact(run, "evaluate/transformer_tiny") / "source.txt").read_text().splitlines()
+    hypotheses = (artifact(run, "evaluate/transformer_tiny") / "hypotheses.txt").read_text().splitlines()
+    # Blank lines among the sentences, and an order unlike the stage's.
+    picked = [sources[5], "", sources[0], "   ", sources[17], sources[3], ""]
+    expected = [hypotheses[5], "", hypotheses[0], "", hypotheses[17], hypotheses[3], ""]
+    (tmp_path / "input.en").write_text("\n".join(picked) + "\n")
+    result = CliRunner().invoke(app, ["translate", str(run.config), "--model", "transformer_tiny", "--input",
+                                      str(tmp_path / "input.en"), "--batch-size", "2", "--max-length-b", "20"])
+    assert result.exit_code == 0, result.output
+    assert result.stdout.splitlines() == expected
+
+    model_dir = artifact(run, "train/transformer_tiny")
+    from_stdin = CliRunner().invoke(app, ["translate", str(model_dir), "--beam", "4", "--nbest", "2"],
+                                    input="\n".join(sources[:3]) + "\n")
+    assert from_stdin.exit_code == 0, from_stdin.output
+    nbest = [line.split(" ||| ") for line in from_stdin.stdout.splitlines()]
+    assert [int(index) for index, _, _ in nbest] == [0, 0, 1, 1, 2, 2]
+    assert all(float(nbest[i][2]) >= float(nbest[i + 1][2]) for i in (0, 2, 4))
+
+    missing = CliRunner().invoke(app, ["translate", str(tmp_path / "nothing.pt")])
+    assert missing.exit_code == 2 and "no model file" in missing.output
