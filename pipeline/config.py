@@ -316,7 +316,7 @@ class EvaluateConfig(Section):
     batch_size: int = Field(default=64, gt=0)  # sentences per decoding batch
     shards: int = Field(default=2, gt=0)  # parallel tasks the split is cut into, one CPU each
     precision: Literal["fp32", "bf16"] = "fp32"
-    device: Literal["cpu", "cuda"] = "cpu"
+    device: Literal["cpu", "cuda"] = "cpu"  # cuda: each decoding task holds one GPU
 
     @model_validator(mode="after")
     def _nbest_within_beam(self) -> EvaluateConfig:

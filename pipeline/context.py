@@ -18,7 +18,8 @@ from pipeline.artifacts import default_cache_dir
 
 @dataclass
 class StageContext:
-    parallel_map: Callable[[Callable, list], list] = lambda fn, items: [fn(item) for item in items]
+    # (fn, items, gpus=0) -> [fn(item) ...]; ``gpus``: what each item's task needs.
+    parallel_map: Callable[..., list] = lambda fn, items, gpus=0: [fn(item) for item in items]
     progress: Callable[..., Any] = tqdm
     # Directories searched for pinned files before any download (config `mirrors`, NMT_MIRROR).
     mirrors: list[str] = field(default_factory=list)
@@ -47,11 +48,12 @@ class LocalPath:
         return self.path
 
 
-def ray_parallel_map(fn: Callable, items: list) -> list:
-    """One Ray task per item; the caller's CPU is released while it waits in ray.get."""
+def ray_parallel_map(fn: Callable, items: list, gpus: float = 0) -> list:
+    """One Ray task per item (one CPU, and ``gpus`` GPUs); the caller's CPU is released
+    while it waits in ray.get."""
     import ray
 
-    task = ray.remote(num_cpus=1)(fn)
+    task = ray.remote(num_cpus=1, num_gpus=gpus)(fn)
     return ray.get([task.remote(item) for item in items])
 
 

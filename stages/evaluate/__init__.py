@@ -64,7 +64,7 @@ def evaluate_model(inputs: dict[str, Path], config: EvaluateStageConfig, output:
     jobs = [DecodeJob(ctx.fetcher(name, inputs[name]), sources[start:start + size], settings)
             for start in range(0, len(sources), size)]
     started = time.time()
-    parts = ctx.parallel_map(decode_part, jobs)
+    parts = ctx.parallel_map(decode_part, jobs, gpus=1 if settings.device == "cuda" else 0)
     wall_seconds = time.time() - started
     beam = [line for part in parts for line in part.beam]
 
