@@ -13,6 +13,7 @@ faster setting that changes the output shows it.
 from __future__ import annotations
 
 import argparse
+import os
 import time
 from pathlib import Path
 
@@ -22,7 +23,7 @@ from sacrebleu.metrics import BLEU
 from stages.evaluate.translator import SearchSettings, Translator
 
 
-def trained_models(config_path: str) -> tuple[list[tuple[str, Path]], Path, Path]:
+def trained_models(config_path: str, artifact_root: str | None) -> tuple[list[tuple[str, Path]], Path, Path]:
     """(name, train artifact) of every trained model of a config, and the cleaned test split as files."""
     import tempfile
 
@@ -33,7 +34,7 @@ def trained_models(config_path: str) -> tuple[list[tuple[str, Path]], Path, Path
     from pipeline.graph import plan
 
     config = load_config(config_path)
-    store = ArtifactStore(config.artifact_root)
+    store = ArtifactStore(artifact_root or config.artifact_root)
     planned = {item.stage.name: item for item in plan(config, store)}
     models = [(spec.name, store.local_path(f"train/{spec.name}", planned[f"train/{spec.name}"].key))
               for spec in config.models if planned[f"train/{spec.name}"].status.state == ArtifactState.CACHED]
@@ -49,6 +50,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("models", nargs="*", type=Path, help="train artifact directories (model.pt inside)")
     parser.add_argument("--config", help="benchmark every trained model of this experiment")
+    parser.add_argument("--artifact-root", default=os.environ.get("NMT_ARTIFACT_ROOT"),
+                        help="the config's store; default: NMT_ARTIFACT_ROOT, else the config's artifact_root")
     parser.add_argument("--sources", type=Path)
     parser.add_argument("--references", type=Path)
     parser.add_argument("--sentences", type=int, default=500)
@@ -62,7 +65,7 @@ def main() -> None:
     models = [(path.name, path) for path in args.models]
     sources, references = args.sources, args.references
     if args.config:
-        models, sources, references = trained_models(args.config)
+        models, sources, references = trained_models(args.config, args.artifact_root)
     if not models or sources is None or references is None:
         parser.error("give MODEL_DIRs with --sources and --references, or --config")
     lines = sources.read_text().splitlines()[:args.sentences]

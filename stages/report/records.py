@@ -16,7 +16,7 @@ from pipeline.artifacts import MANIFEST
 
 # The fields of report.json and report.csv, in column order.
 FIELDS = (
-    "name", "family", "preset", "parameters", "non_embedding_parameters", "steps", "train_tokens",
+    "name", "family", "preset", "parameters", "non_embedding_parameters", "steps", "stop_reason", "train_tokens",
     "train_seconds", "workers", "device_hours", "train_flops", "train_flops_6nd", "train_flops_paper",
     "flops_per_second", "mfu", "best_valid_ppl", "bleu", "chrf", "greedy_bleu", "greedy_chrf", "beam_size",
     "sentences_per_second", "tokens_per_second", "greedy_sentences_per_second", "test_sentences",
@@ -37,7 +37,8 @@ def model_record(name: str, train_config: dict, train_metrics: dict, eval_metric
         "name": name, "family": model["family"], "preset": model["preset"],
         "parameters": train_metrics["parameters"],
         "non_embedding_parameters": train_metrics["non_embedding_parameters"],
-        "steps": train_metrics["steps"], "train_tokens": train_metrics["train_tokens"],
+        "steps": train_metrics["steps"], "stop_reason": train_metrics.get("stop_reason"),
+        "train_tokens": train_metrics["train_tokens"],
         "train_seconds": train_metrics["train_seconds"], "workers": train["workers"],
         "device_hours": train_metrics["device_hours"],
         "train_flops": train_metrics["train_flops"], "train_flops_6nd": train_metrics["train_flops_6nd"],

@@ -38,6 +38,8 @@ COLUMNS: tuple[tuple[str, str, Callable], ...] = (
     ("family", "family", str),
     ("params", "parameters", _count),
     ("non-emb params", "non_embedding_parameters", _count),
+    ("updates", "steps", str),
+    ("stopped by", "stop_reason", str),
     ("train tokens", "train_tokens", _count),
     ("time", "train_seconds", _duration),
     ("device-h", "device_hours", _fixed(3)),

@@ -116,6 +116,7 @@ def _write_outputs(output: Path, config: TrainStageConfig, tokenized: Path, chec
         "flops_per_second": progress["train_flops"] / max(seconds, 1e-9),
         "parameters": params["total"], "non_embedding_parameters": params["non_embedding"],
         "restarts": progress["restarts"], "attempt_seconds": seconds_this_attempt,
+        "stop_reason": progress["stop_reason"],  # the budget that ended training
     }
     if train.peak_flops_per_worker:
         metrics["mfu"] = metrics["flops_per_second"] / (train.peak_flops_per_worker * train.workers)
