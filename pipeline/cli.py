@@ -306,7 +306,9 @@ def translate(
     except (FileNotFoundError, RuntimeError) as error:
         _fail(str(error), 2)
     text = input_file.read_text(encoding="utf-8") if input_file else sys.stdin.read()
-    lines = text.splitlines()
+    # Lines end at "\n" only: str.splitlines would also split at U+2028 and friends
+    # inside a sentence, and the output would no longer line up with the input.
+    lines = [line.removesuffix("\r") for line in text.removesuffix("\n").split("\n")] if text else []
     search = SearchSettings(beam_size=beam, length_penalty=length_penalty, max_length_b=max_length_b, nbest=nbest)
     started = time.time()
     # Chunks of many batches: output streams out while the rest translates, in input order.
