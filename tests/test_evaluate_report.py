@@ -165,7 +165,10 @@ def test_the_report_renders_with_any_subset_of_models(pipeline_run, tmp_path):
     bare = {**rnn[0], "bleu": None, "greedy_bleu": None, "chrf": None, "train_flops_paper": None, "mfu": None}
     written = write_report([bare], {}, tmp_path / "bare", "bare")
     assert [path.name for path in written] == ["report.md", "report.html", "report.csv", "report.json"]
-    assert "| -" in (tmp_path / "bare" / "report.md").read_text()
+    table = [line for line in (tmp_path / "bare" / "report.md").read_text().splitlines() if line.startswith("|")]
+    cells = dict(zip([c.strip() for c in table[0].split("|")], [c.strip() for c in table[2].split("|")]))
+    assert cells["BLEU beam"] == cells["MFU"] == cells["FLOPs time x peak"] == "-"
+    assert cells["model"] == "rnn_tiny" and cells["FLOPs counted"] == f"{rnn[0]['train_flops']:.2e}"
 
 
 def test_nmt_report_compares_configs_and_mlflow_runs(pipeline_run, tmp_path):

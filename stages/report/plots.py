@@ -42,6 +42,11 @@ def _bleu_vs_flops(records: list[dict], path: Path, title: str) -> None:
         axes.annotate(record["name"], (record["train_flops"], record["bleu"]), textcoords="offset points",
                       xytext=(6, 4), fontsize=8)
     axes.set_xscale("log")
+    # Room on both sides: models trained at equal FLOPs would otherwise sit on an axis
+    # spanning a fraction of a percent; BLEU from 0 so the gaps are not exaggerated.
+    flops = [record["train_flops"] for record in records]
+    axes.set_xlim(min(flops) / 2, max(flops) * 2)
+    axes.set_ylim(0, max(record["bleu"] for record in records) * 1.15 + 0.5)
     axes.set_xlabel("training FLOPs (counted)")
     axes.set_ylabel("BLEU (filled: beam, hollow: greedy)")
     axes.set_title(title)

@@ -92,9 +92,12 @@ def write_csv(records: list[dict], path: Path) -> None:
 
 
 def markdown(records: list[dict], title: str, plots: list[str]) -> str:
-    parts = [f"# {title}", "", display_table(records).to_markdown(index=False), ""]
+    table = display_table(records)
+    # The cells are formatted already: tabulate must not re-parse "5.00e+13" as a number.
+    align = ["left", "left"] + ["right"] * (len(table.columns) - 2)
+    parts = [f"# {title}", "", table.to_markdown(index=False, disable_numparse=True, colalign=align), ""]
     parts += [f"- sacreBLEU {line}" for line in signature_lines(records)]
-    parts += [NOTES, ""] + [f"![{name}]({name})" for name in plots]
+    parts += ["", NOTES, ""] + [f"![{name}]({name})" for name in plots]
     return "\n".join(parts) + "\n"
 
 
