@@ -315,7 +315,7 @@ def translate(
     chunk = batch_size * 16
     with tqdm(total=len(lines), unit="sent", desc="translate", disable=None, file=sys.stderr) as bar:
         for start in range(0, len(lines), chunk):
-            results = translator.translate(lines[start:start + chunk], search, batch_size)
+            results = translator.translate(lines[start:start + chunk], search, batch_size, bar.update)
             for index, translations in enumerate(results, start):
                 if nbest == 1:
                     print(translations[0].text)
@@ -323,7 +323,6 @@ def translate(
                 for translation in translations:
                     print(f"{index} ||| {translation.text} ||| {translation.hypothesis.score:.4f}")
             sys.stdout.flush()
-            bar.update(len(results))
     seconds = time.time() - started
     console.print(f"{len(lines)} lines in {seconds:.1f}s ({len(lines) / max(seconds, 1e-9):.1f} sentences/s)")
 

@@ -39,6 +39,8 @@ class DecodeJob:
     fetch_model: Callable[[], Path]  # the train artifact, local to the task that calls it
     lines: list[str]
     config: EvaluateConfig
+    progress: Callable  # tqdm-like, from the stage's context
+    label: str  # for the progress bar
 
 
 @dataclass(frozen=True)
@@ -61,7 +63,8 @@ def evaluate_model(inputs: dict[str, Path], config: EvaluateStageConfig, output:
                              "(evaluate.weights: best needs a train run that validated)")
 
     size = -(-len(sources) // min(settings.shards, len(sources)))
-    jobs = [DecodeJob(ctx.fetcher(name, inputs[name]), sources[start:start + size], settings)
+    jobs = [DecodeJob(ctx.fetcher(name, inputs[name]), sources[start:start + size], settings, ctx.progress,
+                      f"evaluate {config.model} [{start + 1}-{min(start + size, len(sources))}]")
             for start in range(0, len(sources), size)]
     started = time.time()
     parts = ctx.parallel_map(decode_part, jobs, gpus=1 if settings.device == "cuda" else 0)
@@ -96,15 +99,17 @@ def decode_part(job: DecodeJob) -> Decoded:
     translator = Translator(job.fetch_model() / f"{settings.weights}.pt", settings.device, settings.precision)
     search = SearchSettings(settings.beam_size, settings.length_penalty, settings.max_length_a,
                             settings.max_length_b, settings.min_length, settings.nbest)
+    bar = job.progress(total=len(job.lines) * (2 if settings.greedy else 1), desc=job.label, unit="sent")
     started = time.perf_counter()
-    beam = translator.translate(job.lines, search, settings.batch_size)
+    beam = translator.translate(job.lines, search, settings.batch_size, bar.update)
     beam_seconds = time.perf_counter() - started
     greedy, greedy_seconds = None, 0.0
     if settings.greedy:
         started = time.perf_counter()
         greedy = translator.translate(job.lines, dataclasses.replace(search, beam_size=1, nbest=1),
-                                      settings.batch_size)
+                                      settings.batch_size, bar.update)
         greedy_seconds = time.perf_counter() - started
+    bar.close()
     return Decoded(beam, greedy, beam_seconds, greedy_seconds)
 
 

@@ -13,6 +13,7 @@ import contextlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import sentencepiece as spm
 import torch
@@ -62,9 +63,10 @@ class Translator:
     def decode(self, tokens: tuple[int, ...]) -> str:
         return self.tgt_spm.decode(list(tokens))
 
-    def translate(self, lines: list[str], search: SearchSettings = SearchSettings(),
-                  batch_size: int = 64) -> list[list[Translation]]:
-        """The ``search.nbest`` best translations of every line, in input order."""
+    def translate(self, lines: list[str], search: SearchSettings = SearchSettings(), batch_size: int = 64,
+                  on_batch: Callable[[int], None] | None = None) -> list[list[Translation]]:
+        """The ``search.nbest`` best translations of every line, in input order;
+        ``on_batch`` is told how many lines each finished batch held (a progress bar)."""
         results: list[list[Translation]] = [[Translation("", Hypothesis((), 0.0, 0.0))] for _ in lines]
         present = [index for index, line in enumerate(lines) if line.strip()]
         encoded = dict(zip(present, self.encode([lines[index] for index in present])))
@@ -73,6 +75,10 @@ class Translator:
             chunk = by_length[start:start + batch_size]
             for index, hypotheses in zip(chunk, self._search([encoded[index] for index in chunk], search)):
                 results[index] = [Translation(self.decode(h.tokens), h) for h in hypotheses]
+            if on_batch is not None:
+                on_batch(len(chunk))
+        if on_batch is not None and len(present) < len(lines):
+            on_batch(len(lines) - len(present))  # the blank lines
         return results
 
     def _search(self, sources: list[list[int]], search: SearchSettings) -> list[list[Hypothesis]]:
