@@ -39,9 +39,9 @@ def from_config(config: ExperimentConfig, store: ArtifactStore) -> Gathered:
         if evaluation_manifest is None:
             gathered.skipped.append(f"{config.name}/{model.name}: not evaluated; BLEU columns left empty")
         # The train artifact's checkpoints are not needed: read only its small files.
-        curve = store.read_files(train.stage.name, train.key, ("metrics.jsonl",))["metrics.jsonl"]
+        history = store.read_files(train.stage.name, train.key, ("metrics.jsonl",))["metrics.jsonl"]
         record, curve = records.from_reports(model.name, store.read_manifest(train.stage.name, train.key),
-                                             _jsonl(curve), evaluation_manifest)
+                                             records.parse_jsonl(history.decode("utf-8")), evaluation_manifest)
         gathered.rows.append(record)
         gathered.curves[model.name] = curve
     return gathered
@@ -78,7 +78,7 @@ def from_mlflow(client: MlflowClient, run_id: str) -> Gathered:
                 gathered.skipped.append(f"{gathered.label}/{name}: not evaluated; BLEU columns left empty")
             record, curve = records.from_reports(
                 name, json.loads((train_dir / "stage_report.json").read_text()),
-                records.read_jsonl(train_dir / "metrics.jsonl"), eval_report)
+                records.parse_jsonl((train_dir / "metrics.jsonl").read_text()), eval_report)
             gathered.rows.append(record)
             gathered.curves[name] = curve
     if not gathered.rows:
@@ -104,6 +104,3 @@ def merge(sources: list[Gathered]) -> tuple[list[dict], dict[str, list[dict]]]:
             curves[name] = source.curves.get(row["name"], [])
     return rows, curves
 
-
-def _jsonl(data: bytes) -> list[dict]:
-    return [json.loads(line) for line in data.decode("utf-8").splitlines() if line.strip()]

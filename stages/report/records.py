@@ -64,14 +64,14 @@ def validation_curve(rows: list[dict]) -> list[dict]:
              "valid_loss": row["valid_loss"]} for row in rows if "valid_loss" in row]
 
 
-def read_jsonl(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+def parse_jsonl(text: str) -> list[dict]:
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
 
 
 def from_artifacts(name: str, train_dir: Path, eval_dir: Path | None) -> tuple[dict, list[dict]]:
     """(record, validation curve) of a model from its train and evaluate artifacts."""
     return from_reports(name, json.loads((train_dir / MANIFEST).read_text()),
-                        read_jsonl(train_dir / "metrics.jsonl"),
+                        parse_jsonl((train_dir / "metrics.jsonl").read_text()),
                         json.loads((eval_dir / MANIFEST).read_text()) if eval_dir else None)
 
 
