@@ -330,7 +330,7 @@ def translate(
 def _model_file(model: Path, model_name: str | None, artifact_root: str | None) -> Path:
     """The model file that a translate argument names."""
     if model.suffix not in (".yaml", ".yml"):
-        return model / "model.pt" if model.is_dir() else model
+        return model  # a file or a train artifact directory: Translator takes either
     from pipeline.artifacts import ArtifactState
     from pipeline.graph import plan
 

@@ -17,6 +17,7 @@ from typing import Callable
 
 import sentencepiece as spm
 import torch
+from torch.nn.utils.rnn import pad_sequence
 
 from stages.evaluate.beam import Hypothesis, beam_search
 from stages.train.model_file import load_model_file
@@ -49,8 +50,6 @@ class Translator:
             raise FileNotFoundError(f"{model_file}: no model file (a train artifact holds model.pt and best.pt)")
         self.model, data = load_model_file(model_file, device)
         self.device, self.precision = device, precision
-        self.info = data["info"]
-        self.spec = data["spec"]
         vocab = json.loads((model_file.parent / "vocab.json").read_text())
         self.src_spm = spm.SentencePieceProcessor(model_file=str(model_file.parent / vocab["models"]["src"]))
         self.tgt_spm = spm.SentencePieceProcessor(model_file=str(model_file.parent / vocab["models"]["tgt"]))
@@ -82,10 +81,7 @@ class Translator:
         return results
 
     def _search(self, sources: list[list[int]], search: SearchSettings) -> list[list[Hypothesis]]:
-        width = max(len(ids) for ids in sources)
-        src = torch.full((len(sources), width), self.pad_id, dtype=torch.long)
-        for row, ids in enumerate(sources):
-            src[row, :len(ids)] = torch.tensor(ids)
+        src = pad_sequence([torch.tensor(ids) for ids in sources], batch_first=True, padding_value=self.pad_id)
         with self._autocast():
             return beam_search(self.model, src.to(self.device), search.beam_size, bos_id=self.bos_id,
                                eos_id=self.eos_id, pad_id=self.pad_id, alpha=search.length_penalty,
@@ -93,7 +89,6 @@ class Translator:
                                min_length=search.min_length, nbest=search.nbest)
 
     def _autocast(self):
-        if self.precision == "fp32":
-            return contextlib.nullcontext()
-        dtype = torch.bfloat16 if self.precision == "bf16" else torch.float16
-        return torch.autocast(device_type=torch.device(self.device).type, dtype=dtype)
+        if self.precision == "bf16":
+            return torch.autocast(device_type=torch.device(self.device).type, dtype=torch.bfloat16)
+        return contextlib.nullcontext()
