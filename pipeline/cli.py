@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import shlex
 import sys
 import time
@@ -80,7 +81,8 @@ def run(
                                                help="MLflow tracking URI; default: sqlite:///./mlflow.db"),
 ) -> None:
     """Run the stage graph, reusing every artifact that is already cached."""
-    from pipeline.graph import UpstreamFailed, connect_ray, plan, run_pipeline
+    from pipeline.graph import UpstreamFailed, connect_ray, plan, preflight, run_pipeline
+    from pipeline.hardware import HardwareError, cpus_of_this_task
     from pipeline.tracking import RunTracker, default_tracking_uri
     from stages.download.locate import mirrors_from
 
@@ -90,6 +92,13 @@ def run(
         planned = plan(experiment, store, until, tuple(force))
     except ValueError as error:
         _fail(str(error), 2)
+    if not (address or os.environ.get("RAY_ADDRESS")):
+        # A local run: this machine is the one that trains and decodes, so refuse now
+        # what it cannot run. A cluster's workers check their own devices.
+        try:
+            preflight(experiment, planned, cpus_of_this_task())
+        except HardwareError as error:
+            _fail(str(error), 2)
     tracker = RunTracker(tracking_uri or default_tracking_uri(), experiment.name)
     parent = tracker.start(experiment.name, yaml.safe_dump(experiment.model_dump(mode="json"), sort_keys=False),
                            shlex.join(["nmt", *sys.argv[1:]]))
@@ -165,7 +174,7 @@ def _print_rows(rows: list[tuple]) -> None:
 
 
 def _print_report(report: dict) -> None:
-    from stages.report.tables import SUMMARY_COLUMNS, display_table, signature_lines
+    from stages.report.tables import SUMMARY_COLUMNS, display_table, hardware_lines, signature_lines
 
     frame = display_table(report["models"])[list(SUMMARY_COLUMNS)]
     table = Table(*frame.columns, title=report["title"])
@@ -174,6 +183,8 @@ def _print_report(report: dict) -> None:
     _table_console().print(table)
     for line in signature_lines(report["models"]):
         _table_console().print(f"sacreBLEU {line}")
+    for line in hardware_lines(report["models"]):
+        _table_console().print(line)
 
 
 @app.command()
@@ -289,21 +300,23 @@ def translate(
                                      help="At most source length + this many output tokens."),
     batch_size: int = typer.Option(32, "--batch-size", min=1, help="Sentences per batch."),
     device: str = typer.Option("cpu", "--device", help="cpu, cuda, cuda:1, ..."),
-    precision: str = typer.Option("fp32", "--precision", help="fp32 or bf16 (autocast)."),
+    precision: str = typer.Option("auto", "--precision",
+                                  help="auto (bf16 where the device runs it natively, else fp32; fp16 on older "
+                                       "GPUs), fp32, bf16 or fp16 (autocast)."),
     artifact_root: Optional[str] = RootOpt,
 ) -> None:
     """Translate lines of text with a trained model: one output line per input line."""
     from tqdm import tqdm
 
+    from pipeline.hardware import HardwareError, detect_device, resolve_precision
     from stages.evaluate.translator import SearchSettings, Translator
 
     if nbest > beam:
         _fail(f"--nbest ({nbest}) cannot exceed --beam ({beam})", 2)
-    if precision not in ("fp32", "bf16"):
-        _fail(f"--precision must be fp32 or bf16, not {precision!r}", 2)
     try:
-        translator = Translator(_model_file(model, model_name, artifact_root), device, precision)
-    except (FileNotFoundError, RuntimeError) as error:
+        resolved = resolve_precision(precision, detect_device(device), "--precision")
+        translator = Translator(_model_file(model, model_name, artifact_root), device, resolved)
+    except (FileNotFoundError, RuntimeError, HardwareError) as error:
         _fail(str(error), 2)
     text = input_file.read_text(encoding="utf-8") if input_file else sys.stdin.read()
     # Lines end at "\n" only: str.splitlines would also split at U+2028 and friends

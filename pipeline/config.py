@@ -202,10 +202,13 @@ class TrainConfig(Section):
     workers: int = Field(default=1, gt=0)
     use_gpu: bool = False
     cpus_per_worker: int = Field(default=1, gt=0)
-    # torch threads per worker; default: cpus_per_worker.
+    # torch threads per worker, at most cpus_per_worker (more would oversubscribe the
+    # CPUs Ray gave the worker); default: cpus_per_worker.
     threads_per_worker: int | None = Field(default=None, gt=0)
-    # bf16: autocast on a CPU (AMX makes it the fast path), DeepSpeed's bf16 mode on a GPU.
-    precision: Literal["fp32", "bf16", "fp16"] = "bf16"
+    # auto: what the worker's device runs fast (pipeline/hardware.py): bf16 on GPUs that
+    # have it and on CPUs with AMX or AVX512-BF16, fp16 on older GPUs, else fp32.
+    # bf16 is autocast on a CPU and DeepSpeed's bf16 mode on a GPU; fp16 is GPU only.
+    precision: Literal["auto", "fp32", "bf16", "fp16"] = "auto"
     zero_stage: int = Field(default=0, ge=0, le=3)
     # Tokens per batch and side on each worker (padded: sentences x longest); the paper
     # used about 25,000 per side over 8 GPUs.
@@ -241,7 +244,9 @@ class TrainConfig(Section):
     average_last: int = Field(default=1, gt=0)
     log_every: int = Field(default=10, gt=0)  # steps between logged metrics
     seed: int = 1
-    # Peak FLOP/s of one worker's device, for MFU; None: not reported.
+    # Peak FLOP/s of one worker's device, for MFU and the "time x peak" FLOPs. Default:
+    # the datasheet of a known GPU, else measured by a matmul probe on each worker
+    # (pipeline/peak_flops.py); set it only to override those.
     peak_flops_per_worker: float | None = Field(default=None, gt=0)
     # Ray Train restarts crashed workers from the last checkpoint this many times.
     max_failures: int = Field(default=2, ge=-1)
@@ -259,7 +264,11 @@ class TrainConfig(Section):
         if self.average_last > self.keep_checkpoints:
             raise ValueError("average_last cannot exceed keep_checkpoints")
         if self.precision == "fp16" and not self.use_gpu:
-            raise ValueError("fp16 needs use_gpu: true; on a CPU use bf16 or fp32")
+            raise ValueError("precision fp16 needs use_gpu: true; on a CPU use auto, bf16 or fp32")
+        if self.threads_per_worker is not None and self.threads_per_worker > self.cpus_per_worker:
+            raise ValueError(f"threads_per_worker ({self.threads_per_worker}) exceeds cpus_per_worker "
+                             f"({self.cpus_per_worker}): the threads would oversubscribe the CPUs Ray gives "
+                             "each worker")
         return self
 
 
@@ -315,13 +324,17 @@ class EvaluateConfig(Section):
     greedy: bool = True  # also decode with beam 1, for the report's greedy columns
     batch_size: int = Field(default=64, gt=0)  # sentences per decoding batch
     shards: int = Field(default=2, gt=0)  # parallel tasks the split is cut into, one CPU each
-    precision: Literal["fp32", "bf16"] = "fp32"
+    # auto: resolved on each decoding task's device, as train.precision is; bf16 and fp16
+    # are autocast.
+    precision: Literal["auto", "fp32", "bf16", "fp16"] = "auto"
     device: Literal["cpu", "cuda"] = "cpu"  # cuda: each decoding task holds one GPU
 
     @model_validator(mode="after")
     def _nbest_within_beam(self) -> EvaluateConfig:
         if self.nbest > self.beam_size:
             raise ValueError(f"nbest ({self.nbest}) cannot exceed beam_size ({self.beam_size})")
+        if self.precision == "fp16" and self.device != "cuda":
+            raise ValueError("precision fp16 needs device: cuda; on a CPU use auto, bf16 or fp32")
         return self
 
 

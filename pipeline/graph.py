@@ -21,6 +21,7 @@ from typing import Callable
 from pipeline.artifacts import ArtifactState, ArtifactStatus, ArtifactStore, artifact_key
 from pipeline.config import ExperimentConfig, ModelSpec, Section
 from pipeline.context import StageContext, ray_parallel_map, ray_progress
+from pipeline.hardware import CPU_BF16_ENV, HardwareError
 from stages import bpe, clean, download, evaluate, report, tokenize
 from stages.train import stage as train
 
@@ -43,6 +44,9 @@ class Stage:
     task_cpus: float = 1
     # Files of the artifact (glob patterns) also logged to the stage's MLflow run.
     mlflow_files: tuple[str, ...] = ()
+    # (section, cpus) -> None, or raises HardwareError: what this machine cannot run,
+    # refused before a local run starts anything.
+    preflight: Callable | None = None
 
     @property
     def group(self) -> str:
@@ -75,11 +79,13 @@ def pipeline_stages(config: ExperimentConfig) -> tuple[Stage, ...]:
         return DATA_STAGES
     training = tuple(
         Stage(f"train/{model.name}", functools.partial(_train_slice, model), train.train_model, train.VERSION,
-              ("tokenize",), resumable=True, task_cpus=0, mlflow_files=("train_report.json", "metrics.jsonl"))
+              ("tokenize",), resumable=True, task_cpus=0, mlflow_files=("train_report.json", "metrics.jsonl"),
+              preflight=train.preflight)
         for model in config.models)
     evaluation = tuple(
         Stage(f"evaluate/{model.name}", functools.partial(_evaluate_slice, model), evaluate.evaluate_model,
-              evaluate.VERSION, ("clean", f"train/{model.name}"), mlflow_files=("*.txt", "nbest.jsonl", "scores.json"))
+              evaluate.VERSION, ("clean", f"train/{model.name}"), mlflow_files=("*.txt", "nbest.jsonl", "scores.json"),
+              preflight=evaluate.preflight)
         for model in config.models)
     reporting = Stage("report", ExperimentConfig.report_stage_config, report.report_models, report.VERSION,
                       tuple(stage.name for stage in training + evaluation),
@@ -146,6 +152,17 @@ def plan(config: ExperimentConfig, store: ArtifactStore, until: str | None = Non
     return planned
 
 
+def preflight(config: ExperimentConfig, planned: list[PlannedStage], cpus: int) -> None:
+    """Check every stage that will run against this machine (``Stage.preflight``);
+    raise HardwareError naming the stage and the config key."""
+    for item in planned:
+        if item.will_run and item.stage.preflight is not None:
+            try:
+                item.stage.preflight(item.stage.config_of(config), cpus)
+            except HardwareError as error:
+                raise HardwareError(f"{item.stage.name}: {error}") from None
+
+
 def execute_stage(stage: Stage, section, key: str, upstream_keys: dict[str, str], store: ArtifactStore,
                   mirrors: list[str], metrics_sink: Callable | None, *upstream_results: StageResult) -> StageResult:
     """Run one stage and commit its artifact; the body of each stage's Ray task.
@@ -177,6 +194,8 @@ def connect_ray(address: str | None) -> None:
     # Train stages that wait for CPUs or GPUs held by other train stages are normal
     # here, not a startup failure to report every minute.
     runtime_env: dict = {"env_vars": {"RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S": str(7 * 24 * 3600)}}
+    if CPU_BF16_ENV in os.environ:  # workers on other nodes decide precision as this driver was told to
+        runtime_env["env_vars"][CPU_BF16_ENV] = os.environ[CPU_BF16_ENV]
     if address or os.environ.get("RAY_ADDRESS"):
         import pipeline
         import stages

@@ -119,11 +119,15 @@ class RunTracker:
         metrics = {**result.metrics, "cache_hit": float(result.cache_hit), "artifact_bytes": result.size_bytes}
         if not result.cache_hit and result.ended:
             metrics["seconds"] = result.ended - result.started
+        # Text results (the resolved precision, the device, where the peak came from) are tags.
+        texts = {f"nmt.{name}": value for name, value in result.metrics.items() if isinstance(value, str)}
+        if error:
+            texts["nmt.error"] = error
         self.client.log_batch(
             run_id,
             metrics=[Metric(name, float(value), now, 0) for name, value in metrics.items()
                      if isinstance(value, (int, float))],
-            tags=[RunTag("nmt.error", error[:5000])] if error else [],
+            tags=[RunTag(name, value[:5000]) for name, value in texts.items()],
         )
         report = {"stage": stage, "artifact_key": key, "cache_hit": result.cache_hit, "status": status,
                   "metrics": result.metrics, "config": config_slice, **({"error": error} if error else {})}

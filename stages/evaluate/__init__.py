@@ -6,10 +6,14 @@ beam search and, when ``greedy`` is set, with beam 1. Hypotheses are detokenized
 the model's SentencePiece model and scored against the cleaned references (the test
 split is normalized, never filtered) with sacreBLEU's BLEU and chrF.
 
+Each task resolves ``evaluate.precision`` on its own device (``pipeline/hardware.py``:
+``auto`` is bf16 only where the device runs it natively) and runs as many threads as
+CPUs Ray gave it.
+
 Output: ``source.txt`` and ``reference.txt`` (the split as scored), ``hypotheses.txt``
 (beam), ``hypotheses.greedy.txt``, ``nbest.jsonl`` (the ``nbest`` best per line with
 model scores) and ``scores.json``: BLEU and chrF with their signatures, the mean
-length-penalized model score, and decoding speed. Speed is per task (one CPU thread
+length-penalized model score, decoding speed, and the resolved precision and device. Speed is per task (one CPU thread
 under the runner): sentences and generated tokens (EOS included) per second of
 decoding, model loading excluded.
 """
@@ -24,14 +28,16 @@ from pathlib import Path
 from typing import Callable
 
 import pyarrow.parquet as pq
+import torch
 from sacrebleu.metrics import BLEU, CHRF
 
 from pipeline.config import EvaluateConfig, EvaluateStageConfig
 from pipeline.context import StageContext
+from pipeline.hardware import HardwareError, cpus_of_this_task, detect_device, resolve_precision
 from stages.errors import InputDataError
 from stages.evaluate.translator import SearchSettings, Translation, Translator
 
-VERSION = 1
+VERSION = 2
 
 
 @dataclass(frozen=True)
@@ -49,6 +55,7 @@ class Decoded:
     greedy: list[list[Translation]] | None
     beam_seconds: float
     greedy_seconds: float
+    hardware: dict  # the task's resolved precision and device
 
 
 def evaluate_model(inputs: dict[str, Path], config: EvaluateStageConfig, output: Path, ctx: StageContext) -> dict:
@@ -84,6 +91,7 @@ def evaluate_model(inputs: dict[str, Path], config: EvaluateStageConfig, output:
 
     scores = {"split": settings.split, "sentences": len(sources), "beam_size": settings.beam_size,
               "length_penalty": settings.length_penalty, "decode_wall_seconds": wall_seconds,
+              **_hardware_summary([part.hardware for part in parts]),
               **score_hypotheses(beam, references, "", sum(p.beam_seconds for p in parts))}
     if settings.greedy:
         greedy = [line for part in parts for line in part.greedy]
@@ -93,10 +101,24 @@ def evaluate_model(inputs: dict[str, Path], config: EvaluateStageConfig, output:
     return scores
 
 
+def preflight(config: EvaluateStageConfig, cpus: int) -> None:
+    """Refuse, before anything starts, a precision or device this machine lacks (local runs)."""
+    settings = config.evaluate
+    if settings.device == "cuda" and not torch.cuda.is_available():
+        raise HardwareError("evaluate.device: cuda, but this machine has no CUDA GPU that torch can use")
+    resolve_precision(settings.precision, detect_device(settings.device), "evaluate.precision")
+
+
 def decode_part(job: DecodeJob) -> Decoded:
     """One task's share: load the model, decode with the beam (and greedily)."""
     settings = job.config
-    translator = Translator(job.fetch_model() / f"{settings.weights}.pt", settings.device, settings.precision)
+    device = detect_device(settings.device)
+    precision = resolve_precision(settings.precision, device, "evaluate.precision")
+    threads = cpus_of_this_task()
+    torch.set_num_threads(threads)
+    hardware = {"precision": precision, "device": device.kind, "device_name": device.name,
+                "device_capability": device.capability, "threads": threads}
+    translator = Translator(job.fetch_model() / f"{settings.weights}.pt", settings.device, precision)
     search = SearchSettings(settings.beam_size, settings.length_penalty, settings.max_length_a,
                             settings.max_length_b, settings.min_length, settings.nbest)
     bar = job.progress(total=len(job.lines) * (2 if settings.greedy else 1), desc=job.label, unit="sent")
@@ -110,7 +132,14 @@ def decode_part(job: DecodeJob) -> Decoded:
                                       settings.batch_size, bar.update)
         greedy_seconds = time.perf_counter() - started
     bar.close()
-    return Decoded(beam, greedy, beam_seconds, greedy_seconds)
+    return Decoded(beam, greedy, beam_seconds, greedy_seconds, hardware)
+
+
+def _hardware_summary(tasks: list[dict]) -> dict:
+    """One value per fact when every task agrees (the usual case), else each task's,
+    comma-separated: tasks on a mixed cluster may resolve different precisions."""
+    return {key: (values[0] if len(set(values)) == 1 else ", ".join(map(str, values)))
+            for key in tasks[0] for values in [[task[key] for task in tasks]]}
 
 
 def score_hypotheses(translations: list[list[Translation]], references: list[str], prefix: str,

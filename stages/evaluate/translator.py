@@ -42,7 +42,8 @@ class Translation:
 class Translator:
     def __init__(self, model_file: Path, device: str = "cpu", precision: str = "fp32"):
         """``model_file``: a train artifact's ``model.pt`` (or ``best.pt``), with the
-        artifact's ``vocab.json`` and SentencePiece model(s) beside it."""
+        artifact's ``vocab.json`` and SentencePiece model(s) beside it. ``precision``:
+        fp32, or bf16/fp16 autocast, already resolved (``pipeline.hardware``)."""
         model_file = Path(model_file)
         if model_file.is_dir():
             model_file = model_file / "model.pt"
@@ -89,6 +90,7 @@ class Translator:
                                min_length=search.min_length, nbest=search.nbest)
 
     def _autocast(self):
-        if self.precision == "bf16":
-            return torch.autocast(device_type=torch.device(self.device).type, dtype=torch.bfloat16)
-        return contextlib.nullcontext()
+        dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(self.precision)
+        if dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(device_type=torch.device(self.device).type, dtype=dtype)

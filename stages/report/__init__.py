@@ -18,7 +18,7 @@ from pipeline.context import StageContext
 from stages.report import records, tables
 from stages.report.plots import write_plots
 
-VERSION = 2
+VERSION = 3
 
 
 def report_models(inputs: dict[str, Path], config: ReportStageConfig, output: Path, ctx: StageContext) -> dict:

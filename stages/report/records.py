@@ -21,6 +21,8 @@ FIELDS = (
     "flops_per_second", "mfu", "best_valid_ppl", "bleu", "chrf", "greedy_bleu", "greedy_chrf", "beam_size",
     "sentences_per_second", "tokens_per_second", "greedy_sentences_per_second", "test_sentences",
     "sacrebleu_signature", "chrf_signature",
+    "precision", "device_name", "device_capability", "threads_per_worker", "peak_flops_per_worker", "peak_source",
+    "peak_detail", "eval_precision", "eval_device_name",
 )
 
 
@@ -28,10 +30,13 @@ def model_record(name: str, train_config: dict, train_metrics: dict, eval_metric
     """A model's row: training costs three ways, quality, and decoding speed.
 
     ``train_flops_paper`` is the estimate of Vaswani et al. (2017), table 2: training
-    time x devices x the device's peak FLOP/s (None when the config gives no peak).
+    time x devices x the device's peak FLOP/s, the peak the run used (measured, from a
+    datasheet, or the config's override; ``peak_source`` says which). Runs made before
+    peaks were measured fall back to the config's ``peak_flops_per_worker``, or None.
     """
     train, model = train_config["train"], train_config["model"]
-    peak = train.get("peak_flops_per_worker")
+    peak = train_metrics.get("peak_flops_per_worker") or train.get("peak_flops_per_worker")
+    peak_source = train_metrics.get("peak_source") or ("config" if peak else None)
     evaluation = eval_metrics or {}
     record = {
         "name": name, "family": model["family"], "preset": model["preset"],
@@ -54,6 +59,11 @@ def model_record(name: str, train_config: dict, train_metrics: dict, eval_metric
         "test_sentences": evaluation.get("sentences"),
         "sacrebleu_signature": evaluation.get("bleu_signature"),
         "chrf_signature": evaluation.get("chrf_signature"),
+        "precision": train_metrics.get("precision"), "device_name": train_metrics.get("device_name"),
+        "device_capability": train_metrics.get("device_capability"),
+        "threads_per_worker": train_metrics.get("threads_per_worker"),
+        "peak_flops_per_worker": peak, "peak_source": peak_source, "peak_detail": train_metrics.get("peak_detail"),
+        "eval_precision": evaluation.get("precision"), "eval_device_name": evaluation.get("device_name"),
     }
     return {field: record[field] for field in FIELDS}
 

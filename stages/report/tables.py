@@ -36,6 +36,7 @@ def _fixed(digits: int) -> Callable[[float], str]:
 COLUMNS: tuple[tuple[str, str, Callable], ...] = (
     ("model", "name", str),
     ("family", "family", str),
+    ("precision", "precision", str),
     ("params", "parameters", _count),
     ("non-emb params", "non_embedding_parameters", _count),
     ("updates", "steps", str),
@@ -47,6 +48,8 @@ COLUMNS: tuple[tuple[str, str, Callable], ...] = (
     ("FLOPs 6ND", "train_flops_6nd", "{:.2e}".format),
     ("FLOPs time x peak", "train_flops_paper", "{:.2e}".format),
     ("GFLOP/s", "flops_per_second", lambda value: f"{value / 1e9:.1f}"),
+    ("peak GFLOP/s", "peak_flops_per_worker", lambda value: f"{value / 1e9:,.1f}"),
+    ("peak from", "peak_source", str),
     ("MFU", "mfu", "{:.1%}".format),
     ("valid ppl", "best_valid_ppl", _fixed(2)),
     ("BLEU greedy", "greedy_bleu", _fixed(2)),
@@ -58,8 +61,8 @@ COLUMNS: tuple[tuple[str, str, Callable], ...] = (
 )
 
 # What a terminal shows (the files have every column).
-SUMMARY_COLUMNS = ("model", "params", "train tokens", "time", "FLOPs counted", "MFU", "valid ppl", "BLEU greedy",
-                   "BLEU beam", "chrF beam", "sent/s beam")
+SUMMARY_COLUMNS = ("model", "precision", "params", "train tokens", "time", "FLOPs counted", "MFU", "valid ppl",
+                   "BLEU greedy", "BLEU beam", "chrF beam", "sent/s beam")
 
 
 def display_table(records: list[dict]) -> pd.DataFrame:
@@ -82,6 +85,24 @@ def signature_lines(records: list[dict]) -> list[str]:
     return lines
 
 
+def hardware_lines(records: list[dict]) -> list[str]:
+    """Per model: what it trained on and in which precision, and the peak FLOP/s that
+    its MFU and "time x peak" used, with where that peak came from."""
+    lines = []
+    for record in records:
+        device = record.get("device_name")
+        if device:
+            threads = record.get("threads_per_worker")
+            lines.append(f"{record['name']}: trained in {record['precision']} on {device} "
+                         f"({record['device_capability']}{f', {threads} thread(s) per worker' if threads else ''})"
+                         + (f", decoded in {record['eval_precision']}" if record.get("eval_precision") else ""))
+        if record.get("peak_flops_per_worker"):
+            detail = record.get("peak_detail") or record["peak_source"]
+            lines.append(f"{record['name']}: peak {record['peak_flops_per_worker'] / 1e9:,.1f} GFLOP/s per worker, "
+                         f"{record['peak_source']}: {detail}")
+    return lines
+
+
 def write_json(records: list[dict], curves: dict[str, list[dict]], path: Path, title: str) -> None:
     path.write_text(json.dumps({"title": title, "fields": list(FIELDS), "models": records, "curves": curves},
                                indent=2, ensure_ascii=False))
@@ -97,6 +118,7 @@ def markdown(records: list[dict], title: str, plots: list[str]) -> str:
     align = ["left", "left"] + ["right"] * (len(table.columns) - 2)
     parts = [f"# {title}", "", table.to_markdown(index=False, disable_numparse=True, colalign=align), ""]
     parts += [f"- sacreBLEU {line}" for line in signature_lines(records)]
+    parts += [f"- {line}" for line in hardware_lines(records)]
     parts += ["", NOTES, ""] + [f"![{name}]({name})" for name in plots]
     return "\n".join(parts) + "\n"
 
@@ -104,6 +126,7 @@ def markdown(records: list[dict], title: str, plots: list[str]) -> str:
 def html_page(records: list[dict], title: str, plots: list[str]) -> str:
     table = display_table(records).to_html(index=False, border=0, classes="report")
     signatures = "".join(f"<li>sacreBLEU {html.escape(line)}</li>" for line in signature_lines(records))
+    signatures += "".join(f"<li>{html.escape(line)}</li>" for line in hardware_lines(records))
     images = "".join(f'<figure><img src="{html.escape(name)}" alt="{html.escape(name)}"></figure>'
                      for name in plots)
     return (f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
@@ -113,7 +136,9 @@ def html_page(records: list[dict], title: str, plots: list[str]) -> str:
 
 NOTES = ("FLOPs counted: matrix products of every update (stages/train/flops.py), 3 x forward; "
          "6ND: 6 x non-embedding parameters x source and target tokens (Kaplan et al. 2020); "
-         "time x peak: training seconds x workers x peak FLOP/s per worker (Vaswani et al. 2017, table 2). "
+         "time x peak: training seconds x workers x peak FLOP/s per worker (Vaswani et al. 2017, table 2); "
+         "the peak is measured on each worker by a matmul probe in the run's precision, taken from the "
+         "datasheet for known GPUs, or set in the config ('peak from' says which). "
          "Decoding speed is per decoding task (one CPU thread under the runner).")
 
 STYLE = ("body{font-family:sans-serif;margin:2em} table.report{border-collapse:collapse} "

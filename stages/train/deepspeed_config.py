@@ -1,9 +1,11 @@
 """The DeepSpeed JSON config, generated from our train section.
 
-Precision: on a GPU, ``bf16`` and ``fp16`` are DeepSpeed's own mixed-precision modes
-(fp32 master weights in the optimizer, ZeRO-aware). On a CPU DeepSpeed runs in fp32
-and the train loop wraps the forward in ``torch.autocast("cpu", torch.bfloat16)``: the
-matrix products run in bf16 on AMX while weights and optimizer stay fp32.
+Precision is the one the worker resolved for its device (``pipeline/hardware.py``),
+never ``auto``. On a GPU, ``bf16`` and ``fp16`` are DeepSpeed's own mixed-precision
+modes (fp32 master weights in the optimizer, ZeRO-aware; fp16 with dynamic loss
+scaling). On a CPU DeepSpeed runs in fp32 and the train loop wraps the forward in
+``torch.autocast("cpu", torch.bfloat16)``: the matrix products run in bf16 on AMX
+while weights and optimizer stay fp32.
 
 ``train.deepspeed`` is merged in last, key by key, for anything not generated here
 (offloading, communication overlap, activation checkpointing, ...).
@@ -16,7 +18,7 @@ from typing import Any
 from pipeline.config import TrainConfig
 
 
-def deepspeed_config(config: TrainConfig) -> dict[str, Any]:
+def deepspeed_config(config: TrainConfig, precision: str) -> dict[str, Any]:
     generated: dict[str, Any] = {
         # Batches are built by token count, so the micro-batch size in sentences is
         # nominal: DeepSpeed needs a number, the loop feeds it whole batches.
@@ -27,9 +29,9 @@ def deepspeed_config(config: TrainConfig) -> dict[str, Any]:
         "steps_per_print": 10**9,  # our own logging reports progress
         "wall_clock_breakdown": False,
     }
-    if config.use_gpu and config.precision == "bf16":
+    if config.use_gpu and precision == "bf16":
         generated["bf16"] = {"enabled": True}
-    if config.use_gpu and config.precision == "fp16":
+    if config.use_gpu and precision == "fp16":
         generated["fp16"] = {"enabled": True, "loss_scale": 0, "initial_scale_power": 16}
     return merge(generated, config.deepspeed)
 
@@ -42,5 +44,5 @@ def merge(base: dict, overrides: dict) -> dict:
     return merged
 
 
-def cpu_autocast(config: TrainConfig) -> bool:
-    return config.precision == "bf16" and not config.use_gpu
+def cpu_autocast(config: TrainConfig, precision: str) -> bool:
+    return precision == "bf16" and not config.use_gpu

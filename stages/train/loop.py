@@ -35,6 +35,7 @@ from stages.train.loss import translation_loss
 from stages.train.model_file import build_for_vocabulary, vocabulary_facts
 from stages.train.progress import TrainingProgress, budget_fraction, budget_reached
 from stages.train.schedule import learning_rate
+from stages.train.worker_device import worker_hardware
 
 DEEPSPEED_TAG = "deepspeed"
 
@@ -49,7 +50,15 @@ def train_worker(loop_config: dict) -> None:
     train = config.train
     context = ray.train.get_context()
     rank, world = context.get_world_rank(), context.get_world_size()
-    torch.set_num_threads(train.threads_per_worker or train.cpus_per_worker)
+    # As many threads as the CPUs Ray gave this worker, never more (config.py checks).
+    threads = train.threads_per_worker or train.cpus_per_worker
+    torch.set_num_threads(threads)
+    device = "cpu"
+    if train.use_gpu:
+        import ray.train.torch
+
+        device = str(ray.train.torch.get_device())
+    hardware = worker_hardware(train, device, threads, world)
     tokenized = loop_config["fetch_tokenized"]()
     train_split, valid_split = TokenizedSplit(tokenized, "train"), TokenizedSplit(tokenized, "valid")
     facts = vocabulary_facts(tokenized, train_split.vocab)
@@ -64,7 +73,7 @@ def train_worker(loop_config: dict) -> None:
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda update: learning_rate(update + 1, train, width))
     engine, _, _, _ = deepspeed.initialize(model=model, optimizer=optimizer, lr_scheduler=scheduler,
-                                           config=deepspeed_config(train))
+                                           config=deepspeed_config(train, hardware["precision"]))
 
     progress, history, best = TrainingProgress(), [], None
     # Ray Train's checkpoint when it restarts workers or finds its run's snapshot; else
@@ -76,6 +85,7 @@ def train_worker(loop_config: dict) -> None:
         with checkpoint.as_directory() as directory:
             progress, history, best = _restore(engine, Path(directory))
         progress.restarts += 1
+    progress.hardware = hardware  # this attempt's: a resumed run may land on other hardware
 
     loop = TrainLoop(engine, config, facts, train_split, valid_split, rank, world, progress, history, best,
                      loop_config["metrics_sink"] if rank == 0 else None)
@@ -91,7 +101,7 @@ class TrainLoop:
         self.train_split, self.valid_split = train_split, valid_split
         self.rank, self.world = rank, world
         self.progress, self.history, self.best = progress, history, best
-        self.autocast = cpu_autocast(self.train)
+        self.autocast = cpu_autocast(self.train, progress.hardware["precision"])
         self.device = engine.device
         self.window = _Window()
         self.metrics_sink = metrics_sink  # rank 0's live MLflow logging, when tracked
@@ -208,8 +218,7 @@ class TrainLoop:
                "flops_per_second": flops_per_second, "train_seconds": progress.seconds}
         if grad_norm is not None:
             row["grad_norm"] = float(grad_norm)
-        if self.train.peak_flops_per_worker:
-            row["mfu"] = flops_per_second / (self.train.peak_flops_per_worker * self.world)
+        row["mfu"] = flops_per_second / self.progress.hardware["peak_flops_total"]
         self._record(row)
         window.reset_rows()
 

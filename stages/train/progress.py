@@ -4,7 +4,7 @@ same data order, budgets and early-stopping count; and the budget check itself."
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 from pipeline.config import TrainConfig
 from stages.train.batching import BatchPosition
@@ -27,6 +27,8 @@ class TrainingProgress:
     last_valid_step: int = -1
     stop_reason: str = ""
     restarts: int = 0
+    # The latest attempt's device, resolved precision and peak FLOP/s (worker_device.py).
+    hardware: dict = field(default_factory=dict)
 
     @property
     def position(self) -> BatchPosition:

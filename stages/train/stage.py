@@ -23,12 +23,13 @@ import torch
 
 from pipeline.config import TrainStageConfig
 from pipeline.context import StageContext
+from pipeline.hardware import HardwareError, detect_device, resolve_precision
 from stages.errors import InputDataError
 from stages.train.checkpoints import average_weights, complete_checkpoints, fill_tied_weights, fp32_weights
 from stages.train.flops import parameter_counts
 from stages.train.model_file import build_for_vocabulary, save_model_file, vocabulary_facts
 
-VERSION = 1
+VERSION = 2
 RUN_NAME = "train_run"
 
 
@@ -63,6 +64,26 @@ def train_model(inputs: dict[str, Path], config: TrainStageConfig, output: Path,
     if not checkpoints:
         raise RuntimeError(f"training {config.model.name!r} ended without a complete checkpoint in {output}")
     return _write_outputs(output, config, tokenized, checkpoints, time.time() - started)
+
+
+def preflight(config: TrainStageConfig, cpus: int) -> None:
+    """Refuse, before anything starts, a train section this machine cannot run: a
+    precision its device lacks, a GPU it lacks, more CPUs than its ``cpus`` (Ray Train
+    would wait for them forever). For local runs; on a cluster each worker checks its
+    own device when it starts."""
+    train = config.train
+    if train.use_gpu and not _has_cuda():
+        raise HardwareError("train.use_gpu: true, but this machine has no CUDA GPU that torch can use")
+    device = detect_device("cuda" if train.use_gpu else "cpu")
+    resolve_precision(train.precision, device, "train.precision")
+    needed = train.workers * train.cpus_per_worker
+    if needed > cpus:
+        raise HardwareError(f"train.workers ({train.workers}) x train.cpus_per_worker ({train.cpus_per_worker}) "
+                            f"needs {needed} CPUs, but this machine has {cpus}")
+
+
+def _has_cuda() -> bool:
+    return torch.cuda.is_available() and torch.cuda.device_count() > 0
 
 
 def _check_inputs(tokenized: Path, config: TrainStageConfig) -> None:
@@ -118,8 +139,11 @@ def _write_outputs(output: Path, config: TrainStageConfig, tokenized: Path, chec
         "restarts": progress["restarts"], "attempt_seconds": seconds_this_attempt,
         "stop_reason": progress["stop_reason"],  # the budget that ended training
     }
-    if train.peak_flops_per_worker:
-        metrics["mfu"] = metrics["flops_per_second"] / (train.peak_flops_per_worker * train.workers)
+    # Resolved precision, device and peak FLOP/s (with where the peak came from).
+    hardware = progress.get("hardware", {})
+    metrics.update({key: value for key, value in hardware.items() if key != "peak_flops_total"})
+    if hardware.get("peak_flops_total"):
+        metrics["mfu"] = metrics["flops_per_second"] / hardware["peak_flops_total"]
     if progress["best_valid_loss"] is not None:
         metrics["best_valid_loss"] = progress["best_valid_loss"]
         metrics["best_valid_ppl"] = math.exp(min(progress["best_valid_loss"], 50))

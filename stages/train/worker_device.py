@@ -1,0 +1,50 @@
+"""What a training worker runs on: its device, the precision all workers agree on, and
+the peak FLOP/s that MFU divides by.
+
+Each worker resolves ``train.precision`` on its own device (``pipeline/hardware.py``),
+since on a cluster the driver's machine is not the workers'. Under ``auto`` the
+workers of a heterogeneous group could resolve differently, so they take the lowest
+precision any of them resolved: one DeepSpeed run has one precision. Each worker
+then finds its device's peak (``pipeline/peak_flops.py``); their sum is the group's.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+from pipeline.config import TrainConfig
+from pipeline.hardware import detect_device, resolve_precision
+from pipeline.peak_flops import peak_flops
+
+# Lowest first: the precision a mixed group falls back to.
+_ORDER = ("fp32", "fp16", "bf16")
+
+
+def worker_hardware(train: TrainConfig, device: str, threads: int, world: int) -> dict:
+    """The facts a run reports about its hardware: the group's precision and summed peak,
+    this worker's device (rank 0's is the one reported)."""
+    found = detect_device(device)
+    precision = _agreed(resolve_precision(train.precision, found, "train.precision"), world)
+    peak = peak_flops(found, precision, threads, train.peak_flops_per_worker)
+    total_peak = _sum(peak.flops, world)
+    return {"precision": precision, "device": found.kind, "device_name": found.name,
+            "device_capability": found.capability, "threads_per_worker": threads,
+            "peak_flops_per_worker": total_peak / world, "peak_flops_total": total_peak,
+            "peak_source": peak.source, "peak_detail": peak.detail}
+
+
+def _agreed(precision: str, world: int) -> str:
+    if world == 1 or not dist.is_initialized():
+        return precision
+    rank = torch.tensor([_ORDER.index(precision)], dtype=torch.int64)
+    dist.all_reduce(rank, op=dist.ReduceOp.MIN)
+    return _ORDER[int(rank.item())]
+
+
+def _sum(value: float, world: int) -> float:
+    if world == 1 or not dist.is_initialized():
+        return value
+    total = torch.tensor([value], dtype=torch.float64)
+    dist.all_reduce(total)
+    return float(total.item())
