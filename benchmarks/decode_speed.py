@@ -20,6 +20,7 @@ from pathlib import Path
 import torch
 from sacrebleu.metrics import BLEU
 
+from pipeline.hardware import detect_device
 from stages.evaluate.translator import SearchSettings, Translator
 
 
@@ -57,7 +58,8 @@ def main() -> None:
     parser.add_argument("--sentences", type=int, default=500)
     parser.add_argument("--beams", type=int, nargs="+", default=[1, 4])
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 16, 64])
-    parser.add_argument("--precisions", nargs="+", default=["fp32", "bf16"])
+    parser.add_argument("--precisions", nargs="+", choices=["fp32", "bf16", "fp16"], default=None,
+                        help="default: fp32, and bf16 where the device runs it natively")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--device", default="cpu")
     args = parser.parse_args()
@@ -71,11 +73,14 @@ def main() -> None:
     lines = sources.read_text().splitlines()[:args.sentences]
     refs = references.read_text().splitlines()[:args.sentences]
 
-    print(f"{len(lines)} sentences, {args.threads} thread(s), device {args.device}\n")
+    found = detect_device(args.device)
+    precisions = args.precisions or (["fp32", "bf16"] if found.bf16 else ["fp32"])
+    print(f"{len(lines)} sentences, {args.threads} thread(s), {found.describe()}"
+          + ("" if found.bf16 or "bf16" in precisions else f"; bf16 skipped: {found.why}") + "\n")
     print("| model | precision | beam | batch | sentences/s | tokens/s | BLEU |")
     print("|---|---|---:|---:|---:|---:|---:|")
     for name, directory in models:
-        for precision in args.precisions:
+        for precision in precisions:
             translator = Translator(directory / "model.pt", args.device, precision)
             for beam in args.beams:
                 for batch_size in args.batch_sizes:

@@ -5,10 +5,15 @@ Both models train on the same random batch with the same optimizer (Adam), so th
 numbers compare the model code, not the data pipeline. FLOPs per step come from
 stages/train/flops.py (the same count the train stage budgets with; identical for
 both models since the shapes are). MFU divides achieved FLOP/s by the peak this
-machine reaches on one large matrix product in the same precision, measured here.
+machine reaches on dense matrix products in the same precision and thread count,
+measured here by the probe the train stage uses (pipeline/peak_flops.py).
+
+Precisions: by default fp32 and, where the device runs it natively (pipeline/hardware.py:
+AMX or AVX512-BF16 on a CPU, sm_80+ on a GPU), bf16 autocast. ``--precisions fp32 bf16``
+forces both; bf16 on an AVX2-only CPU is emulated and runs hundreds of times slower.
 
     pip install -e '.[bench]'          # transformers, for the peer model
-    python benchmarks/train_throughput.py [--shapes small base] [--steps 5] [--device cpu|cuda]
+    python benchmarks/train_throughput.py [--shapes small base] [--steps 5] [--device cpu|cuda] [--threads N]
 """
 
 from __future__ import annotations
@@ -19,24 +24,14 @@ import time
 
 import torch
 
+from pipeline.hardware import detect_device
+from pipeline.peak_flops import measure_matmul_flops
 from stages.train.flops import training_flops
 from stages.train.loss import label_smoothed_cross_entropy
 from stages.train.models.presets import TRANSFORMER_PRESETS
 from stages.train.models.transformer import Transformer
 
 VOCAB = 8000
-
-
-def peak_flops(dtype: torch.dtype, device: str, size: int = 4096, repeats: int = 5) -> float:
-    a = torch.randn(size, size, device=device, dtype=dtype)
-    b = torch.randn(size, size, device=device, dtype=dtype)
-    a @ b
-    _sync(device)
-    started = time.perf_counter()
-    for _ in range(repeats):
-        a @ b
-    _sync(device)
-    return 2 * size**3 * repeats / (time.perf_counter() - started)
 
 
 def marian_like(config) -> torch.nn.Module:
@@ -94,25 +89,32 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=1536, help="target tokens per batch")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--precisions", nargs="+", choices=["fp32", "bf16"], default=None,
+                        help="default: fp32, and bf16 where the device runs it natively")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
     device = args.device
+    found = detect_device(device)
+    precisions = args.precisions or (["fp32", "bf16"] if found.bf16 else ["fp32"])
     sentences = max(1, args.tokens // args.length)
     generator = torch.Generator().manual_seed(0)
     src = torch.randint(6, VOCAB, (sentences, args.length), generator=generator).to(device)
     tgt_out = torch.randint(6, VOCAB, (sentences, args.length), generator=generator).to(device)
     tgt_in = torch.cat([torch.full((sentences, 1), 2, device=device), tgt_out[:, :-1]], dim=1)
     batch = (src, tgt_in, tgt_out)
-    peaks = {"fp32": peak_flops(torch.float32, device), "bf16": peak_flops(torch.bfloat16, device)}
-    print(f"device {device}, {torch.get_num_threads()} threads; batch {sentences} x {args.length} tokens a side; "
-          f"measured matmul peak: fp32 {peaks['fp32'] / 1e9:,.0f} GFLOP/s, bf16 {peaks['bf16'] / 1e9:,.0f} GFLOP/s")
+    threads = torch.get_num_threads()
+    peaks = {precision: measure_matmul_flops(device, precision, threads) for precision in precisions}
+    print(f"{found.describe()}, {threads} thread(s); batch {sentences} x {args.length} tokens a side; "
+          "measured matmul peak: " + ", ".join(f"{p} {peak / 1e9:,.0f} GFLOP/s" for p, peak in peaks.items()))
+    if not found.bf16 and "bf16" not in precisions:
+        print(f"bf16 skipped: {found.why}")
     print()
     print("| shape | model | precision | params | s/step | target tokens/s | GFLOP/s | MFU |")
     print("|---|---|---|---:|---:|---:|---:|---:|")
     for shape in args.shapes:
         config = TRANSFORMER_PRESETS[shape]
-        for precision in ("fp32", "bf16"):
+        for precision in precisions:
             for name, build, forward in (("ours", lambda: Transformer(config, VOCAB, VOCAB), ours_forward),
                                          ("MarianMTModel", lambda: marian_like(config), marian_forward)):
                 torch.manual_seed(0)

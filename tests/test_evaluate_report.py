@@ -18,6 +18,7 @@ from typer.testing import CliRunner
 
 from pipeline.artifacts import MANIFEST
 from pipeline.cli import app
+from pipeline.hardware import detect_device, resolve_precision
 from stages.evaluate.translator import SearchSettings, Translator
 from stages.report import write_report
 from stages.train.model_file import load_model_file
@@ -27,7 +28,6 @@ from conftest import slice_multi30k, small_config, write_config
 pytestmark = pytest.mark.slow
 
 FAMILIES = ("rnn", "transformer", "decoder_only")
-PEAK = 1e11  # per worker, for the report's time x peak column
 
 
 @pytest.fixture(scope="module")
@@ -39,9 +39,9 @@ def pipeline_run(tmp_path_factory, multi30k, local_ray):
         patch.setenv("NMT_CACHE_DIR", str(root / "cache"))
         patch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{root / 'mlflow.db'}")
         corpus = slice_multi30k(multi30k, root / "corpus", {"train": 800, "val": 60, "test_2016_flickr": 30})
-        train = {"workers": 1, "precision": "bf16", "max_tokens": 600, "warmup_steps": 20, "lr_scale": 2.0,
-                 "max_steps": 30, "valid_every": 15, "checkpoint_every": 15, "log_every": 5,
-                 "peak_flops_per_worker": PEAK}
+        # precision and peak FLOP/s left to the hardware: auto, and a measured peak.
+        train = {"workers": 1, "max_tokens": 600, "warmup_steps": 20, "lr_scale": 2.0,
+                 "max_steps": 30, "valid_every": 15, "checkpoint_every": 15, "log_every": 5}
         models = [{"name": f"{family}_tiny", "family": family, "preset": "tiny"} for family in FAMILIES]
         evaluate = {"batch_size": 8, "max_length_b": 20}
         config = write_config(root / "exp.yaml", {**small_config(corpus), "train": train, "evaluate": evaluate,
@@ -75,7 +75,14 @@ def test_every_family_is_trained_evaluated_reported_and_tracked(pipeline_run):
     run = pipeline_run
     trained = stage_runs(run, "train/")
     assert set(trained) == {f"train/{family}_tiny" for family in FAMILIES}
+    resolved = resolve_precision("auto", detect_device("cpu"), "train.precision")
     for name, tracked in trained.items():
+        # The hardware facts: text ones as tags, the peak and MFU as metrics.
+        assert tracked.data.tags["nmt.precision"] == resolved, name
+        assert tracked.data.tags["nmt.device_name"] == detect_device("cpu").name
+        assert tracked.data.tags["nmt.peak_source"] == "measured"
+        assert tracked.data.metrics["peak_flops_per_worker"] > 0 and tracked.data.metrics["mfu"] > 0
+        assert len(run.client.get_metric_history(tracked.info.run_id, "mfu")) == 6  # live, every logged row
         history = run.client.get_metric_history(tracked.info.run_id, "train_loss")
         assert [m.step for m in history] == [5, 10, 15, 20, 25, 30], name
         assert history[-1].value < history[0].value, name
@@ -143,8 +150,14 @@ def test_report_flops_columns_agree_with_the_training_metrics(pipeline_run):
         scores = json.loads((artifact(pipeline_run, f"evaluate/{row['name']}") / "scores.json").read_text())
         assert row["train_flops"] == metrics["train_flops"] > 0
         assert row["train_flops_6nd"] == metrics["train_flops_6nd"] > 0
-        assert row["train_flops_paper"] == pytest.approx(metrics["train_seconds"] * 1 * PEAK)
-        assert row["mfu"] == pytest.approx(metrics["flops_per_second"] / PEAK)
+        # The peak each worker measured in its precision: the one MFU and time x peak use.
+        peak = metrics["peak_flops_per_worker"]
+        assert row["peak_flops_per_worker"] == peak > 0 and row["peak_source"] == "measured"
+        assert row["train_flops_paper"] == pytest.approx(metrics["train_seconds"] * 1 * peak)
+        assert row["mfu"] == pytest.approx(metrics["flops_per_second"] / peak)
+        resolved = resolve_precision("auto", detect_device("cpu"), "train.precision")
+        assert row["precision"] == metrics["precision"] == resolved == scores["precision"] == row["eval_precision"]
+        assert row["device_name"] == scores["device_name"] == detect_device("cpu").name
         assert row["parameters"] == metrics["parameters"] and row["train_tokens"] == metrics["train_tokens"]
         assert row["bleu"] == scores["bleu"] and row["greedy_chrf"] == scores["greedy_chrf"]
         assert float(csv_rows[row["name"]]["train_flops"]) == pytest.approx(row["train_flops"])
@@ -152,6 +165,8 @@ def test_report_flops_columns_agree_with_the_training_metrics(pipeline_run):
         assert len(report["curves"][row["name"]]) == 2  # validated at steps 15 and 30
     markdown = (report_dir / "report.md").read_text()
     assert all(f"| {family}_tiny " in markdown for family in FAMILIES)
+    # The report says which peak each model's MFU used and where it came from.
+    assert "rnn_tiny: peak " in markdown and "measured: " in markdown and "matmul probe" in markdown
 
 
 def test_the_report_renders_with_any_subset_of_models(pipeline_run, tmp_path):
@@ -220,3 +235,12 @@ def test_translate_prints_one_line_per_input_line_in_order(pipeline_run, tmp_pat
 
     missing = CliRunner().invoke(app, ["translate", str(tmp_path / "nothing.pt")])
     assert missing.exit_code == 2 and "no model file" in missing.output
+
+
+def test_translate_refuses_bf16_on_a_cpu_without_it(pipeline_run, monkeypatch):
+    monkeypatch.setenv("NMT_CPU_BF16", "0")
+    model_dir = artifact(pipeline_run, "train/rnn_tiny")
+    refused = CliRunner().invoke(app, ["translate", str(model_dir), "--precision", "bf16"], input="A dog.\n")
+    assert refused.exit_code == 2 and "--precision: bf16 is refused on this CPU" in refused.output
+    auto = CliRunner().invoke(app, ["translate", str(model_dir)], input="A dog.\n")
+    assert auto.exit_code == 0 and len(auto.stdout.splitlines()) == 1

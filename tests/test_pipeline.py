@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 from mlflow.tracking import MlflowClient
 from typer.testing import CliRunner
 
@@ -211,3 +212,31 @@ def test_a_stage_that_failed_because_its_upstream_did_is_reported_as_not_run(loc
         ray.get(dependent)
     assert _failed_upstream(tokenize, refs) == "bpe"
     assert _failed_upstream(tokenize, {"clean": refs["clean"]}) is None
+
+
+@pytest.mark.parametrize("train, message", [
+    ({"precision": "bf16"}, "train/transformer_tiny: train.precision: bf16 is refused on this CPU"),
+    ({"workers": 2, "cpus_per_worker": 64}, "train.workers (2) x train.cpus_per_worker (64) needs 128 CPUs"),
+])
+def test_what_this_machine_cannot_run_is_refused_before_anything_starts(tmp_path, monkeypatch, train, message):
+    """On a CPU treated as lacking bf16 (as an AVX2-only one does), an explicit bf16 fails
+    at once, naming the stage and key: no artifact, no MLflow run, no Ray."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("NMT_CPU_BF16", "0")
+    data = yaml.safe_load(SMOKE.read_text())
+    data["models"] = [model for model in data["models"] if model["family"] == "transformer"]
+    data["train"].update(train)
+    config = write_config(tmp_path / "exp.yaml", data)
+    result = nmt("run", str(config), "--artifact-root", str(tmp_path / "artifacts"))
+    assert result.exit_code == 2
+    assert message in " ".join(result.output.split())
+    assert not (tmp_path / "artifacts").exists() and not (tmp_path / "mlflow.db").exists()
+
+
+def test_evaluate_precision_is_checked_too(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("NMT_CPU_BF16", "0")
+    data = yaml.safe_load(SMOKE.read_text())
+    data["evaluate"] = {"precision": "bf16"}
+    result = nmt("run", str(write_config(tmp_path / "exp.yaml", data)), "--artifact-root", str(tmp_path / "a"))
+    assert result.exit_code == 2 and "evaluate.precision: bf16 is refused" in " ".join(result.output.split())

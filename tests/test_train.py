@@ -18,6 +18,7 @@ import torch
 
 from pipeline.config import ModelSpec, TrainConfig, TrainStageConfig
 from pipeline.context import StageContext
+from pipeline.hardware import CPU_BF16_ENV, detect_device
 from stages.train.checkpoints import complete_checkpoints
 from stages.train.data import TokenizedSplit
 from stages.train.model_file import load_model_file
@@ -48,7 +49,7 @@ def rows(output: Path) -> list[dict]:
 
 
 def test_two_cpu_workers_with_zero2_train_checkpoint_and_lower_the_loss(tokenized, tmp_path, local_ray):
-    config = stage_config(workers=2, zero_stage=2, precision="bf16", max_steps=60, valid_every=20,
+    config = stage_config(workers=2, zero_stage=2, precision="auto", max_steps=60, valid_every=20,
                           checkpoint_every=20, average_last=2)
     metrics = run_stage(tokenized, config, tmp_path / "out")
     curve = [row["train_loss"] for row in rows(tmp_path / "out") if "train_loss" in row]
@@ -65,7 +66,40 @@ def test_two_cpu_workers_with_zero2_train_checkpoint_and_lower_the_loss(tokenize
     assert metrics["train_flops"] > metrics["train_tokens"] * 1e5
 
 
-@pytest.mark.parametrize("precision, zero_stage, workers", [("bf16", 2, 2), ("fp32", 0, 1)])
+@pytest.mark.parametrize("family", ["rnn", "transformer", "decoder_only"])
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_every_family_trains_in_every_precision_this_cpu_runs(tokenized, tmp_path, local_ray, family, precision):
+    """No family may crash inside oneDNN: bf16 runs only where the CPU has it natively
+    (the RNN's LSTM has no oneDNN bf16 kernel elsewhere), and is refused, not run, elsewhere."""
+    if precision == "bf16" and not detect_device("cpu").bf16:
+        pytest.skip(f"this CPU has no native bf16: {detect_device('cpu').why}")
+    metrics = run_stage(tokenized, stage_config(family, precision=precision, max_steps=4, valid_every=4,
+                                                checkpoint_every=4, log_every=1), tmp_path / "out")
+    losses = [row["train_loss"] for row in rows(tmp_path / "out") if "train_loss" in row]
+    assert metrics["steps"] == 4 and len(losses) == 4 and all(math.isfinite(loss) for loss in losses)
+    device = detect_device("cpu")
+    assert metrics["precision"] == precision and metrics["device_name"] == device.name
+    assert metrics["device_capability"] == device.capability and metrics["threads_per_worker"] == 1
+    # MFU against the peak this worker measured in the same precision and thread count.
+    assert metrics["peak_source"] == "measured" and f"{precision} matmul probe" in metrics["peak_detail"]
+    assert metrics["mfu"] == pytest.approx(metrics["flops_per_second"] / metrics["peak_flops_per_worker"])
+    assert 0 < metrics["mfu"] < 1.5
+    report = json.loads((tmp_path / "out" / "train_report.json").read_text())
+    assert report["metrics"]["precision"] == precision
+
+
+def test_auto_trains_in_fp32_when_the_cpu_is_told_it_lacks_bf16(tokenized, tmp_path):
+    """What an AVX2-only CPU does, on any CPU: the worker resolves auto to fp32 itself.
+    A process with a Ray instance of its own, whose workers see the environment variable."""
+    config = stage_config("rnn", precision="auto", max_steps=2, valid_every=2, checkpoint_every=2)
+    env = {**os.environ, CPU_BF16_ENV: "0"}
+    subprocess.run([sys.executable, "-c", VICTIM, config.model_dump_json(), str(tokenized), str(tmp_path)],
+                   cwd=REPO, env=env, check=True, capture_output=True, timeout=600)
+    metrics = json.loads((tmp_path / "train_report.json").read_text())["metrics"]
+    assert metrics["precision"] == "fp32" and metrics["steps"] == 2
+
+
+@pytest.mark.parametrize("precision, zero_stage, workers", [("auto", 2, 2), ("fp32", 0, 1)])
 def test_consolidated_weights_load_without_deepspeed_and_match_the_engine(tokenized, tmp_path, local_ray,
                                                                           monkeypatch, precision, zero_stage, workers):
     """ZeRO 1-3 weights come from the optimizer's fp32 partitions (zero_to_fp32), stage

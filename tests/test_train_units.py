@@ -12,7 +12,7 @@ import yaml
 
 from pipeline.config import ConfigError, TrainConfig, load_config
 from stages.train.checkpoints import average_weights
-from stages.train.deepspeed_config import deepspeed_config
+from stages.train.deepspeed_config import cpu_autocast, deepspeed_config
 from stages.train.progress import TrainingProgress, budget_fraction, budget_reached
 from stages.train.schedule import learning_rate
 
@@ -63,14 +63,25 @@ def test_progress_round_trips_through_json_with_no_validation_yet():
 
 def test_deepspeed_config_is_generated_and_passthrough_keys_merge_deeply():
     config = TrainConfig(max_steps=1, zero_stage=2, gradient_accumulation=4, gradient_clipping=1.0,
-                         use_gpu=True, precision="bf16",
-                         deepspeed={"zero_optimization": {"offload_optimizer": {"device": "cpu"}}})
-    generated = deepspeed_config(config)
+                         use_gpu=True, deepspeed={"zero_optimization": {"offload_optimizer": {"device": "cpu"}}})
+    generated = deepspeed_config(config, "bf16")
     assert generated["gradient_accumulation_steps"] == 4 and generated["gradient_clipping"] == 1.0
     assert generated["zero_optimization"] == {"stage": 2, "offload_optimizer": {"device": "cpu"}}
-    assert generated["bf16"] == {"enabled": True}
+    assert generated["bf16"] == {"enabled": True} and "fp16" not in generated
+    # fp16 on a GPU: DeepSpeed's dynamic loss scaling (loss_scale 0).
+    assert deepspeed_config(config, "fp16")["fp16"]["loss_scale"] == 0
     # On a CPU bf16 is autocast in the loop; DeepSpeed itself stays fp32.
-    assert "bf16" not in deepspeed_config(TrainConfig(max_steps=1, precision="bf16"))
+    assert "bf16" not in deepspeed_config(TrainConfig(max_steps=1), "bf16")
+    assert cpu_autocast(TrainConfig(max_steps=1), "bf16") and not cpu_autocast(TrainConfig(max_steps=1), "fp32")
+
+
+def test_precision_defaults_to_auto_and_threads_cannot_oversubscribe_a_workers_cpus(tmp_path):
+    assert TrainConfig(max_steps=1).precision == "auto"
+    assert TrainConfig(max_steps=1, cpus_per_worker=4, threads_per_worker=4).threads_per_worker == 4
+    with pytest.raises(ConfigError, match=r"train: .*threads_per_worker \(3\) exceeds cpus_per_worker \(2\)"):
+        load_config(_with({"max_steps": 1, "cpus_per_worker": 2, "threads_per_worker": 3}, tmp_path))
+    with pytest.raises(ConfigError, match=r"train: .*fp16 needs use_gpu: true"):
+        load_config(_with({"max_steps": 1, "precision": "fp16"}, tmp_path))
 
 
 def test_averaging_checkpoints_is_the_elementwise_mean():

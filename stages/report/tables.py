@@ -97,7 +97,8 @@ def hardware_lines(records: list[dict]) -> list[str]:
                          f"({record['device_capability']}{f', {threads} thread(s) per worker' if threads else ''})"
                          + (f", decoded in {record['eval_precision']}" if record.get("eval_precision") else ""))
         if record.get("peak_flops_per_worker"):
-            detail = record.get("peak_detail") or record["peak_source"]
+            # Artifacts made before peaks were measured took theirs from the config.
+            detail = record.get("peak_detail") or "train.peak_flops_per_worker"
             lines.append(f"{record['name']}: peak {record['peak_flops_per_worker'] / 1e9:,.1f} GFLOP/s per worker, "
                          f"{record['peak_source']}: {detail}")
     return lines

@@ -1,0 +1,46 @@
+"""The report's rows without a pipeline run: which peak each model's MFU and "time x
+peak" used, where it came from, and what the model ran on."""
+
+from __future__ import annotations
+
+import pytest
+
+from stages.report.records import model_record
+from stages.report.tables import display_table, hardware_lines, markdown
+
+CONFIG = {"model": {"family": "transformer", "preset": "small"},
+          "train": {"workers": 2, "peak_flops_per_worker": None}}
+TRAIN = {"parameters": 7_580_000, "non_embedding_parameters": 5_530_000, "steps": 100, "stop_reason": "max_steps",
+         "train_tokens": 100_000, "train_seconds": 100.0, "device_hours": 200 / 3600, "train_flops": 4e12,
+         "train_flops_6nd": 5e12, "flops_per_second": 4e10, "mfu": 4e10 / (2 * 8e10)}
+MEASURED = {"precision": "fp32", "device_name": "AMD EPYC", "device_capability": "AVX2", "threads_per_worker": 1,
+            "peak_flops_per_worker": 8e10, "peak_source": "measured",
+            "peak_detail": "fp32 matmul probe, AMD EPYC, 1 thread"}
+
+
+def test_a_row_uses_the_peak_the_run_measured_and_says_so():
+    record = model_record("t", CONFIG, {**TRAIN, **MEASURED}, {"precision": "fp32", "device_name": "AMD EPYC"})
+    assert record["train_flops_paper"] == pytest.approx(100.0 * 2 * 8e10)
+    assert (record["peak_source"], record["precision"], record["eval_precision"]) == ("measured", "fp32", "fp32")
+    cells = display_table([record]).iloc[0]
+    assert cells["precision"] == "fp32" and cells["peak GFLOP/s"] == "80.0" and cells["peak from"] == "measured"
+    assert cells["MFU"] == "25.0%"
+    lines = hardware_lines([record])
+    assert lines == ["t: trained in fp32 on AMD EPYC (AVX2, 1 thread(s) per worker), decoded in fp32",
+                     "t: peak 80.0 GFLOP/s per worker, measured: fp32 matmul probe, AMD EPYC, 1 thread"]
+    assert all(line in markdown([record], "title", []) for line in lines)
+
+
+def test_an_artifact_made_before_peaks_were_measured_falls_back_to_the_configs_peak():
+    old_config = {**CONFIG, "train": {"workers": 2, "peak_flops_per_worker": 1.64e11}}
+    record = model_record("old", old_config, TRAIN, None)
+    assert record["peak_flops_per_worker"] == 1.64e11 and record["peak_source"] == "config"
+    assert record["train_flops_paper"] == pytest.approx(100.0 * 2 * 1.64e11)
+    assert record["precision"] is None and display_table([record]).iloc[0]["precision"] == "-"
+    assert hardware_lines([record]) == ["old: peak 164.0 GFLOP/s per worker, config: train.peak_flops_per_worker"]
+
+
+def test_no_peak_at_all_leaves_the_columns_empty():
+    record = model_record("bare", CONFIG, {**TRAIN, "mfu": None}, None)
+    assert record["train_flops_paper"] is None and record["peak_source"] is None
+    assert hardware_lines([record]) == []
