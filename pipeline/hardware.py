@@ -46,6 +46,7 @@ class Device:
     capability: str  # CPU: vector ISA and bf16 features, e.g. "AVX512, AMX-BF16"; GPU: "sm_90"
     bf16: bool  # runs bf16 matrix products natively
     why: str = ""  # why bf16 is not native, when it is not
+    torch_device: str = "cpu"  # what torch calls it: "cpu", "cuda:1"
 
     def describe(self) -> str:
         return f"{self.name} ({self.capability})"
@@ -135,12 +136,15 @@ def _cuda_device(device: str) -> Device:
 
     if not torch.cuda.is_available():
         raise HardwareError(f"device {device!r}: this machine has no CUDA GPU that torch can use")
-    index = torch.device(device).index or 0
+    index = torch.device(device).index
+    if index is None:  # plain "cuda": the process's current GPU (Ray Train sets each worker's)
+        index = torch.cuda.current_device()
     major, minor = torch.cuda.get_device_capability(index)
     # bf16 tensor cores start with Ampere (sm_80); older GPUs only emulate it.
     bf16 = major >= 8
     return Device("cuda", torch.cuda.get_device_name(index), f"sm_{major}{minor}", bf16,
-                  "" if bf16 else f"sm_{major}{minor} has no bf16 tensor cores (Ampere, sm_80, is the first)")
+                  "" if bf16 else f"sm_{major}{minor} has no bf16 tensor cores (Ampere, sm_80, is the first)",
+                  torch_device=f"cuda:{index}")
 
 
 def cpu_model_name() -> str:

@@ -80,7 +80,7 @@ def _measured(device: Device, precision: str, threads: int, cache_dir: Path | No
     if path.is_file():
         cached = json.loads(path.read_text())
         return Peak(cached["flops"], "measured", f"{precision} matmul probe, {where} (cached {cached['when']})")
-    flops = measure_matmul_flops(device.kind, precision, threads)
+    flops = measure_matmul_flops(device.torch_device, precision, threads)
     path.parent.mkdir(parents=True, exist_ok=True)
     if path.is_file():  # another worker probed meanwhile: keep the better measurement
         flops = max(flops, json.loads(path.read_text())["flops"])

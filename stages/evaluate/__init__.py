@@ -13,9 +13,9 @@ CPUs Ray gave it.
 Output: ``source.txt`` and ``reference.txt`` (the split as scored), ``hypotheses.txt``
 (beam), ``hypotheses.greedy.txt``, ``nbest.jsonl`` (the ``nbest`` best per line with
 model scores) and ``scores.json``: BLEU and chrF with their signatures, the mean
-length-penalized model score, decoding speed, and the resolved precision and device. Speed is per task (one CPU thread
-under the runner): sentences and generated tokens (EOS included) per second of
-decoding, model loading excluded.
+length-penalized model score, decoding speed, and the resolved precision and device.
+Speed is per task (one CPU thread under the runner): sentences and generated tokens
+(EOS included) per second of decoding, model loading excluded.
 """
 
 from __future__ import annotations
