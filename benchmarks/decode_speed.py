@@ -32,14 +32,16 @@ def trained_models(config_path: str, artifact_root: str | None) -> tuple[list[tu
 
     from pipeline.artifacts import ArtifactState, ArtifactStore
     from pipeline.config import load_config
-    from pipeline.graph import plan
+    from pipeline.graph import find_stage, plan
+    from stages.names import train_stage, trained_model
 
     config = load_config(config_path)
     store = ArtifactStore(artifact_root or config.artifact_root)
-    planned = {item.stage.name: item for item in plan(config, store)}
-    models = [(spec.name, store.local_path(f"train/{spec.name}", planned[f"train/{spec.name}"].key))
-              for spec in config.models if planned[f"train/{spec.name}"].status.state == ArtifactState.CACHED]
-    clean = planned["clean"]
+    planned = plan(config, store)
+    trained = [find_stage(planned, train_stage(spec.name)) for spec in config.models]
+    models = [(trained_model(item.stage.name), store.local_path(item.stage.name, item.key))
+              for item in trained if item.status.state == ArtifactState.CACHED]
+    clean = find_stage(planned, "clean")
     test = pq.read_table(store.local_path("clean", clean.key) / f"{config.evaluate.split}.parquet")
     scratch = Path(tempfile.mkdtemp(prefix="decode-speed-"))
     (scratch / "source.txt").write_text("\n".join(test.column("src").to_pylist()) + "\n")

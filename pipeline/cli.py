@@ -212,7 +212,7 @@ def inspect(config: Path = ConfigArg, overrides: List[str] = SetOpt, artifact_ro
             ) -> None:
     """Parameters and FLOPs per target token of every model in a config."""
     from pipeline.artifacts import ArtifactState
-    from pipeline.graph import plan
+    from pipeline.graph import find_stage, plan
     from stages.train.flops import cost_summary
     from stages.train.models import build_model
 
@@ -220,7 +220,7 @@ def inspect(config: Path = ConfigArg, overrides: List[str] = SetOpt, artifact_ro
     if not experiment.models:
         _fail(f"{config}: no 'models' section to inspect", 2)
     store = _store(experiment, artifact_root)
-    tokenize = next(item for item in plan(experiment, store) if item.stage.name == "tokenize")
+    tokenize = find_stage(plan(experiment, store), "tokenize")
     src_vocab = tgt_vocab = experiment.bpe.vocab_size
     tags, source = (4, 5), "bpe.vocab_size from the config; lengths default to 25 (run the data stages for real ones)"
     mean_src = mean_tgt = 25.0
@@ -345,14 +345,15 @@ def _model_file(model: Path, model_name: str | None, artifact_root: str | None) 
     if model.suffix not in (".yaml", ".yml"):
         return model  # a file or a train artifact directory: Translator takes either
     from pipeline.artifacts import ArtifactState
-    from pipeline.graph import plan
+    from pipeline.graph import find_stage, plan
+    from stages.names import train_stage
 
     experiment = _load(model, [])
     names = [spec.name for spec in experiment.models]
     if model_name not in names:
         _fail(f"{model}: pick a model with --model: {', '.join(names)}", 2)
     store = _store(experiment, artifact_root)
-    train = next(item for item in plan(experiment, store) if item.stage.name == f"train/{model_name}")
+    train = find_stage(plan(experiment, store), train_stage(model_name))
     if train.status.state != ArtifactState.CACHED:
         _fail(f"{model}: {model_name} is not trained yet (nmt run {model} first)", 1)
     return store.local_path(train.stage.name, train.key) / "model.pt"

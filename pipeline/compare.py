@@ -12,6 +12,7 @@ from mlflow.tracking import MlflowClient
 
 from pipeline.artifacts import ArtifactState, ArtifactStore
 from pipeline.config import ExperimentConfig
+from stages.names import evaluate_stage, train_stage, trained_model
 from stages.report import records
 
 
@@ -25,12 +26,13 @@ class Gathered:
 
 def from_config(config: ExperimentConfig, store: ArtifactStore) -> Gathered:
     """Every model of ``config`` whose train artifact is cached (evaluation if cached)."""
-    from pipeline.graph import plan
+    from pipeline.graph import find_stage, plan
 
-    planned = {item.stage.name: item for item in plan(config, store)}
+    planned = plan(config, store)
     gathered = Gathered(config.name)
     for model in config.models:
-        train, evaluation = planned[f"train/{model.name}"], planned[f"evaluate/{model.name}"]
+        train = find_stage(planned, train_stage(model.name))
+        evaluation = find_stage(planned, evaluate_stage(model.name))
         if train.status.state != ArtifactState.CACHED:
             gathered.skipped.append(f"{config.name}/{model.name}: not trained yet (nmt run its config first)")
             continue
@@ -60,15 +62,15 @@ def from_mlflow(client: MlflowClient, run_id: str) -> Gathered:
     gathered = Gathered(run.info.run_name or run_id)
     with tempfile.TemporaryDirectory(prefix="nmt-report-") as scratch:
         for stage in finished:
-            if not stage.startswith("train/"):
+            name = trained_model(stage)
+            if name is None:
                 continue
-            name = stage.split("/", 1)[1]
             train_dir = Path(client.download_artifacts(finished[stage].info.run_id, "", f"{scratch}/{stage}"))
             if not (train_dir / "metrics.jsonl").is_file():
                 gathered.skipped.append(f"{gathered.label}/{name}: run has no metrics.jsonl (tracked before "
                                         "stages logged their files)")
                 continue
-            evaluation = finished.get(f"evaluate/{name}")
+            evaluation = finished.get(evaluate_stage(name))
             eval_report = None
             if evaluation is not None:
                 eval_dir = client.download_artifacts(evaluation.info.run_id, "stage_report.json",

@@ -9,7 +9,6 @@ directory, so a config works from any working directory.
 
 from __future__ import annotations
 
-import difflib
 import os
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union
@@ -24,6 +23,8 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+
+from pipeline.config_errors import describe_problems
 
 
 class ConfigError(Exception):
@@ -129,10 +130,9 @@ class SacrebleuSource(Section):
     max_pairs: int | None = Field(default=None, gt=0)
 
 
-Source = Annotated[
-    Union[FilesSource, TsvSource, HuggingFaceSource, SacrebleuSource],
-    Field(discriminator="type"),
-]
+# Every source type, once: the ``Source`` union and the error messages derive from it.
+SOURCE_TYPES = (FilesSource, TsvSource, HuggingFaceSource, SacrebleuSource)
+Source = Annotated[Union[SOURCE_TYPES], Field(discriminator="type")]
 
 
 class DownloadConfig(Section):
@@ -430,9 +430,8 @@ def load_config(path: str | Path, overrides: list[str] = ()) -> ExperimentConfig
     try:
         return ExperimentConfig.model_validate(raw, context={"base_dir": path.parent.resolve()})
     except ValidationError as error:
-        lines = _key_lines(text)
-        problems = [_describe(error_item, lines, overrides) for error_item in error.errors()]
-        raise ConfigError(f"{path}: invalid config\n" + "\n".join(problems)) from None
+        problems = describe_problems(error, text, overrides, ExperimentConfig, SOURCE_TYPES)
+        raise ConfigError(f"{path}: invalid config\n{problems}") from None
 
 
 def _apply_override(raw: dict, override: str) -> None:
@@ -448,83 +447,3 @@ def _apply_override(raw: dict, override: str) -> None:
             raise ConfigError(f"--set {override!r}: '{key}' is not a section")
         node = child
     node[keys[-1]] = yaml.safe_load(value)
-
-
-def _describe(item: dict, lines: dict[tuple, int], overrides: list[str]) -> str:
-    loc = tuple(part for part in item["loc"] if isinstance(part, (str, int)))
-    key_path = _strip_union_tags(loc)
-    dotted = ".".join(str(part) for part in key_path) or "(top level)"
-    line = _nearest_line(key_path, lines)
-    where = f"line {line}, " if line else ""
-    if any(o.split("=", 1)[0].strip() == dotted for o in overrides):
-        where = "from --set, "
-    if item["type"] == "extra_forbidden":
-        valid = _valid_keys(key_path[:-1])
-        hint = difflib.get_close_matches(str(key_path[-1]), valid, n=1)
-        suggestion = f"; did you mean '{hint[0]}'?" if hint else ""
-        listing = f" (valid keys: {', '.join(valid)})" if valid else ""
-        return f"  {where}{dotted}: unknown key{suggestion}{listing}"
-    if item["type"] == "missing":
-        return f"  {where}{dotted}: required key is missing"
-    return f"  {where}{dotted}: {item['msg']} (got {item.get('input')!r})"
-
-
-def _strip_union_tags(loc: tuple) -> tuple:
-    """pydantic puts the discriminator tag ('files', 'tsv', ...) in the error location."""
-    tags = {"files", "tsv", "huggingface", "sacrebleu"}
-    out = []
-    for index, part in enumerate(loc):
-        if part in tags and index > 0 and loc[index - 1] in ("train", "valid", "test"):
-            continue
-        out.append(part)
-    return tuple(out)
-
-
-def _valid_keys(section_path: tuple) -> list[str]:
-    """The keys the model at ``section_path`` accepts (for sources: any source type's)."""
-    if section_path[-2:-1] == ("download",) and section_path[-1] in ("train", "valid", "test"):
-        keys: set[str] = set()
-        for option in (FilesSource, TsvSource, HuggingFaceSource, SacrebleuSource):
-            keys |= set(option.model_fields)
-        return sorted(keys)
-    model: Any = ExperimentConfig
-    for part in section_path:
-        field = getattr(model, "model_fields", {}).get(part) if isinstance(part, str) else None
-        if field is None:
-            return []
-        # Optional[Model] and similar unions: take the pydantic model inside.
-        model = next((a for a in getattr(field.annotation, "__args__", ()) if hasattr(a, "model_fields")),
-                     field.annotation)
-    return sorted(getattr(model, "model_fields", {}))
-
-
-def _key_lines(text: str) -> dict[tuple, int]:
-    """Map each key path in the YAML text to its 1-based line number."""
-    lines: dict[tuple, int] = {}
-
-    def walk(node: yaml.Node, prefix: tuple) -> None:
-        if isinstance(node, yaml.MappingNode):
-            for key_node, value_node in node.value:
-                path = prefix + (key_node.value,)
-                lines[path] = key_node.start_mark.line + 1
-                walk(value_node, path)
-        elif isinstance(node, yaml.SequenceNode):
-            for index, child in enumerate(node.value):
-                lines[prefix + (index,)] = child.start_mark.line + 1
-                walk(child, prefix + (index,))
-
-    try:
-        root = yaml.compose(text)
-    except yaml.YAMLError:
-        return lines
-    if root is not None:
-        walk(root, ())
-    return lines
-
-
-def _nearest_line(key_path: tuple, lines: dict[tuple, int]) -> int | None:
-    for end in range(len(key_path), 0, -1):
-        if key_path[:end] in lines:
-            return lines[key_path[:end]]
-    return None
-

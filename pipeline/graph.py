@@ -23,6 +23,7 @@ from pipeline.config import ExperimentConfig, ModelSpec, Section
 from pipeline.context import StageContext, ray_parallel_map, ray_progress
 from pipeline.hardware import CPU_BF16_ENV, HardwareError
 from stages import bpe, clean, download, evaluate, report, tokenize
+from stages.names import evaluate_stage, train_stage
 from stages.train import stage as train
 
 log = logging.getLogger("nmt")
@@ -78,13 +79,13 @@ def pipeline_stages(config: ExperimentConfig) -> tuple[Stage, ...]:
     if not config.models:
         return DATA_STAGES
     training = tuple(
-        Stage(f"train/{model.name}", functools.partial(_train_slice, model), train.train_model, train.VERSION,
+        Stage(train_stage(model.name), functools.partial(_train_slice, model), train.train_model, train.VERSION,
               ("tokenize",), resumable=True, task_cpus=0, mlflow_files=("train_report.json", "metrics.jsonl"),
               preflight=train.preflight)
         for model in config.models)
     evaluation = tuple(
-        Stage(f"evaluate/{model.name}", functools.partial(_evaluate_slice, model), evaluate.evaluate_model,
-              evaluate.VERSION, ("clean", f"train/{model.name}"), mlflow_files=("*.txt", "nbest.jsonl", "scores.json"),
+        Stage(evaluate_stage(model.name), functools.partial(_evaluate_slice, model), evaluate.evaluate_model,
+              evaluate.VERSION, ("clean", train_stage(model.name)), mlflow_files=("*.txt", "nbest.jsonl", "scores.json"),
               preflight=evaluate.preflight)
         for model in config.models)
     reporting = Stage("report", ExperimentConfig.report_stage_config, report.report_models, report.VERSION,
@@ -111,6 +112,14 @@ class StageResult:
     started: float = 0.0
     ended: float = 0.0
     size_bytes: int = 0
+
+
+def find_stage(planned: list[PlannedStage], name: str) -> PlannedStage:
+    """The planned stage called ``name`` (``tokenize``, ``train_stage(model)``, ...)."""
+    for item in planned:
+        if item.stage.name == name:
+            return item
+    raise KeyError(f"no stage {name!r} in this plan; stages are: {', '.join(i.stage.name for i in planned)}")
 
 
 def stage_key_inputs(stage: Stage, config: ExperimentConfig) -> dict:

@@ -36,6 +36,7 @@ from pipeline.context import StageContext
 from pipeline.hardware import HardwareError, cpus_of_this_task, detect_device, resolve_precision
 from stages.errors import InputDataError
 from stages.evaluate.translator import SearchSettings, Translation, Translator
+from stages.names import train_stage
 
 VERSION = 2
 
@@ -60,7 +61,7 @@ class Decoded:
 
 def evaluate_model(inputs: dict[str, Path], config: EvaluateStageConfig, output: Path, ctx: StageContext) -> dict:
     settings = config.evaluate
-    name = f"train/{config.model}"
+    name = train_stage(config.model)
     split = pq.read_table(inputs["clean"] / f"{settings.split}.parquet")
     sources, references = split.column("src").to_pylist(), split.column("tgt").to_pylist()
     if not sources:

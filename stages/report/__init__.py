@@ -15,6 +15,7 @@ from pathlib import Path
 
 from pipeline.config import ReportStageConfig
 from pipeline.context import StageContext
+from stages.names import evaluate_stage, train_stage
 from stages.report import records, tables
 from stages.report.plots import write_plots
 
@@ -24,7 +25,7 @@ VERSION = 3
 def report_models(inputs: dict[str, Path], config: ReportStageConfig, output: Path, ctx: StageContext) -> dict:
     rows, curves = [], {}
     for name in config.models:
-        record, curve = records.from_artifacts(name, inputs[f"train/{name}"], inputs.get(f"evaluate/{name}"))
+        record, curve = records.from_artifacts(name, inputs[train_stage(name)], inputs.get(evaluate_stage(name)))
         rows.append(record)
         curves[name] = curve
     write_report(rows, curves, output, config.experiment)

@@ -1,0 +1,81 @@
+"""The pieces of evaluation and reporting that only the end-to-end run exercised:
+scoring hypotheses, merging models from several sources, and the table formats."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from sacrebleu.metrics import BLEU, CHRF
+
+from pipeline.compare import Gathered, merge
+from stages.evaluate import score_hypotheses
+from stages.evaluate.beam import Hypothesis
+from stages.evaluate.translator import Translation
+from stages.report.records import FIELDS
+from stages.report.tables import display_table, html_page, markdown, signature_lines, write_csv, write_json
+
+REFERENCES = ["Ein Hund läuft am Strand.", "Zwei Männer spielen Fußball.", "Eine Frau liest ein Buch."]
+
+
+def translations(texts: list[str], scores: list[float], lengths: list[int]) -> list[list[Translation]]:
+    return [[Translation(text, Hypothesis(tuple(range(5, 5 + length)), score * 2, score))]
+            for text, score, length in zip(texts, scores, lengths)]
+
+
+def test_score_hypotheses_is_sacrebleu_on_the_best_hypotheses_with_speed_and_mean_score():
+    hypotheses = ["Ein Hund rennt am Strand.", "Zwei Männer spielen Fußball.", "Eine Frau liest."]
+    scored = score_hypotheses(translations(hypotheses, [-1.0, -2.0, -4.5], [6, 5, 3]), REFERENCES, "greedy_",
+                              seconds=2.0)
+    assert scored["greedy_bleu"] == pytest.approx(BLEU().corpus_score(hypotheses, [REFERENCES]).score)
+    assert scored["greedy_chrf"] == pytest.approx(CHRF().corpus_score(hypotheses, [REFERENCES]).score)
+    assert scored["greedy_bleu_signature"].startswith("nrefs:1|case:mixed|eff:no|tok:13a")
+    assert scored["greedy_mean_score"] == pytest.approx(-2.5)
+    assert scored["greedy_sentences_per_second"] == pytest.approx(1.5)
+    assert scored["greedy_tokens_per_second"] == pytest.approx((7 + 6 + 4) / 2.0)  # EOS counted per line
+    perfect = score_hypotheses(translations(REFERENCES, [0.0] * 3, [1] * 3), REFERENCES, "", seconds=1.0)
+    assert perfect["bleu"] == pytest.approx(100.0) and perfect["chrf"] == pytest.approx(100.0)
+
+
+def row(name: str, bleu: float | None = 20.0, **fields) -> dict:
+    record = {field: None for field in FIELDS}
+    record.update(name=name, family="transformer", parameters=7_580_000, train_tokens=1_100_000,
+                  train_seconds=3725.0, train_flops=5e13, mfu=0.433, bleu=bleu, **fields)
+    return record
+
+
+def test_merge_keeps_unique_names_and_labels_names_that_repeat():
+    first = Gathered("multi30k", rows=[row("rnn"), row("transformer")], curves={"rnn": [{"step": 1}]})
+    second = Gathered("smoke", rows=[row("transformer"), row("decoder_only")], curves={"transformer": [{"step": 2}]})
+    rows, curves = merge([first, second])
+    assert [r["name"] for r in rows] == ["rnn", "multi30k/transformer", "smoke/transformer", "decoder_only"]
+    assert curves == {"rnn": [{"step": 1}], "multi30k/transformer": [], "smoke/transformer": [{"step": 2}],
+                      "decoder_only": []}
+    # The same source given twice: every row still has a name of its own.
+    twice, _ = merge([first, first])
+    assert [r["name"] for r in twice] == ["multi30k/rnn", "multi30k/transformer", "multi30k/rnn#2",
+                                          "multi30k/transformer#2"]
+
+
+def test_the_tables_format_counts_durations_and_missing_values():
+    cells = display_table([row("t"), row("bare", bleu=None)])
+    assert list(cells.loc[0, ["params", "train tokens", "time", "FLOPs counted", "MFU", "BLEU beam"]]) == [
+        "7.58M", "1.10M", "1h02m", "5.00e+13", "43.3%", "20.00"]
+    assert cells.loc[1, "BLEU beam"] == "-"
+
+
+def test_markdown_html_csv_and_json_hold_the_same_rows(tmp_path):
+    records = [row("t", sacrebleu_signature="nrefs:1|tok:13a"), row("r", sacrebleu_signature="nrefs:1|tok:intl")]
+    text = markdown(records, "title", ["bleu_vs_flops.png"])
+    # Formatted cells are not re-parsed as numbers ("5.00e+13" would become "5e+13").
+    assert " 5.00e+13 |" in text and "5e+13" not in text
+    assert "![bleu_vs_flops.png](bleu_vs_flops.png)" in text
+    # Two signatures in use: each names the models it applies to.
+    assert signature_lines(records)[:2] == ["BLEU: nrefs:1|tok:13a (t)", "BLEU: nrefs:1|tok:intl (r)"]
+    page = html_page(records, "<title>", [])
+    assert "&lt;title&gt;" in page and page.count("<tr") == 3  # the header and two models
+    write_csv(records, tmp_path / "report.csv")
+    assert (tmp_path / "report.csv").read_text().splitlines()[0].split(",") == list(FIELDS)
+    write_json(records, {"t": []}, tmp_path / "report.json", "title")
+    data = json.loads((tmp_path / "report.json").read_text())
+    assert data["models"] == records and data["fields"] == list(FIELDS)
