@@ -1,0 +1,49 @@
+"""``nmt inspect``: parameters and FLOPs per token of every model in a config."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from rich.table import Table
+
+from pipeline.commands.output import fail, load_experiment, open_store, table_console
+
+
+def inspect_models(config: Path, overrides: list[str], artifact_root: str | None, src_len: float | None,
+                   tgt_len: float | None) -> None:
+    from pipeline.artifacts import ArtifactState
+    from pipeline.graph import find_stage, plan
+    from stages.train.flops import cost_summary
+    from stages.train.models import build_model
+
+    experiment = load_experiment(config, overrides)
+    if not experiment.models:
+        fail(f"{config}: no 'models' section to inspect", 2)
+    store = open_store(experiment, artifact_root)
+    tokenize = find_stage(plan(experiment, store), "tokenize")
+    src_vocab = tgt_vocab = experiment.bpe.vocab_size
+    tags, source = (4, 5), "bpe.vocab_size from the config; lengths default to 25 (run the data stages for real ones)"
+    mean_src = mean_tgt = 25.0
+    if tokenize.status.state == ArtifactState.CACHED:
+        index = json.loads((store.local_path("tokenize", tokenize.key) / "index.json").read_text())
+        train, vocab = index["splits"]["train"], index["vocab"]
+        src_vocab, tgt_vocab = vocab["sizes"]["src"], vocab["sizes"]["tgt"]
+        mean_src, mean_tgt = train["src_tokens"] / train["pairs"], train["tgt_tokens"] / train["pairs"]
+        source = f"vocabulary and mean lengths of tokenize artifact {tokenize.key}"
+    src_len, tgt_len = src_len or mean_src, tgt_len or mean_tgt
+    table = Table("model", "family", "preset", "params", "embedding", "non-embedding", "fwd FLOPs/tok",
+                  "train FLOPs/tok", "6N", title=f"{experiment.name}: {src_len:.1f} source and {tgt_len:.1f} "
+                  f"target tokens per pair")
+    for spec in experiment.models:
+        try:
+            model = build_model(spec.family, spec.preset, spec.settings, src_vocab, tgt_vocab, tags)
+        except ValueError as error:
+            fail(f"model {spec.name!r}: {error}", 2)
+        cost = cost_summary(model, src_len, tgt_len)
+        table.add_row(spec.name, spec.family, spec.preset, *(f"{cost[k] / 1e6:,.2f}M" for k in
+                      ("total", "embedding", "non_embedding", "forward_flops_per_tgt_token",
+                       "train_flops_per_tgt_token", "six_n")))
+    table_console().print(table)
+    table_console().print(f"Sizes from {source}. FLOPs count matrix products (stages/train/flops.py); "
+                          "training = 3 x forward; 6N = 6 x non-embedding parameters per token (Kaplan et al. 2020).")

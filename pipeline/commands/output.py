@@ -1,0 +1,61 @@
+"""What the commands share: plain-text errors with an exit status, loading a config
+and its store, and the tables they print."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from pipeline.artifacts import ArtifactStore
+from pipeline.config import ConfigError, ExperimentConfig, load_config
+
+console = Console(stderr=True)
+
+
+def table_console() -> Console:
+    """Tables go to stdout; piped output gets a wide console instead of rich's 80 columns."""
+    return Console() if sys.stdout.isatty() else Console(width=200)
+
+
+def fail(message: str, code: int) -> None:
+    # Plain text: messages quote file contents and tool output that rich would parse as markup.
+    typer.secho(f"error: {message}", fg="red", err=True)
+    raise typer.Exit(code)
+
+
+def load_experiment(config: Path, overrides: list[str]) -> ExperimentConfig:
+    try:
+        return load_config(config, overrides)
+    except ConfigError as error:
+        fail(str(error), 2)
+
+
+def open_store(config: ExperimentConfig, artifact_root: str | None) -> ArtifactStore:
+    return ArtifactStore(artifact_root or config.artifact_root)
+
+
+def human_bytes(size: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if size < 1024 or unit == "GiB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return str(size)
+
+
+def print_report(report: dict) -> None:
+    """The comparison's summary columns, its sacreBLEU signatures and hardware lines."""
+    from stages.report.tables import SUMMARY_COLUMNS, display_table, hardware_lines, signature_lines
+
+    frame = display_table(report["models"])[list(SUMMARY_COLUMNS)]
+    table = Table(*frame.columns, title=report["title"])
+    for row in frame.itertuples(index=False):
+        table.add_row(*row)
+    table_console().print(table)
+    for line in signature_lines(report["models"]):
+        table_console().print(f"sacreBLEU {line}")
+    for line in hardware_lines(report["models"]):
+        table_console().print(line)

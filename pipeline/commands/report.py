@@ -1,0 +1,42 @@
+"""``nmt report``: one comparison over the models of several configs or MLflow runs."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+from pipeline.commands.output import console, fail, load_experiment, open_store, print_report
+
+log = logging.getLogger("nmt")
+
+
+def compare_sources(sources: list[str], output: Path, title: str | None, artifact_root: str | None,
+                    tracking_uri: str | None) -> None:
+    from mlflow.exceptions import MlflowException
+    from mlflow.tracking import MlflowClient
+
+    from pipeline.compare import from_config, from_mlflow, merge
+    from pipeline.tracking import absolute_tracking_uri, default_tracking_uri
+    from stages.report import write_report
+
+    gathered = []
+    for source in sources:
+        if source.endswith((".yaml", ".yml")) or Path(source).is_file():
+            experiment = load_experiment(Path(source), [])
+            gathered.append(from_config(experiment, open_store(experiment, artifact_root)))
+            continue
+        client = MlflowClient(absolute_tracking_uri(tracking_uri or default_tracking_uri()))
+        try:
+            gathered.append(from_mlflow(client, source))
+        except (MlflowException, ValueError) as error:
+            fail(f"{source}: not a config file or a usable MLflow run id: {error}", 2)
+    for source in gathered:
+        for reason in source.skipped:
+            log.warning(reason)
+    rows, curves = merge(gathered)
+    if not rows:
+        fail("no trained models found in " + ", ".join(sources), 1)
+    written = write_report(rows, curves, output, title or " vs ".join(source.label for source in gathered))
+    print_report(json.loads((output / "report.json").read_text()))
+    console.print("wrote " + ", ".join(str(path) for path in written))

@@ -1,0 +1,89 @@
+"""``nmt run``: plan, check this machine, execute, print; and ``nmt status``."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shlex
+import sys
+from pathlib import Path
+
+import yaml
+from rich.table import Table
+
+from pipeline.commands.output import console, fail, human_bytes, load_experiment, open_store, print_report, \
+    table_console
+from stages.errors import InputDataError
+
+log = logging.getLogger("nmt")
+
+
+def run_experiment(config: Path, overrides: list[str], until: str | None, force: list[str],
+                   artifact_root: str | None, address: str | None, tracking_uri: str | None) -> None:
+    from pipeline.graph import UpstreamFailed, connect_ray, find_stage, plan, preflight, run_pipeline
+    from pipeline.hardware import HardwareError, cpus_of_this_task
+    from pipeline.run_recorder import RunRecorder
+    from pipeline.tracking import RunTracker, default_tracking_uri
+    from stages.download.locate import mirrors_from
+
+    experiment = load_experiment(config, overrides)
+    store = open_store(experiment, artifact_root)
+    try:
+        planned = plan(experiment, store, until, tuple(force))
+    except ValueError as error:
+        fail(str(error), 2)
+    if not (address or os.environ.get("RAY_ADDRESS")):
+        # A local run: this machine is the one that trains and decodes, so refuse now
+        # what it cannot run. A cluster's workers check their own devices.
+        try:
+            preflight(experiment, planned, cpus_of_this_task())
+        except HardwareError as error:
+            fail(str(error), 2)
+    tracker = RunTracker(tracking_uri or default_tracking_uri(), experiment.name)
+    parent = tracker.start(experiment.name, yaml.safe_dump(experiment.model_dump(mode="json"), sort_keys=False),
+                           shlex.join(["nmt", *sys.argv[1:]]))
+    log.info("MLflow run %s (experiment %r); artifacts in %s", parent, experiment.name, store.root_uri)
+    recorder = RunRecorder(tracker, experiment, store)
+
+    if any(item.will_run for item in planned):
+        connect_ray(address)
+    try:
+        run_pipeline(experiment, planned, store, mirrors_from(experiment.mirrors), recorder.on_result,
+                     recorder.on_failure, recorder.on_submit)
+    except (InputDataError, UpstreamFailed) as error:
+        recorder.finish("FAILED")
+        print_results(recorder.rows)
+        fail(f"stage {recorder.first_failed()!r} failed: {error}", 1)
+    except BaseException:
+        recorder.finish("FAILED")  # interrupted: the stages still running are marked KILLED
+        raise
+    recorder.finish("FINISHED")
+    print_results(recorder.rows)
+    if any(item.stage.name == "report" for item in planned):
+        report = find_stage(planned, "report")
+        print_report(json.loads(store.read_files("report", report.key, ("report.json",))["report.json"]))
+        console.print(f"report: {store.path('report', report.key)}/report.md (.html, .csv, .json, plots)")
+
+
+def print_results(rows: list) -> None:
+    table = Table("stage", "state", "key", "size", "time", title="nmt run")
+    for row in rows:
+        table.add_row(row.stage, row.state, row.key, "-" if row.size_bytes is None else human_bytes(row.size_bytes),
+                      "-" if row.seconds is None else f"{row.seconds:.1f}s")
+    table_console().print(table)
+
+
+def show_status(config: Path, overrides: list[str], artifact_root: str | None) -> None:
+    from pipeline.graph import plan
+
+    experiment = load_experiment(config, overrides)
+    store = open_store(experiment, artifact_root)
+    table = Table("stage", "state", "key", "size", "path", title=f"{experiment.name}: {store.root_uri}")
+    for item in plan(experiment, store):
+        state = item.status.state.value
+        if item.status.reason:
+            state += f" ({item.status.reason})"
+        size = human_bytes(item.status.size_bytes) if item.status.size_bytes else "-"
+        table.add_row(item.stage.name, state, item.key, size, store.path(item.stage.name, item.key))
+    table_console().print(table)

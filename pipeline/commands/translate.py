@@ -1,0 +1,65 @@
+"""``nmt translate``: lines of text through a trained model, one output line per input line."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+from pipeline.commands.output import console, fail, load_experiment, open_store
+
+
+def translate_text(model: Path, model_name: str | None, input_file: Path | None, beam: int, nbest: int,
+                   length_penalty: float, max_length_b: int, batch_size: int, device: str, precision: str,
+                   artifact_root: str | None) -> None:
+    from tqdm import tqdm
+
+    from pipeline.hardware import HardwareError, detect_device, resolve_precision
+    from stages.evaluate.translator import SearchSettings, Translator
+
+    if nbest > beam:
+        fail(f"--nbest ({nbest}) cannot exceed --beam ({beam})", 2)
+    try:
+        resolved = resolve_precision(precision, detect_device(device), "--precision")
+        translator = Translator(model_file(model, model_name, artifact_root), device, resolved)
+    except (FileNotFoundError, RuntimeError, HardwareError) as error:
+        fail(str(error), 2)
+    text = input_file.read_text(encoding="utf-8") if input_file else sys.stdin.read()
+    # Lines end at "\n" only: str.splitlines would also split at U+2028 and friends
+    # inside a sentence, and the output would no longer line up with the input.
+    lines = [line.removesuffix("\r") for line in text.removesuffix("\n").split("\n")] if text else []
+    search = SearchSettings(beam_size=beam, length_penalty=length_penalty, max_length_b=max_length_b, nbest=nbest)
+    started = time.time()
+    # Chunks of many batches: output streams out while the rest translates, in input order.
+    chunk = batch_size * 16
+    with tqdm(total=len(lines), unit="sent", desc="translate", disable=None, file=sys.stderr) as bar:
+        for start in range(0, len(lines), chunk):
+            results = translator.translate(lines[start:start + chunk], search, batch_size, bar.update)
+            for index, translations in enumerate(results, start):
+                if nbest == 1:
+                    print(translations[0].text)
+                    continue
+                for translation in translations:
+                    print(f"{index} ||| {translation.text} ||| {translation.hypothesis.score:.4f}")
+            sys.stdout.flush()
+    seconds = time.time() - started
+    console.print(f"{len(lines)} lines in {seconds:.1f}s ({len(lines) / max(seconds, 1e-9):.1f} sentences/s)")
+
+
+def model_file(model: Path, model_name: str | None, artifact_root: str | None) -> Path:
+    """The model file that a translate argument names."""
+    if model.suffix not in (".yaml", ".yml"):
+        return model  # a file or a train artifact directory: Translator takes either
+    from pipeline.artifacts import ArtifactState
+    from pipeline.graph import find_stage, plan
+    from stages.names import train_stage
+
+    experiment = load_experiment(model, [])
+    names = [spec.name for spec in experiment.models]
+    if model_name not in names:
+        fail(f"{model}: pick a model with --model: {', '.join(names)}", 2)
+    store = open_store(experiment, artifact_root)
+    train = find_stage(plan(experiment, store), train_stage(model_name))
+    if train.status.state != ArtifactState.CACHED:
+        fail(f"{model}: {model_name} is not trained yet (nmt run {model} first)", 1)
+    return store.local_path(train.stage.name, train.key) / "model.pt"
