@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 from sacrebleu.metrics import BLEU
 
-from pipeline.hardware import detect_device
+from pipeline.hardware import detect_device, native_precisions
 from stages.evaluate.translator import SearchSettings, Translator
 
 
@@ -76,7 +76,7 @@ def main() -> None:
     refs = references.read_text().splitlines()[:args.sentences]
 
     found = detect_device(args.device)
-    precisions = args.precisions or (["fp32", "bf16"] if found.bf16 else ["fp32"])
+    precisions = args.precisions or native_precisions(found)
     print(f"{len(lines)} sentences, {args.threads} thread(s), {found.describe()}"
           + ("" if found.bf16 or "bf16" in precisions else f"; bf16 skipped: {found.why}") + "\n")
     print("| model | precision | beam | batch | sentences/s | tokens/s | BLEU |")

@@ -24,7 +24,7 @@ import time
 
 import torch
 
-from pipeline.hardware import detect_device
+from pipeline.hardware import detect_device, native_precisions
 from pipeline.peak_flops import measure_matmul_flops
 from stages.train.flops import training_flops
 from stages.train.loss import label_smoothed_cross_entropy
@@ -96,7 +96,7 @@ def main() -> None:
         torch.set_num_threads(args.threads)
     device = args.device
     found = detect_device(device)
-    precisions = args.precisions or (["fp32", "bf16"] if found.bf16 else ["fp32"])
+    precisions = args.precisions or native_precisions(found)
     sentences = max(1, args.tokens // args.length)
     generator = torch.Generator().manual_seed(0)
     src = torch.randint(6, VOCAB, (sentences, args.length), generator=generator).to(device)

@@ -76,6 +76,11 @@ def resolve_precision(requested: str, device: Device, key: str) -> str:
     return requested
 
 
+def native_precisions(device: Device) -> list[str]:
+    """The precisions worth benchmarking on ``device``: fp32, and bf16 where it is native."""
+    return ["fp32", "bf16"] if device.bf16 else ["fp32"]
+
+
 def detect_device(device: str = "cpu") -> Device:
     """The device that ``device`` ("cpu", "cuda", "cuda:1") names, on this machine."""
     if device.startswith("cuda"):

@@ -72,10 +72,11 @@ def test_the_environment_can_make_any_cpu_lack_bf16(monkeypatch):
         resolve_precision("bf16", device, "train.precision")
 
 
-def test_the_matmul_probe_measures_a_positive_rate():
-    rate = measure_matmul_flops("cpu", "fp32", threads=1, seconds=0.2)
-    assert 1e8 < rate < 1e13  # between a very slow core and far beyond any one CPU thread
-    assert torch.get_num_threads() >= 1
+def test_the_matmul_probe_measures_a_positive_rate_and_restores_the_thread_count():
+    before = torch.get_num_threads()
+    rate = measure_matmul_flops("cpu", "fp32", threads=before + 1, seconds=0.2)
+    assert 1e8 < rate < 1e13  # between a very slow core and far beyond this machine
+    assert torch.get_num_threads() == before
 
 
 def test_a_measured_peak_is_cached_per_precision_and_thread_count(tmp_path, monkeypatch):

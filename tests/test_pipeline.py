@@ -220,7 +220,7 @@ def test_a_stage_that_failed_because_its_upstream_did_is_reported_as_not_run(loc
 ])
 def test_what_this_machine_cannot_run_is_refused_before_anything_starts(tmp_path, monkeypatch, train, message):
     """On a CPU treated as lacking bf16 (as an AVX2-only one does), an explicit bf16 fails
-    at once, naming the stage and key: no artifact, no MLflow run, no Ray."""
+    at once, naming the stage and key, before any artifact or MLflow record is written."""
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("NMT_CPU_BF16", "0")
     data = yaml.safe_load(SMOKE.read_text())

@@ -14,6 +14,7 @@ from rich.table import Table
 
 from pipeline.commands.output import console, fail, human_bytes, load_experiment, open_store, print_report, \
     table_console
+from pipeline.run_recorder import ResultRow, RunRecorder
 from stages.errors import InputDataError
 
 log = logging.getLogger("nmt")
@@ -21,9 +22,8 @@ log = logging.getLogger("nmt")
 
 def run_experiment(config: Path, overrides: list[str], until: str | None, force: list[str],
                    artifact_root: str | None, address: str | None, tracking_uri: str | None) -> None:
-    from pipeline.graph import UpstreamFailed, connect_ray, find_stage, plan, preflight, run_pipeline
+    from pipeline.graph import UpstreamFailed, connect_ray, plan, preflight, run_pipeline
     from pipeline.hardware import HardwareError, cpus_of_this_task
-    from pipeline.run_recorder import RunRecorder
     from pipeline.tracking import RunTracker, default_tracking_uri
     from stages.download.locate import mirrors_from
 
@@ -60,13 +60,13 @@ def run_experiment(config: Path, overrides: list[str], until: str | None, force:
         raise
     recorder.finish("FINISHED")
     print_results(recorder.rows)
-    if any(item.stage.name == "report" for item in planned):
-        report = find_stage(planned, "report")
+    report = next((item for item in planned if item.stage.name == "report"), None)  # absent with --until
+    if report is not None:
         print_report(json.loads(store.read_files("report", report.key, ("report.json",))["report.json"]))
         console.print(f"report: {store.path('report', report.key)}/report.md (.html, .csv, .json, plots)")
 
 
-def print_results(rows: list) -> None:
+def print_results(rows: list[ResultRow]) -> None:
     table = Table("stage", "state", "key", "size", "time", title="nmt run")
     for row in rows:
         table.add_row(row.stage, row.state, row.key, "-" if row.size_bytes is None else human_bytes(row.size_bytes),

@@ -139,8 +139,11 @@ def decode_part(job: DecodeJob) -> Decoded:
 def _hardware_summary(tasks: list[dict]) -> dict:
     """One value per fact when every task agrees (the usual case), else each task's,
     comma-separated: tasks on a mixed cluster may resolve different precisions."""
-    return {key: (values[0] if len(set(values)) == 1 else ", ".join(map(str, values)))
-            for key in tasks[0] for values in [[task[key] for task in tasks]]}
+    summary = {}
+    for key in tasks[0]:
+        values = [task[key] for task in tasks]
+        summary[key] = values[0] if len(set(values)) == 1 else ", ".join(map(str, values))
+    return summary
 
 
 def score_hypotheses(translations: list[list[Translation]], references: list[str], prefix: str,

@@ -72,7 +72,7 @@ def preflight(config: TrainStageConfig, cpus: int) -> None:
     would wait for them forever). For local runs; on a cluster each worker checks its
     own device when it starts."""
     train = config.train
-    if train.use_gpu and not _has_cuda():
+    if train.use_gpu and not torch.cuda.is_available():
         raise HardwareError("train.use_gpu: true, but this machine has no CUDA GPU that torch can use")
     device = detect_device("cuda" if train.use_gpu else "cpu")
     resolve_precision(train.precision, device, "train.precision")
@@ -80,10 +80,6 @@ def preflight(config: TrainStageConfig, cpus: int) -> None:
     if needed > cpus:
         raise HardwareError(f"train.workers ({train.workers}) x train.cpus_per_worker ({train.cpus_per_worker}) "
                             f"needs {needed} CPUs, but this machine has {cpus}")
-
-
-def _has_cuda() -> bool:
-    return torch.cuda.is_available() and torch.cuda.device_count() > 0
 
 
 def _check_inputs(tokenized: Path, config: TrainStageConfig) -> None:
