@@ -28,11 +28,10 @@ def trained_models(config_path: str, artifact_root: str | None) -> tuple[list[tu
     """(name, train artifact) of every trained model of a config, and the cleaned test split as files."""
     import tempfile
 
-    import pyarrow.parquet as pq
-
     from pipeline.artifacts import ArtifactState, ArtifactStore
     from pipeline.config import load_config
     from pipeline.graph import find_stage, plan
+    from stages.clean import read_split
     from stages.names import train_stage, trained_model
 
     config = load_config(config_path)
@@ -42,7 +41,7 @@ def trained_models(config_path: str, artifact_root: str | None) -> tuple[list[tu
     models = [(trained_model(item.stage.name), store.local_path(item.stage.name, item.key))
               for item in trained if item.status.state == ArtifactState.CACHED]
     clean = find_stage(planned, "clean")
-    test = pq.read_table(store.local_path("clean", clean.key) / f"{config.evaluate.split}.parquet")
+    test = read_split(store.local_path("clean", clean.key), config.evaluate.split)
     scratch = Path(tempfile.mkdtemp(prefix="decode-speed-"))
     (scratch / "source.txt").write_text("\n".join(test.column("src").to_pylist()) + "\n")
     (scratch / "reference.txt").write_text("\n".join(test.column("tgt").to_pylist()) + "\n")

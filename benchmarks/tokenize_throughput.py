@@ -21,7 +21,6 @@ import tempfile
 import time
 from pathlib import Path
 
-import pyarrow.parquet as pq
 import sentencepiece as spm
 from rich.console import Console
 from rich.table import Table
@@ -40,7 +39,9 @@ def main() -> None:
 
     from pipeline.artifacts import ArtifactStore
     from pipeline.config import load_config
-    from pipeline.graph import connect_ray, plan, run_pipeline
+    from pipeline.graph import plan
+    from pipeline.runner import connect_ray, run_pipeline
+    from stages.clean import read_split
     from stages.download.locate import mirrors_from
 
     root = Path(tempfile.mkdtemp(prefix="nmt-bench-"))
@@ -54,7 +55,7 @@ def main() -> None:
     clean = store.local_path("clean", items["clean"].key)
     bpe = store.local_path("bpe", items["bpe"].key)
 
-    table = pq.read_table(clean / "train.parquet")
+    table = read_split(clean, "train")
     src, tgt = table.column("src").to_pylist(), table.column("tgt").to_pylist()
     processor = spm.SentencePieceProcessor(model_file=str(bpe / "spm.model"))
     baseline = []

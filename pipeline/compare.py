@@ -31,9 +31,9 @@ def from_config(config: ExperimentConfig, store: ArtifactStore) -> Gathered:
     planned = plan(config, store)
     gathered = Gathered(config.name)
     for model in config.models:
-        train = find_stage(planned, train_stage(model.name))
+        trained = find_stage(planned, train_stage(model.name))
         evaluation = find_stage(planned, evaluate_stage(model.name))
-        if train.status.state != ArtifactState.CACHED:
+        if trained.status.state != ArtifactState.CACHED:
             gathered.skipped.append(f"{config.name}/{model.name}: not trained yet (nmt run its config first)")
             continue
         evaluation_manifest = (store.read_manifest(evaluation.stage.name, evaluation.key)
@@ -41,8 +41,8 @@ def from_config(config: ExperimentConfig, store: ArtifactStore) -> Gathered:
         if evaluation_manifest is None:
             gathered.skipped.append(f"{config.name}/{model.name}: not evaluated; BLEU columns left empty")
         # The train artifact's checkpoints are not needed: read only its small files.
-        history = store.read_files(train.stage.name, train.key, ("metrics.jsonl",))["metrics.jsonl"]
-        record, curve = records.from_reports(model.name, store.read_manifest(train.stage.name, train.key),
+        history = store.read_files(trained.stage.name, trained.key, ("metrics.jsonl",))["metrics.jsonl"]
+        record, curve = records.from_reports(model.name, store.read_manifest(trained.stage.name, trained.key),
                                              records.parse_jsonl(history.decode("utf-8")), evaluation_manifest)
         gathered.rows.append(record)
         gathered.curves[model.name] = curve

@@ -16,7 +16,8 @@ from dataclasses import dataclass
 
 from pipeline.artifacts import ArtifactStore
 from pipeline.config import ExperimentConfig
-from pipeline.graph import PlannedStage, StageResult, UpstreamFailed
+from pipeline.graph import PlannedStage
+from pipeline.runner import StageResult, UpstreamFailed
 from pipeline.tracking import MetricsSink, RunTracker
 
 log = logging.getLogger("nmt")

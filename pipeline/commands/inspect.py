@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from rich.table import Table
@@ -14,6 +13,7 @@ def inspect_models(config: Path, overrides: list[str], artifact_root: str | None
                    tgt_len: float | None) -> None:
     from pipeline.artifacts import ArtifactState
     from pipeline.graph import find_stage, plan
+    from stages.tokenize import read_index
     from stages.train.flops import cost_summary
     from stages.train.models import build_model
 
@@ -26,10 +26,11 @@ def inspect_models(config: Path, overrides: list[str], artifact_root: str | None
     tags, source = (4, 5), "bpe.vocab_size from the config; lengths default to 25 (run the data stages for real ones)"
     mean_src = mean_tgt = 25.0
     if tokenize.status.state == ArtifactState.CACHED:
-        index = json.loads((store.local_path("tokenize", tokenize.key) / "index.json").read_text())
-        train, vocab = index["splits"]["train"], index["vocab"]
+        index = read_index(store.local_path("tokenize", tokenize.key))
+        train_split, vocab = index["splits"]["train"], index["vocab"]
         src_vocab, tgt_vocab = vocab["sizes"]["src"], vocab["sizes"]["tgt"]
-        mean_src, mean_tgt = train["src_tokens"] / train["pairs"], train["tgt_tokens"] / train["pairs"]
+        mean_src = train_split["src_tokens"] / train_split["pairs"]
+        mean_tgt = train_split["tgt_tokens"] / train_split["pairs"]
         source = f"vocabulary and mean lengths of tokenize artifact {tokenize.key}"
     src_len, tgt_len = src_len or mean_src, tgt_len or mean_tgt
     table = Table("model", "family", "preset", "params", "embedding", "non-embedding", "fwd FLOPs/tok",

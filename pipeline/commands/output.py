@@ -48,7 +48,12 @@ def human_bytes(size: int) -> str:
 
 def print_report(report: dict) -> None:
     """The comparison's summary columns, its sacreBLEU signatures and hardware lines."""
-    from stages.report.tables import SUMMARY_COLUMNS, display_table, hardware_lines, signature_lines
+    from stages.report.tables import (
+        SUMMARY_COLUMNS,
+        display_table,
+        hardware_lines,
+        signature_lines,
+    )
 
     frame = display_table(report["models"])[list(SUMMARY_COLUMNS)]
     table = Table(*frame.columns, title=report["title"])

@@ -6,7 +6,13 @@ import json
 import logging
 from pathlib import Path
 
-from pipeline.commands.output import console, fail, load_experiment, open_store, print_report
+from pipeline.commands.output import (
+    console,
+    fail,
+    load_experiment,
+    open_store,
+    print_report,
+)
 
 log = logging.getLogger("nmt")
 

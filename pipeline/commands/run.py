@@ -12,8 +12,15 @@ from pathlib import Path
 import yaml
 from rich.table import Table
 
-from pipeline.commands.output import console, fail, human_bytes, load_experiment, open_store, print_report, \
-    table_console
+from pipeline.commands.output import (
+    console,
+    fail,
+    human_bytes,
+    load_experiment,
+    open_store,
+    print_report,
+    table_console,
+)
 from pipeline.run_recorder import ResultRow, RunRecorder
 from stages.errors import InputDataError
 
@@ -22,8 +29,9 @@ log = logging.getLogger("nmt")
 
 def run_experiment(config: Path, overrides: list[str], until: str | None, force: list[str],
                    artifact_root: str | None, address: str | None, tracking_uri: str | None) -> None:
-    from pipeline.graph import UpstreamFailed, connect_ray, plan, preflight, run_pipeline
+    from pipeline.graph import plan, preflight
     from pipeline.hardware import HardwareError, cpus_of_this_task
+    from pipeline.runner import UpstreamFailed, connect_ray, run_pipeline
     from pipeline.tracking import RunTracker, default_tracking_uri
     from stages.download.locate import mirrors_from
 

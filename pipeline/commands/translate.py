@@ -53,13 +53,14 @@ def model_file(model: Path, model_name: str | None, artifact_root: str | None) -
     from pipeline.artifacts import ArtifactState
     from pipeline.graph import find_stage, plan
     from stages.names import train_stage
+    from stages.train import weights_file
 
     experiment = load_experiment(model, [])
     names = [spec.name for spec in experiment.models]
     if model_name not in names:
         fail(f"{model}: pick a model with --model: {', '.join(names)}", 2)
     store = open_store(experiment, artifact_root)
-    train = find_stage(plan(experiment, store), train_stage(model_name))
-    if train.status.state != ArtifactState.CACHED:
+    trained = find_stage(plan(experiment, store), train_stage(model_name))
+    if trained.status.state != ArtifactState.CACHED:
         fail(f"{model}: {model_name} is not trained yet (nmt run {model} first)", 1)
-    return store.local_path(train.stage.name, train.key) / "model.pt"
+    return weights_file(store.local_path(trained.stage.name, trained.key))

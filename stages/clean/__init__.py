@@ -14,11 +14,13 @@ import json
 from pathlib import Path
 from typing import Iterator
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipeline.config import CleanConfig
+import stages.download as download_artifact
 from pipeline.context import StageContext
 from stages.clean.align import align_sentences
+from stages.clean.config import CleanConfig
 from stages.clean.filters import PairFilter
 from stages.clean.normalize import normalize_text
 from stages.download import SPLITS, write_pairs
@@ -27,20 +29,20 @@ VERSION = 1
 READ_BATCH = 50_000
 
 
-def clean_corpus(inputs: dict[str, Path], config: CleanConfig, output: Path, ctx: StageContext) -> dict:
+def run(inputs: dict[str, Path], config: CleanConfig, output: Path, ctx: StageContext) -> dict:
     download = inputs["download"]
-    meta = json.loads((download / "meta.json").read_text())
+    meta = download_artifact.read_meta(download)
     pair_filter = PairFilter(config, meta["src_lang"], meta["tgt_lang"])
     report: dict = {"splits": {}}
     for split in SPLITS:
         split_meta = meta["splits"][split]
-        pairs = _read_pairs(download / f"{split}.parquet", split_meta["pairs"], ctx, f"clean {split}")
+        pairs = _read_pairs(download_artifact.pairs_file(download, split), split_meta["pairs"], ctx, f"clean {split}")
         if split_meta["alignment"] == "document":
             pairs = _sentence_aligned(pairs)
         pairs = ((normalize_text(s, config.unicode_form), normalize_text(t, config.unicode_form)) for s, t in pairs)
         if split == "train":
             pairs = (pair for pair in pairs if pair_filter.keep(*pair))
-        kept = write_pairs(pairs, output / f"{split}.parquet")
+        kept = write_pairs(pairs, pairs_file(output, split))
         report["splits"][split] = {"pairs_in": split_meta["pairs"], "pairs_out": kept}
     report["train_removed"] = pair_filter.removed
     (output / "meta.json").write_text(json.dumps({"src_lang": meta["src_lang"], "tgt_lang": meta["tgt_lang"]}))
@@ -48,6 +50,22 @@ def clean_corpus(inputs: dict[str, Path], config: CleanConfig, output: Path, ctx
     metrics = {f"{split}_pairs": counts["pairs_out"] for split, counts in report["splits"].items()}
     metrics.update({f"removed_{rule}": count for rule, count in pair_filter.removed.items()})
     return metrics
+
+
+def pairs_file(artifact: Path, split: str) -> Path:
+    """A split's cleaned pairs (Parquet, columns ``src`` and ``tgt``) in a clean artifact."""
+    return artifact / f"{split}.parquet"
+
+
+def read_split(artifact: Path, split: str) -> pa.Table:
+    """A split's cleaned pairs as one table."""
+    return pq.read_table(pairs_file(artifact, split))
+
+
+def read_languages(artifact: Path) -> tuple[str, str]:
+    """The source and target language of a clean artifact."""
+    meta = json.loads((artifact / "meta.json").read_text())
+    return meta["src_lang"], meta["tgt_lang"]
 
 
 def _read_pairs(path: Path, total: int, ctx: StageContext, label: str) -> Iterator[tuple[str, str]]:

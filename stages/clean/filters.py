@@ -6,7 +6,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, field
 
-from pipeline.config import CleanConfig
+from stages.clean.config import CleanConfig
 
 RULES = ("empty", "too_long", "length_ratio", "identical", "duplicate", "wrong_language")
 

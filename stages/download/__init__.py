@@ -15,9 +15,16 @@ from typing import Iterator
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipeline.config import DownloadConfig, FileRef, FilesSource, HuggingFaceSource, SacrebleuSource, TsvSource
 from pipeline.context import StageContext
 from stages.download import readers
+from stages.download.config import (
+    DownloadConfig,
+    FileRef,
+    FilesSource,
+    HuggingFaceSource,
+    SacrebleuSource,
+    TsvSource,
+)
 from stages.download.locate import locate_file
 from stages.errors import InputDataError
 
@@ -27,13 +34,13 @@ WRITE_BATCH = 50_000
 PAIR_SCHEMA = pa.schema([("src", pa.string()), ("tgt", pa.string())])
 
 
-def download_corpus(inputs: dict[str, Path], config: DownloadConfig, output: Path, ctx: StageContext) -> dict:
+def run(inputs: dict[str, Path], config: DownloadConfig, output: Path, ctx: StageContext) -> dict:
     meta = {"src_lang": config.src_lang, "tgt_lang": config.tgt_lang, "splits": {}}
     metrics = {}
     for split in SPLITS:
         source = getattr(config, split)
         pairs = readers.limit(_pairs(source, config, ctx), source.max_pairs)
-        count = write_pairs(pairs, output / f"{split}.parquet")
+        count = write_pairs(pairs, pairs_file(output, split))
         if count == 0:
             raise InputDataError(f"download.{split}: the source has no sentence pairs ({_describe(source)})")
         alignment = source.alignment if isinstance(source, FilesSource) else "line"
@@ -41,6 +48,16 @@ def download_corpus(inputs: dict[str, Path], config: DownloadConfig, output: Pat
         metrics[f"{split}_pairs"] = count
     (output / "meta.json").write_text(json.dumps(meta, indent=2))
     return metrics
+
+
+def pairs_file(artifact: Path, split: str) -> Path:
+    """A split's pairs (Parquet, columns ``src`` and ``tgt``) in a download artifact."""
+    return artifact / f"{split}.parquet"
+
+
+def read_meta(artifact: Path) -> dict:
+    """The language pair and, per split, its pair count, alignment and source."""
+    return json.loads((artifact / "meta.json").read_text())
 
 
 def local_file_fingerprints(config: DownloadConfig) -> dict[str, list[int] | str]:

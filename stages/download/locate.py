@@ -12,8 +12,8 @@ import os
 from pathlib import Path
 
 from pipeline.artifacts import file_sha256
-from pipeline.config import FileRef
 from stages.download.archives import extract_archive, is_archive
+from stages.download.config import FileRef
 from stages.download.http import DownloadError, fetch_url
 from stages.errors import InputDataError
 

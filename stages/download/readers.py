@@ -13,8 +13,8 @@ from itertools import islice, zip_longest
 from pathlib import Path
 from typing import Iterator
 
-from pipeline.config import HuggingFaceSource, SacrebleuSource
 from pipeline.artifacts import file_digest
+from stages.download.config import HuggingFaceSource, SacrebleuSource
 from stages.errors import InputDataError
 
 Pair = tuple[str, str]

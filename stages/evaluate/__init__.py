@@ -27,16 +27,22 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-import pyarrow.parquet as pq
 import torch
 from sacrebleu.metrics import BLEU, CHRF
 
-from pipeline.config import EvaluateConfig, EvaluateStageConfig
 from pipeline.context import StageContext
-from pipeline.hardware import HardwareError, cpus_of_this_task, detect_device, resolve_precision
+from pipeline.hardware import (
+    HardwareError,
+    cpus_of_this_task,
+    detect_device,
+    resolve_precision,
+)
+from stages.clean import read_split
 from stages.errors import InputDataError
+from stages.evaluate.config import EvaluateConfig, EvaluateStageConfig
 from stages.evaluate.translator import SearchSettings, Translation, Translator
 from stages.names import train_stage
+from stages.train import weights_file
 
 VERSION = 2
 
@@ -59,14 +65,14 @@ class Decoded:
     hardware: dict  # the task's resolved precision and device
 
 
-def evaluate_model(inputs: dict[str, Path], config: EvaluateStageConfig, output: Path, ctx: StageContext) -> dict:
+def run(inputs: dict[str, Path], config: EvaluateStageConfig, output: Path, ctx: StageContext) -> dict:
     settings = config.evaluate
     name = train_stage(config.model)
-    split = pq.read_table(inputs["clean"] / f"{settings.split}.parquet")
+    split = read_split(inputs["clean"], settings.split)
     sources, references = split.column("src").to_pylist(), split.column("tgt").to_pylist()
     if not sources:
         raise InputDataError(f"evaluate {config.model!r}: the cleaned {settings.split} split is empty")
-    if not (inputs[name] / f"{settings.weights}.pt").is_file():
+    if not weights_file(inputs[name], settings.weights).is_file():
         raise InputDataError(f"evaluate {config.model!r}: {inputs[name]} has no {settings.weights}.pt "
                              "(evaluate.weights: best needs a train run that validated)")
 
@@ -102,6 +108,11 @@ def evaluate_model(inputs: dict[str, Path], config: EvaluateStageConfig, output:
     return scores
 
 
+def read_scores(artifact: Path) -> dict:
+    """``scores.json`` of an evaluate artifact."""
+    return json.loads((artifact / "scores.json").read_text())
+
+
 def preflight(config: EvaluateStageConfig, cpus: int) -> None:
     """Refuse, before anything starts, a precision or device this machine lacks (local runs)."""
     settings = config.evaluate
@@ -119,7 +130,7 @@ def decode_part(job: DecodeJob) -> Decoded:
     torch.set_num_threads(threads)
     hardware = {"precision": precision, "device": device.kind, "device_name": device.name,
                 "device_capability": device.capability, "threads": threads}
-    translator = Translator(job.fetch_model() / f"{settings.weights}.pt", settings.device, precision)
+    translator = Translator(weights_file(job.fetch_model(), settings.weights), settings.device, precision)
     search = SearchSettings(settings.beam_size, settings.length_penalty, settings.max_length_a,
                             settings.max_length_b, settings.min_length, settings.nbest)
     bar = job.progress(total=len(job.lines) * (2 if settings.greedy else 1), desc=job.label, unit="sent")

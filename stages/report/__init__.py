@@ -13,16 +13,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pipeline.config import ReportStageConfig
 from pipeline.context import StageContext
 from stages.names import evaluate_stage, train_stage
 from stages.report import records, tables
+from stages.report.config import ReportStageConfig
 from stages.report.plots import write_plots
 
 VERSION = 3
 
 
-def report_models(inputs: dict[str, Path], config: ReportStageConfig, output: Path, ctx: StageContext) -> dict:
+def run(inputs: dict[str, Path], config: ReportStageConfig, output: Path, ctx: StageContext) -> dict:
     rows, curves = [], {}
     for name in config.models:
         record, curve = records.from_artifacts(name, inputs[train_stage(name)], inputs.get(evaluate_stage(name)))

@@ -34,8 +34,8 @@ def model_record(name: str, train_config: dict, train_metrics: dict, eval_metric
     datasheet, or the config's override; ``peak_source`` says which). Runs made before
     peaks were measured fall back to the config's ``peak_flops_per_worker``, or None.
     """
-    train, model = train_config["train"], train_config["model"]
-    peak = train_metrics.get("peak_flops_per_worker") or train.get("peak_flops_per_worker")
+    training, model = train_config["train"], train_config["model"]
+    peak = train_metrics.get("peak_flops_per_worker") or training.get("peak_flops_per_worker")
     peak_source = train_metrics.get("peak_source") or ("config" if peak else None)
     evaluation = eval_metrics or {}
     record = {
@@ -44,10 +44,10 @@ def model_record(name: str, train_config: dict, train_metrics: dict, eval_metric
         "non_embedding_parameters": train_metrics["non_embedding_parameters"],
         "steps": train_metrics["steps"], "stop_reason": train_metrics.get("stop_reason"),
         "train_tokens": train_metrics["train_tokens"],
-        "train_seconds": train_metrics["train_seconds"], "workers": train["workers"],
+        "train_seconds": train_metrics["train_seconds"], "workers": training["workers"],
         "device_hours": train_metrics["device_hours"],
         "train_flops": train_metrics["train_flops"], "train_flops_6nd": train_metrics["train_flops_6nd"],
-        "train_flops_paper": train_metrics["train_seconds"] * train["workers"] * peak if peak else None,
+        "train_flops_paper": train_metrics["train_seconds"] * training["workers"] * peak if peak else None,
         "flops_per_second": train_metrics["flops_per_second"], "mfu": train_metrics.get("mfu"),
         "best_valid_ppl": train_metrics.get("best_valid_ppl"),
         "bleu": evaluation.get("bleu"), "chrf": evaluation.get("chrf"),

@@ -1,1 +1,95 @@
-"""Training: the three model families (``models/``), their loss and FLOPs counts."""
+"""train: one model of the config, trained with DeepSpeed on Ray Train workers.
+
+The stage launches a ``TorchTrainer`` whose workers run ``loop.train_worker`` and
+persist their checkpoints under the stage's staging directory (``train_run/``). That
+directory survives a crash (the train stage is resumable), so starting the stage
+again continues from the newest complete checkpoint, and Ray Train itself restarts a
+crashed worker group from it, up to ``max_failures`` times.
+
+When training ends the stage writes, next to the retained DeepSpeed checkpoints,
+``model.pt``, ``best.pt``, ``metrics.jsonl`` and ``train_report.json``
+(``outputs.py``); ``model_file(artifact)`` is where a reader finds the weights.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import torch
+
+from pipeline.context import StageContext
+from pipeline.hardware import HardwareError, detect_device, resolve_precision
+from stages.errors import InputDataError
+from stages.tokenize import read_index
+from stages.train.checkpoints import complete_checkpoints
+from stages.train.config import TrainStageConfig
+from stages.train.outputs import weights_file, write_outputs
+
+__all__ = ["VERSION", "run", "preflight", "weights_file"]
+
+VERSION = 2
+RUN_NAME = "train_run"
+
+
+def run(inputs: dict[str, Path], config: TrainStageConfig, output: Path, ctx: StageContext) -> dict:
+    from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
+    from ray.train.torch import TorchConfig, TorchTrainer
+
+    from stages.train.loop import train_worker
+
+    training, tokenized = config.train, inputs["tokenize"]
+    _check_inputs(tokenized, config)
+    world, zero = training.workers, training.zero_stage
+    resume = complete_checkpoints(output / RUN_NAME, world, zero)
+    resources = {"CPU": training.cpus_per_worker, **({"GPU": 1} if training.use_gpu else {})}
+    trainer = TorchTrainer(
+        train_worker,
+        train_loop_config={"config": config.model_dump(mode="json"),
+                           "fetch_tokenized": ctx.fetcher("tokenize", tokenized),
+                           # Ray Train restores its own run state from RUN_NAME's snapshot; this
+                           # covers a run killed before its snapshot named the checkpoint.
+                           "resume_from": str(resume[-1].path) if resume else None,
+                           "metrics_sink": ctx.metrics_sink},
+        scaling_config=ScalingConfig(num_workers=world, use_gpu=training.use_gpu, resources_per_worker=resources),
+        torch_config=TorchConfig(backend="nccl" if training.use_gpu else "gloo"),
+        run_config=RunConfig(name=RUN_NAME, storage_path=str(output),
+                             failure_config=FailureConfig(max_failures=training.max_failures),
+                             checkpoint_config=CheckpointConfig(num_to_keep=training.keep_checkpoints)),
+    )
+    started = time.time()
+    trainer.fit()
+    checkpoints = complete_checkpoints(output / RUN_NAME, world, zero)
+    if not checkpoints:
+        raise RuntimeError(f"training {config.model.name!r} ended without a complete checkpoint in {output}")
+    return write_outputs(output, config, tokenized, checkpoints, time.time() - started)
+
+
+def preflight(config: TrainStageConfig, cpus: int) -> None:
+    """Refuse, before anything starts, a train section this machine cannot run: a
+    precision its device lacks, a GPU it lacks, more CPUs than its ``cpus`` (Ray Train
+    would wait for them forever). For local runs; on a cluster each worker checks its
+    own device when it starts."""
+    training = config.train
+    if training.use_gpu and not torch.cuda.is_available():
+        raise HardwareError("train.use_gpu: true, but this machine has no CUDA GPU that torch can use")
+    device = detect_device("cuda" if training.use_gpu else "cpu")
+    resolve_precision(training.precision, device, "train.precision")
+    needed = training.workers * training.cpus_per_worker
+    if needed > cpus:
+        raise HardwareError(f"train.workers ({training.workers}) x train.cpus_per_worker ({training.cpus_per_worker}) "
+                            f"needs {needed} CPUs, but this machine has {cpus}")
+
+
+def _check_inputs(tokenized: Path, config: TrainStageConfig) -> None:
+    index = read_index(tokenized)
+    splits = index["splits"]
+    for split in ("train", "valid"):
+        if splits[split]["pairs"] == 0:
+            raise InputDataError(f"train {config.model.name!r}: the tokenized {split} split is empty")
+    if not index.get("append_eos", True):
+        raise InputDataError(f"train {config.model.name!r}: needs tokenize.append_eos: true "
+                             "(models learn where a translation ends from EOS)")
+    vocab = index["vocab"]
+    if config.model.family == "decoder_only" and not vocab["joint"]:
+        raise InputDataError(f"train {config.model.name!r}: the decoder-only family needs bpe.joint: true")

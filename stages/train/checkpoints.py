@@ -51,7 +51,9 @@ def _deepspeed_files_present(directory: Path, world_size: int, zero_stage: int) 
 
 def fp32_weights(checkpoint: Path, zero_stage: int) -> dict[str, torch.Tensor]:
     if zero_stage >= 1:
-        from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
+        from deepspeed.utils.zero_to_fp32 import (
+            get_fp32_state_dict_from_zero_checkpoint,
+        )
 
         state = get_fp32_state_dict_from_zero_checkpoint(str(checkpoint), tag=DEEPSPEED_TAG)
     else:

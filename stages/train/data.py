@@ -11,7 +11,6 @@ Sequences in the artifact end with EOS. For teacher forcing the decoder reads
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,6 +18,8 @@ import numpy as np
 import pyarrow as pa
 import torch
 from torch import Tensor
+
+from stages.tokenize import read_index, shard_files
 
 
 @dataclass(frozen=True)
@@ -36,11 +37,11 @@ class Batch:
 
 class TokenizedSplit:
     def __init__(self, artifact: Path, split: str):
-        index = json.loads((artifact / "index.json").read_text())
+        index = read_index(artifact)
         self.vocab = index["vocab"]
         specials = self.vocab["special_ids"]
         self.pad_id, self.bos_id = specials["pad"], specials["bos"]
-        files = [artifact / shard["file"] for shard in index["splits"][split]["shards"]]
+        files = shard_files(artifact, split)
         tables = [pa.ipc.open_stream(pa.memory_map(str(path))).read_all() for path in files]
         table = pa.concat_tables(tables).combine_chunks()
         self.src_lengths = table.column("src_len").to_numpy().astype(np.int64)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pipeline.config import TrainConfig
+from stages.train.config import TrainConfig
 
 
 def deepspeed_config(config: TrainConfig, precision: str) -> dict[str, Any]:

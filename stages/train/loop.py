@@ -26,8 +26,8 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from pipeline.config import TrainStageConfig
 from stages.train.batching import batches_from, token_batches
+from stages.train.config import TrainStageConfig
 from stages.train.data import Batch, TokenizedSplit
 from stages.train.deepspeed_config import cpu_autocast, deepspeed_config
 from stages.train.flops import training_flops
@@ -47,33 +47,33 @@ def train_worker(loop_config: dict) -> None:
     import ray.train
 
     config = TrainStageConfig.model_validate(loop_config["config"])
-    train = config.train
+    training = config.train
     context = ray.train.get_context()
     rank, world = context.get_world_rank(), context.get_world_size()
     # As many threads as the CPUs Ray gave this worker, never more (config.py checks).
-    threads = train.threads_per_worker or train.cpus_per_worker
+    threads = training.threads_per_worker or training.cpus_per_worker
     torch.set_num_threads(threads)
     device = "cpu"
-    if train.use_gpu:
+    if training.use_gpu:
         import ray.train.torch
 
         device = str(ray.train.torch.get_device())
-    hardware = worker_hardware(train, device, threads, world)
+    hardware = worker_hardware(training, device, threads, world)
     tokenized = loop_config["fetch_tokenized"]()
     train_split, valid_split = TokenizedSplit(tokenized, "train"), TokenizedSplit(tokenized, "valid")
     facts = vocabulary_facts(tokenized, train_split.vocab)
 
-    torch.manual_seed(train.seed)  # the same initial weights on every worker
+    torch.manual_seed(training.seed)  # the same initial weights on every worker
     model = build_for_vocabulary(config.model, facts)
     width = getattr(model.config, "d_model", None) or model.config.hidden
-    optimizer_class = torch.optim.AdamW if train.optimizer == "adamw" else torch.optim.Adam
+    optimizer_class = torch.optim.AdamW if training.optimizer == "adamw" else torch.optim.Adam
     # lr=1: the LambdaLR factor is the learning rate itself.
-    optimizer = optimizer_class(model.parameters(), lr=1.0, betas=train.betas, eps=train.eps,
-                                weight_decay=train.weight_decay)
+    optimizer = optimizer_class(model.parameters(), lr=1.0, betas=training.betas, eps=training.eps,
+                                weight_decay=training.weight_decay)
     scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda update: learning_rate(update + 1, train, width))
+        optimizer, lambda update: learning_rate(update + 1, training, width))
     engine, _, _, _ = deepspeed.initialize(model=model, optimizer=optimizer, lr_scheduler=scheduler,
-                                           config=deepspeed_config(train, hardware["precision"]))
+                                           config=deepspeed_config(training, hardware["precision"]))
 
     progress, history, best = TrainingProgress(), [], None
     # Ray Train's checkpoint when it restarts workers or finds its run's snapshot; else
@@ -96,12 +96,12 @@ class TrainLoop:
     def __init__(self, engine, config: TrainStageConfig, facts: dict, train_split: TokenizedSplit,
                  valid_split: TokenizedSplit, rank: int, world: int, progress: TrainingProgress,
                  history: list[dict], best: dict | None, metrics_sink=None):
-        self.engine, self.model, self.config, self.train = engine, engine.module, config, config.train
+        self.engine, self.model, self.config, self.training = engine, engine.module, config, config.train
         self.pad_id = facts["special_ids"]["pad"]
         self.train_split, self.valid_split = train_split, valid_split
         self.rank, self.world = rank, world
         self.progress, self.history, self.best = progress, history, best
-        self.autocast = cpu_autocast(self.train, progress.hardware["precision"])
+        self.autocast = cpu_autocast(self.training, progress.hardware["precision"])
         self.device = engine.device
         self.window = _Window()
         self.metrics_sink = metrics_sink  # rank 0's live MLflow logging, when tracked
@@ -114,20 +114,20 @@ class TrainLoop:
             self.metrics_sink([row])
 
     def run(self) -> None:
-        train, progress = self.train, self.progress
+        training, progress = self.training, self.progress
         if progress.stop_reason and progress.last_checkpoint_step == progress.step:
             return  # restored from the final checkpoint of a finished run: nothing left to do
         bar = self._progress_bar()
         bar.show(progress)  # a resumed run starts where it left off
         started = time.perf_counter() - progress.seconds
         batches = batches_from(progress.position, self.train_split.src_lengths, self.train_split.tgt_lengths,
-                               train.max_tokens, train.seed, self.rank, self.world)
+                               training.max_tokens, training.seed, self.rank, self.world)
         self.model.train()
-        progress.stop_reason = budget_reached(train, progress)
+        progress.stop_reason = budget_reached(training, progress)
         while not progress.stop_reason:
-            for _ in range(train.gradient_accumulation):
+            for _ in range(training.gradient_accumulation):
                 position, indices = next(batches)
-                if train.max_epochs is not None and position.epoch >= train.max_epochs:
+                if training.max_epochs is not None and position.epoch >= training.max_epochs:
                     progress.stop_reason = "max_epochs"
                     break
                 self._train_on(self.train_split.batch(indices))
@@ -137,10 +137,10 @@ class TrainLoop:
             progress.step += 1
             self._account_update(time.perf_counter() - started)
             bar.show(progress)
-            if progress.step % train.valid_every == 0:
+            if progress.step % training.valid_every == 0:
                 self._validate()
-            progress.stop_reason = budget_reached(train, progress)
-            if progress.step % train.checkpoint_every == 0 and not progress.stop_reason:
+            progress.stop_reason = budget_reached(training, progress)
+            if progress.step % training.checkpoint_every == 0 and not progress.stop_reason:
                 self._checkpoint()
         bar.close()
         # The end of a run is always validated and checkpointed: the final model and
@@ -152,21 +152,21 @@ class TrainLoop:
     def _progress_bar(self) -> BudgetBar:
         """Rank 0's bar, drawn on the driver by Ray, in per mille of the budget (any kind)."""
         if self.rank != 0:
-            return BudgetBar("", self.train, 0, enabled=False)
+            return BudgetBar("", self.training, 0, enabled=False)
         per_epoch = len(token_batches(self.train_split.src_lengths, self.train_split.tgt_lengths,
-                                      self.train.max_tokens, self.train.seed, 0)) // self.world
-        return BudgetBar(f"train {self.config.model.name}", self.train, per_epoch, enabled=True)
+                                      self.training.max_tokens, self.training.seed, 0)) // self.world
+        return BudgetBar(f"train {self.config.model.name}", self.training, per_epoch, enabled=True)
 
     # ------------------------------------------------------------------ one batch
 
     def _train_on(self, batch: Batch) -> None:
         progress = self.progress
         # Dropout masks depend only on (seed, rank, batch number): resuming redraws them.
-        torch.manual_seed(hash((self.train.seed, self.rank, progress.micro_batches)) & (2**62 - 1))
+        torch.manual_seed(hash((self.training.seed, self.rank, progress.micro_batches)) & (2**62 - 1))
         src, tgt_in, tgt_out = (t.to(self.device) for t in (batch.src, batch.tgt_in, batch.tgt_out))
         with self._precision():
             loss, nll = translation_loss(self.model, src, tgt_in, tgt_out, progress.step,
-                                         self.train.label_smoothing, self.pad_id)
+                                         self.training.label_smoothing, self.pad_id)
         tokens = max(1, batch.target_tokens)
         self.engine.backward(loss / tokens)
         if self.engine.is_gradient_accumulation_boundary() and self.engine.zero_optimization_stage() == 0:
@@ -186,7 +186,7 @@ class TrainLoop:
 
     def _account_update(self, elapsed: float) -> None:
         """Sum this update's counts over the workers and log a row every ``log_every``."""
-        progress, train = self.progress, self.train
+        progress, training = self.progress, self.training
         tokens, src_tokens, flops, loss, nll, seconds = _all_reduce(
             [self.window.tokens, self.window.src_tokens, self.window.flops, self.window.loss, self.window.nll,
              elapsed], self.world)
@@ -204,7 +204,7 @@ class TrainLoop:
         if grad_norm is None:
             grad_norm = self.engine.get_global_grad_norm()
         self.window.reset_step()
-        if progress.step % train.log_every == 0:
+        if progress.step % training.log_every == 0:
             self._log_row(grad_norm)
 
     def _log_row(self, grad_norm) -> None:
@@ -225,7 +225,7 @@ class TrainLoop:
     def _validate(self) -> None:
         """Loss and perplexity on the valid split: each worker a share, summed."""
         progress = self.progress
-        batches = token_batches(self.valid_split.src_lengths, self.valid_split.tgt_lengths, self.train.max_tokens,
+        batches = token_batches(self.valid_split.src_lengths, self.valid_split.tgt_lengths, self.training.max_tokens,
                                 seed=0, epoch=0)[self.rank::self.world]
         self.model.eval()
         nll_sum, tokens = 0.0, 0

@@ -13,7 +13,7 @@ import sentencepiece as spm
 import torch
 from torch import nn
 
-from pipeline.config import ModelSpec
+from stages.train.config import ModelSpec
 from stages.train.models import build_model
 
 

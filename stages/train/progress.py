@@ -6,8 +6,8 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field
 
-from pipeline.config import TrainConfig
 from stages.train.batching import BatchPosition
+from stages.train.config import TrainConfig
 
 
 @dataclass

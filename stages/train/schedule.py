@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 
-from pipeline.config import TrainConfig
+from stages.train.config import TrainConfig
 
 
 def learning_rate(step: int, config: TrainConfig, d_model: int) -> float:

@@ -13,9 +13,9 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from pipeline.config import TrainConfig
 from pipeline.hardware import detect_device, resolve_precision
 from pipeline.peak_flops import peak_flops
+from stages.train.config import TrainConfig
 
 # Lowest first: the precision a mixed group falls back to.
 _ORDER = ("fp32", "fp16", "bf16")

@@ -22,7 +22,12 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from stages.train.models.presets import DecoderOnlyConfig
-from stages.train.models.transformer import FeedForward, MultiHeadAttention, PositionalEmbedding, Residual
+from stages.train.models.transformer import (
+    FeedForward,
+    MultiHeadAttention,
+    PositionalEmbedding,
+    Residual,
+)
 
 
 def ae_weight(step: int, config: DecoderOnlyConfig) -> float:

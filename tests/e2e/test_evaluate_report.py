@@ -22,8 +22,7 @@ from pipeline.hardware import detect_device, resolve_precision
 from stages.evaluate.translator import SearchSettings, Translator
 from stages.report import write_report
 from stages.train.model_file import load_model_file
-
-from conftest import slice_multi30k, small_config, write_config
+from tests.helpers import slice_multi30k, small_config, write_config
 
 pytestmark = pytest.mark.slow
 

@@ -13,7 +13,14 @@ from stages.evaluate import score_hypotheses
 from stages.evaluate.beam import Hypothesis
 from stages.evaluate.translator import Translation
 from stages.report.records import FIELDS
-from stages.report.tables import display_table, html_page, markdown, signature_lines, write_csv, write_json
+from stages.report.tables import (
+    display_table,
+    html_page,
+    markdown,
+    signature_lines,
+    write_csv,
+    write_json,
+)
 
 REFERENCES = ["Ein Hund läuft am Strand.", "Zwei Männer spielen Fußball.", "Eine Frau liest ein Buch."]
 

@@ -7,10 +7,10 @@ import json
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline.config import CleanConfig
 from pipeline.context import StageContext
-from stages.clean import clean_corpus
+from stages import clean
 from stages.clean.align import align_sentences
+from stages.clean.config import CleanConfig
 from stages.clean.filters import PairFilter
 from stages.clean.normalize import normalize_text
 from stages.download import write_pairs
@@ -114,7 +114,7 @@ def test_stage_filters_train_but_only_normalizes_valid_and_test(tmp_path):
     download = _download_artifact(tmp_path / "download", {"train": noisy, "valid": noisy, "test": noisy})
     output = tmp_path / "clean"
     output.mkdir()
-    metrics = clean_corpus({"download": download}, CleanConfig(), output, StageContext())
+    metrics = clean.run({"download": download}, CleanConfig(), output, StageContext())
     assert _read(output / "train.parquet") == [("A dog.", "Ein Hund.")]
     normalized = [("A dog.", "Ein Hund."), ("A dog.", "Ein Hund."), ("", "Leer."), ("Same", "Same")]
     assert _read(output / "valid.parquet") == normalized
@@ -130,6 +130,6 @@ def test_stage_sentence_aligns_document_aligned_input(tmp_path):
                                   alignment="document")
     output = tmp_path / "clean"
     output.mkdir()
-    clean_corpus({"download": download}, CleanConfig(), output, StageContext())
+    clean.run({"download": download}, CleanConfig(), output, StageContext())
     assert _read(output / "train.parquet") == [("The cat sat on the mat.", "Die Katze saß auf der Matte."),
                                                ("Then it slept.", "Dann schlief sie.")]

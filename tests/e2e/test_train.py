@@ -16,15 +16,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from pipeline.config import ModelSpec, TrainConfig, TrainStageConfig
 from pipeline.context import StageContext
 from pipeline.hardware import CPU_BF16_ENV, detect_device
+from stages import train
 from stages.train.checkpoints import complete_checkpoints
+from stages.train.config import ModelSpec, TrainConfig, TrainStageConfig
 from stages.train.data import TokenizedSplit
 from stages.train.model_file import load_model_file
-from stages.train.stage import RUN_NAME, train_model
-
-from conftest import REPO
+from tests.helpers import REPO
 
 pytestmark = pytest.mark.slow
 # Everything but wall-clock rates must be identical between an interrupted and an
@@ -32,16 +31,16 @@ pytestmark = pytest.mark.slow
 TIMING_FIELDS = {"tokens_per_second", "flops_per_second", "train_seconds", "mfu"}
 
 
-def stage_config(family: str = "transformer", **train) -> TrainStageConfig:
+def stage_config(family: str = "transformer", **settings) -> TrainStageConfig:
     defaults = dict(workers=1, precision="fp32", max_tokens=600, warmup_steps=20, lr_scale=2.0, max_steps=40,
                     valid_every=10, checkpoint_every=10, keep_checkpoints=3, log_every=2, seed=3)
     return TrainStageConfig(model=ModelSpec(name=f"{family}_tiny", family=family, preset="tiny"),
-                            train=TrainConfig(**{**defaults, **train}))
+                            train=TrainConfig(**{**defaults, **settings}))
 
 
 def run_stage(tokenized: Path, config: TrainStageConfig, output: Path) -> dict:
     output.mkdir(parents=True, exist_ok=True)
-    return train_model({"tokenize": tokenized}, config, output, StageContext())
+    return train.run({"tokenize": tokenized}, config, output, StageContext())
 
 
 def rows(output: Path) -> list[dict]:
@@ -57,7 +56,7 @@ def test_two_cpu_workers_with_zero2_train_checkpoint_and_lower_the_loss(tokenize
     assert sum(curve[-5:]) / 5 < sum(curve[:5]) / 5 - 0.3
     valid = [row["valid_loss"] for row in rows(tmp_path / "out") if "valid_loss" in row]
     assert len(valid) == 3 and valid[-1] < valid[0] < math.log(500)
-    checkpoints = complete_checkpoints(tmp_path / "out" / RUN_NAME, world_size=2, zero_stage=2)
+    checkpoints = complete_checkpoints(tmp_path / "out" / train.RUN_NAME, world_size=2, zero_stage=2)
     assert [c.step for c in checkpoints] == [20, 40, 60]
     report = json.loads((tmp_path / "out" / "train_report.json").read_text())
     assert report["stop_reason"] == "max_steps" and report["averaged_steps"] == [40, 60]
@@ -110,7 +109,7 @@ def test_consolidated_weights_load_without_deepspeed_and_match_the_engine(tokeni
     run_stage(tokenized, config, tmp_path / "out")
     model, info = load_model_file(tmp_path / "out" / "model.pt")
     assert info["info"]["averaged_steps"] == [10]
-    checkpoint = complete_checkpoints(tmp_path / "out" / RUN_NAME, workers, zero_stage)[-1].path
+    checkpoint = complete_checkpoints(tmp_path / "out" / train.RUN_NAME, workers, zero_stage)[-1].path
     batch = TokenizedSplit(tokenized, "valid").batch(torch.arange(8).numpy())
     with torch.no_grad():
         ours = model(batch.src, batch.tgt_in)
@@ -144,12 +143,13 @@ VICTIM = """
 import sys
 from pathlib import Path
 import ray
-from pipeline.config import TrainStageConfig
+from stages import train
+from stages.train.config import TrainStageConfig
 from pipeline.context import StageContext
-from stages.train.stage import train_model
+
 ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
 config = TrainStageConfig.model_validate_json(sys.argv[1])
-train_model({"tokenize": Path(sys.argv[2])}, config, Path(sys.argv[3]), StageContext())
+train.run({"tokenize": Path(sys.argv[2])}, config, Path(sys.argv[3]), StageContext())
 """
 
 
@@ -171,7 +171,7 @@ def start_in_a_new_process(config: TrainStageConfig, tokenized: Path, output: Pa
 
 def wait_for_a_checkpoint(process: subprocess.Popen, output: Path) -> None:
     deadline = time.time() + 300
-    while not complete_checkpoints(output / RUN_NAME, 1, 0) and time.time() < deadline:
+    while not complete_checkpoints(output / train.RUN_NAME, 1, 0) and time.time() < deadline:
         assert process.poll() is None, "the run ended before its first checkpoint"
         time.sleep(0.05)
 
@@ -179,7 +179,7 @@ def wait_for_a_checkpoint(process: subprocess.Popen, output: Path) -> None:
 def registered_checkpoint(output: Path) -> str | None:
     """The checkpoint Ray Train would restart from, per its run snapshot."""
     try:
-        snapshot = json.loads((output / RUN_NAME / "checkpoint_manager_snapshot.json").read_text())
+        snapshot = json.loads((output / train.RUN_NAME / "checkpoint_manager_snapshot.json").read_text())
     except (FileNotFoundError, json.JSONDecodeError):
         return None
     return (snapshot.get("latest_checkpoint_result") or {}).get("checkpoint_dir_name")
@@ -200,7 +200,7 @@ def test_a_killed_run_resumes_from_its_checkpoint_and_follows_the_same_curve(tok
     wait_for_a_checkpoint(victim, killed)
     os.killpg(victim.pid, signal.SIGKILL)
     victim.wait()
-    saved = complete_checkpoints(killed / RUN_NAME, 1, 0)
+    saved = complete_checkpoints(killed / train.RUN_NAME, 1, 0)
     assert saved and saved[-1].step < 40 and not (killed / "model.pt").exists()
 
     metrics = run_stage(tokenized, config, killed)

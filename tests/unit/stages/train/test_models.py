@@ -12,8 +12,12 @@ from torch.utils.flop_counter import FlopCounterMode
 from stages.train.flops import forward_flops, parameter_counts, rnn_recurrent_flops
 from stages.train.loss import label_smoothed_cross_entropy
 from stages.train.models.decoder_only import DecoderOnlyTranslator, ae_weight
-from stages.train.models.presets import (DECODER_ONLY_PRESETS, RNN_PRESETS, TRANSFORMER_PRESETS,
-                                         resolve_preset)
+from stages.train.models.presets import (
+    DECODER_ONLY_PRESETS,
+    RNN_PRESETS,
+    TRANSFORMER_PRESETS,
+    resolve_preset,
+)
 from stages.train.models.rnn import RnnTranslator
 from stages.train.models.transformer import Transformer
 

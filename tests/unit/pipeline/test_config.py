@@ -2,20 +2,11 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 import yaml
-from typer.testing import CliRunner
 
-from pipeline.cli import app
 from pipeline.config import ConfigError, load_config
-
-REPO = Path(__file__).resolve().parents[1]
-
-
-def _shipped(name: str) -> dict:
-    return yaml.safe_load((REPO / "configs" / name).read_text())
+from tests.helpers import REPO, shipped_config, write_config
 
 
 @pytest.mark.parametrize("name", ["multi30k_en_de.yaml", "smoke.yaml", "wmt14_en_de.yaml"])
@@ -25,7 +16,7 @@ def test_shipped_configs_validate(name):
 
 
 def test_unknown_key_names_file_line_key_and_close_match(tmp_path):
-    data = _shipped("smoke.yaml")
+    data = shipped_config("smoke.yaml")
     data["tokenize"] = {"shard": 8}
     path = tmp_path / "typo.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
@@ -41,39 +32,31 @@ def test_unknown_key_names_file_line_key_and_close_match(tmp_path):
 
 
 def test_wrong_type_names_key_and_value(tmp_path):
-    data = _shipped("smoke.yaml")
+    data = shipped_config("smoke.yaml")
     data["bpe"]["vocab_size"] = "lots"
-    path = tmp_path / "bad.yaml"
-    path.write_text(yaml.safe_dump(data))
     with pytest.raises(ConfigError, match=r"bpe\.vocab_size: .*integer.*'lots'"):
-        load_config(path)
+        load_config(write_config(tmp_path / "bad.yaml", data))
 
 
 def test_missing_required_key_is_named(tmp_path):
-    data = _shipped("smoke.yaml")
+    data = shipped_config("smoke.yaml")
     del data["download"]["tgt_lang"]
-    path = tmp_path / "missing.yaml"
-    path.write_text(yaml.safe_dump(data))
     with pytest.raises(ConfigError, match=r"download\.tgt_lang: required key is missing"):
-        load_config(path)
+        load_config(write_config(tmp_path / "missing.yaml", data))
 
 
 def test_unknown_key_inside_a_source_lists_source_keys(tmp_path):
-    data = _shipped("smoke.yaml")
+    data = shipped_config("smoke.yaml")
     data["download"]["train"]["max_pair"] = 10
-    path = tmp_path / "source.yaml"
-    path.write_text(yaml.safe_dump(data))
     with pytest.raises(ConfigError, match=r"download\.train\.max_pair: unknown key; did you mean 'max_pairs'"):
-        load_config(path)
+        load_config(write_config(tmp_path / "source.yaml", data))
 
 
 def test_url_without_sha256_is_rejected(tmp_path):
-    data = _shipped("smoke.yaml")
+    data = shipped_config("smoke.yaml")
     del data["download"]["valid"]["src"]["sha256"]
-    path = tmp_path / "unpinned.yaml"
-    path.write_text(yaml.safe_dump(data))
     with pytest.raises(ConfigError, match=r"download\.valid\.src: .*needs its 'sha256'"):
-        load_config(path)
+        load_config(write_config(tmp_path / "unpinned.yaml", data))
 
 
 def test_missing_config_file():
@@ -92,7 +75,7 @@ def test_override_of_unknown_key_says_it_came_from_set():
 
 
 def test_relative_paths_resolve_against_the_config_directory(tmp_path):
-    data = _shipped("smoke.yaml")
+    data = shipped_config("smoke.yaml")
     data["download"]["train"] = {"type": "tsv", "file": {"path": "corpus/train.tsv"}}
     (tmp_path / "sub").mkdir()
     path = tmp_path / "sub" / "relative.yaml"
@@ -101,27 +84,8 @@ def test_relative_paths_resolve_against_the_config_directory(tmp_path):
     assert config.download.train.file.path == str(tmp_path / "sub" / "corpus" / "train.tsv")
 
 
-def test_cli_exits_2_and_starts_nothing_on_a_bad_config(tmp_path, monkeypatch):
-    data = _shipped("smoke.yaml")
-    data["bpe"]["vocab"] = 100
-    path = tmp_path / "bad.yaml"
-    path.write_text(yaml.safe_dump(data))
-    monkeypatch.chdir(tmp_path)
-    result = CliRunner().invoke(app, ["run", str(path), "--artifact-root", str(tmp_path / "artifacts")])
-    assert result.exit_code == 2
-    assert "bpe.vocab: unknown key" in result.output
-    assert not (tmp_path / "artifacts").exists() and not (tmp_path / "mlflow.db").exists()
-
-
-def test_cli_rejects_unknown_stage_with_exit_2(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    result = CliRunner().invoke(app, ["run", str(REPO / "configs" / "smoke.yaml"), "--until", "tokenise"])
-    assert result.exit_code == 2
-    assert "unknown stage 'tokenise'" in result.output
-
-
 def test_model_preset_and_settings_are_validated(tmp_path):
-    data = _shipped("smoke.yaml")
+    data = shipped_config("smoke.yaml")
     data["models"] = [{"name": "a", "family": "rnn", "preset": "tiny", "settings": {"hiden": 3}}]
     path = tmp_path / "models.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
@@ -131,13 +95,3 @@ def test_model_preset_and_settings_are_validated(tmp_path):
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     with pytest.raises(ConfigError, match="model names must be unique; repeated: a"):
         load_config(path)
-
-
-def test_inspect_tables_every_model_of_a_config(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    result = CliRunner().invoke(app, ["inspect", str(REPO / "configs" / "wmt14_en_de.yaml")])
-    assert result.exit_code == 0, result.output
-    rows = {line.split("│")[1].strip(): line for line in result.output.splitlines() if line.startswith("│")}
-    assert set(rows) == {"rnn_base", "transformer_base", "transformer_big", "decoder_only_base"}
-    assert "│ 63.08M " in rows["transformer_base"] and "│ 214.25M " in rows["transformer_big"]
-    assert "bpe.vocab_size from the config" in result.output  # no artifacts yet: config sizes

@@ -23,11 +23,12 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 import sentencepiece as spm
 
-from pipeline.config import TokenizeConfig
+import stages.clean as clean_artifact
 from pipeline.context import StageContext
+from stages.bpe import read_vocab
+from stages.tokenize.config import TokenizeConfig
 
 VERSION = 1
 SCHEMA = pa.schema([
@@ -61,9 +62,9 @@ class EncodedShard:
     tgt_lengths: np.ndarray
 
 
-def tokenize_corpus(inputs: dict[str, Path], config: TokenizeConfig, output: Path, ctx: StageContext) -> dict:
+def run(inputs: dict[str, Path], config: TokenizeConfig, output: Path, ctx: StageContext) -> dict:
     clean, bpe = inputs["clean"], inputs["bpe"]
-    vocab = json.loads((bpe / "vocab.json").read_text())
+    vocab = read_vocab(bpe)
     for name in set(vocab["models"].values()):
         shutil.copyfile(bpe / name, output / name)
     shutil.copyfile(bpe / "vocab.json", output / "vocab.json")
@@ -73,7 +74,7 @@ def tokenize_corpus(inputs: dict[str, Path], config: TokenizeConfig, output: Pat
 
     jobs = []
     for split in ("train", "valid", "test"):
-        table = pq.read_table(clean / f"{split}.parquet")
+        table = clean_artifact.read_split(clean, split)
         count = config.shards if split == "train" else 1
         bounds = np.linspace(0, table.num_rows, count + 1).astype(int)
         jobs += [ShardJob(split, i, count, table.slice(bounds[i], bounds[i + 1] - bounds[i]),
@@ -94,10 +95,22 @@ def tokenize_corpus(inputs: dict[str, Path], config: TokenizeConfig, output: Pat
         split_shards = [s for s in shards if s.filename.startswith(f"{split}-")]
         index["splits"][split] = _split_index(split_shards, config.histogram_bin_width)
     (output / "index.json").write_text(json.dumps(index, indent=2))
-    train = index["splits"]["train"]
-    return {"train_pairs": train["pairs"], "train_src_tokens": train["src_tokens"],
-            "train_tgt_tokens": train["tgt_tokens"], "encode_seconds": seconds,
+    train_split = index["splits"]["train"]
+    return {"train_pairs": train_split["pairs"], "train_src_tokens": train_split["src_tokens"],
+            "train_tgt_tokens": train_split["tgt_tokens"], "encode_seconds": seconds,
             "pairs_per_second": sum(len(s.src_lengths) for s in shards) / max(seconds, 1e-9)}
+
+
+def read_index(artifact: Path) -> dict:
+    """``index.json`` of a tokenize artifact: ``vocab`` (bpe's ``vocab.json``),
+    ``append_eos``, and per split its ``pairs``, ``src_tokens``, ``tgt_tokens``,
+    ``shards`` (``file``, ``pairs`` and tokens of each) and ``length_histogram``."""
+    return json.loads((artifact / "index.json").read_text())
+
+
+def shard_files(artifact: Path, split: str) -> list[Path]:
+    """The Arrow IPC files of a split, in order."""
+    return [artifact / shard["file"] for shard in read_index(artifact)["splits"][split]["shards"]]
 
 
 def encode_shard(job: ShardJob) -> EncodedShard:

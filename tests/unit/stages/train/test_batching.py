@@ -7,7 +7,12 @@ from itertools import islice
 import numpy as np
 import pytest
 
-from stages.train.batching import BatchPosition, batches_from, token_batches, worker_batches
+from stages.train.batching import (
+    BatchPosition,
+    batches_from,
+    token_batches,
+    worker_batches,
+)
 
 
 @pytest.fixture

@@ -15,11 +15,11 @@ import json
 import tempfile
 from pathlib import Path
 
-import pyarrow.parquet as pq
 import sentencepiece as spm
 
-from pipeline.config import BpeConfig
+import stages.clean as clean_artifact
 from pipeline.context import StageContext
+from stages.bpe.config import BpeConfig
 from stages.errors import InputDataError
 
 VERSION = 1
@@ -28,35 +28,41 @@ VERSION = 1
 SPECIAL_IDS = {"pad": 0, "unk": 1, "bos": 2, "eos": 3}
 
 
+def read_vocab(artifact: Path) -> dict:
+    """``vocab.json`` of a bpe artifact, or of a tokenize or train artifact (which carry
+    a copy): the model file of each side, the special-token ids, the language tags."""
+    return json.loads((artifact / "vocab.json").read_text())
+
+
 def language_tag(language: str) -> str:
     return f"__{language}__"
 
 
-def train_bpe(inputs: dict[str, Path], config: BpeConfig, output: Path, ctx: StageContext) -> dict:
+def run(inputs: dict[str, Path], config: BpeConfig, output: Path, ctx: StageContext) -> dict:
     clean = inputs["clean"]
-    meta = json.loads((clean / "meta.json").read_text())
-    train = pq.read_table(clean / "train.parquet")
-    tags = [language_tag(meta["src_lang"]), language_tag(meta["tgt_lang"])] if config.language_tags else []
+    src_lang, tgt_lang = clean_artifact.read_languages(clean)
+    train_split = clean_artifact.read_split(clean, "train")
+    tags = [language_tag(src_lang), language_tag(tgt_lang)] if config.language_tags else []
     symbols = tags + [s for s in config.user_symbols if s not in tags]
     with tempfile.TemporaryDirectory() as scratch:
         if config.joint:
             text = Path(scratch) / "joint.txt"
-            _write_lines(text, train.column("src").to_pylist() + train.column("tgt").to_pylist())
+            _write_lines(text, train_split.column("src").to_pylist() + train_split.column("tgt").to_pylist())
             _train_model(text, output / "spm", config, symbols)
             models = {"src": "spm.model", "tgt": "spm.model"}
         else:
             for side in ("src", "tgt"):
                 text = Path(scratch) / f"{side}.txt"
-                _write_lines(text, train.column(side).to_pylist())
+                _write_lines(text, train_split.column(side).to_pylist())
                 _train_model(text, output / side, config, symbols)
             models = {"src": "src.model", "tgt": "tgt.model"}
     sizes = {side: spm.SentencePieceProcessor(model_file=str(output / name)).get_piece_size()
              for side, name in models.items()}
     vocab = {"joint": config.joint, "models": models, "sizes": sizes, "special_ids": SPECIAL_IDS,
-             "language_tags": {meta["src_lang"]: tags[0], meta["tgt_lang"]: tags[1]} if tags else {},
-             "src_lang": meta["src_lang"], "tgt_lang": meta["tgt_lang"]}
+             "language_tags": {src_lang: tags[0], tgt_lang: tags[1]} if tags else {},
+             "src_lang": src_lang, "tgt_lang": tgt_lang}
     (output / "vocab.json").write_text(json.dumps(vocab, indent=2))
-    return {"vocab_size_src": sizes["src"], "vocab_size_tgt": sizes["tgt"], "train_sentences": train.num_rows}
+    return {"vocab_size_src": sizes["src"], "vocab_size_tgt": sizes["tgt"], "train_sentences": train_split.num_rows}
 
 
 def _write_lines(path: Path, lines: list[str]) -> None:

@@ -20,8 +20,7 @@ from pipeline.artifacts import ArtifactState, ArtifactStore
 from pipeline.cli import app
 from pipeline.config import load_config
 from pipeline.graph import plan
-
-from conftest import REPO, small_config, slice_multi30k, write_config
+from tests.helpers import REPO, slice_multi30k, small_config, write_config
 
 SMOKE = REPO / "configs" / "smoke.yaml"
 STAGES = ["download", "clean", "bpe", "tokenize"]
@@ -191,7 +190,8 @@ def test_a_stage_that_failed_because_its_upstream_did_is_reported_as_not_run(loc
     first; the failure must still be pinned on the upstream stage."""
     import ray
 
-    from pipeline.graph import DATA_STAGES, _failed_upstream
+    from pipeline.graph import DATA_STAGES
+    from pipeline.runner import _failed_upstream
 
     @ray.remote
     def fails():

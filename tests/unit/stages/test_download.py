@@ -13,14 +13,13 @@ import zipfile
 import pyarrow.parquet as pq
 import pytest
 
-from loopback_http import LoopbackFileServer
-from pipeline.config import DownloadConfig, FileRef
 from pipeline.context import StageContext
-from stages.download import download_corpus
+from stages import download
+from stages.download.config import DownloadConfig, FileRef
 from stages.download.locate import locate_file
 from stages.errors import InputDataError
-
-from conftest import write_lines
+from tests.helpers import write_lines
+from tests.loopback_http import LoopbackFileServer
 
 EN = ["A dog runs.", "Two men talk.", "A girl sings."]
 DE = ["Ein Hund rennt.", "Zwei Männer reden.", "Ein Mädchen singt."]
@@ -36,7 +35,7 @@ def _download(tmp_path, train, valid=None, test=None, mirrors=()):
     output = tmp_path / "out"
     output.mkdir(exist_ok=True)
     ctx = StageContext(mirrors=list(mirrors), download_cache=tmp_path / "downloads")
-    return download_corpus({}, config, output, ctx), output
+    return download.run({}, config, output, ctx), output
 
 
 def _pairs(output, split="train"):

@@ -1,0 +1,151 @@
+"""Executing a plan: each stage that is not cached runs as a Ray task.
+
+``run_pipeline`` submits the planned stages as Ray tasks, each receiving its upstream
+tasks' ObjectRefs as arguments, so Ray starts a stage as soon as its inputs exist and
+runs independent stages in parallel. The driver waits on the refs and hands each
+finished (or failed) stage to the caller, which records it in MLflow
+(``pipeline/run_recorder.py``).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+from pipeline.artifacts import ArtifactStore
+from pipeline.config import ExperimentConfig
+from pipeline.context import StageContext, ray_parallel_map, ray_progress
+from pipeline.graph import PlannedStage
+from pipeline.hardware import CPU_BF16_ENV
+from pipeline.stage import Stage
+
+log = logging.getLogger("nmt")
+
+
+@dataclass
+class StageResult:
+    name: str
+    key: str
+    cache_hit: bool
+    metrics: dict = field(default_factory=dict)
+    started: float = 0.0
+    ended: float = 0.0
+    size_bytes: int = 0
+
+
+def execute_stage(stage: Stage, section, key: str, upstream_keys: dict[str, str], store: ArtifactStore,
+                  mirrors: list[str], metrics_sink: Callable | None, *upstream_results: StageResult) -> StageResult:
+    """Run one stage and commit its artifact; the body of each stage's Ray task.
+
+    ``upstream_results`` are not read: passing the upstream ObjectRefs as arguments is
+    what makes Ray wait for those stages before starting this one.
+    """
+    started = time.time()
+    inputs = {name: store.local_path(name, upstream_key) for name, upstream_key in upstream_keys.items()}
+    staging = store.staging_dir(stage.name, key, keep_previous=stage.resumable)
+    fetchers = {name: functools.partial(store.local_path, name, upstream_key)
+                for name, upstream_key in upstream_keys.items()}
+    ctx = StageContext(parallel_map=ray_parallel_map, progress=ray_progress, mirrors=mirrors, input_fetchers=fetchers,
+                       metrics_sink=metrics_sink)
+    metrics = stage.run(inputs, section, staging, ctx)
+    status = store.commit(stage.name, key, staging, {
+        "version": stage.version, "config": section.model_dump(mode="json"),
+        "upstream": upstream_keys, "metrics": metrics,
+    })
+    return StageResult(stage.name, key, False, metrics, started, time.time(), status.size_bytes)
+
+
+def connect_ray(address: str | None) -> None:
+    """Join the cluster at ``address`` (or RAY_ADDRESS), else start an embedded local instance."""
+    import ray
+
+    if ray.is_initialized():
+        return
+    # Train stages that wait for CPUs or GPUs held by other train stages are normal
+    # here, not a startup failure to report every minute.
+    runtime_env: dict = {"env_vars": {"RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S": str(7 * 24 * 3600)}}
+    if CPU_BF16_ENV in os.environ:  # workers on other nodes decide precision as this driver was told to
+        runtime_env["env_vars"][CPU_BF16_ENV] = os.environ[CPU_BF16_ENV]
+    if address or os.environ.get("RAY_ADDRESS"):
+        import pipeline
+        import stages
+
+        # Ship this checkout's code to the cluster so its workers run what the driver runs.
+        runtime_env["py_modules"] = [pipeline, stages]
+    ray.init(address=address, runtime_env=runtime_env, logging_level=logging.WARNING, log_to_driver=True)
+
+
+def run_pipeline(config: ExperimentConfig, planned: list[PlannedStage], store: ArtifactStore,
+                 mirrors: list[str], on_result: Callable[[PlannedStage, StageResult], None],
+                 on_failure: Callable[[PlannedStage, BaseException], None],
+                 on_submit: Callable[[PlannedStage], Callable | None] = lambda item: None) -> list[StageResult]:
+    """Run the planned stages that are not cached; ``on_result`` sees every stage, hits
+    included. ``on_submit`` may return a metrics sink the stage can log to as it runs."""
+    import ray
+
+    task = ray.remote(execute_stage)
+    refs: dict[str, ray.ObjectRef] = {}
+    pending: dict[ray.ObjectRef, PlannedStage] = {}
+    results = []
+    for item in planned:
+        if not item.will_run:
+            # A hit reports the metrics its artifact was made with, so every run's record is whole.
+            manifest = store.read_manifest(item.stage.name, item.key) or {}
+            result = StageResult(item.stage.name, item.key, True, manifest.get("metrics", {}),
+                                 size_bytes=item.status.size_bytes)
+            on_result(item, result)
+            results.append(result)
+            continue
+        upstream_refs = [refs[name] for name in item.stage.upstream if name in refs]
+        section = item.stage.config_of(config)
+        ref = task.options(name=f"stage:{item.stage.name}", num_cpus=item.stage.task_cpus).remote(
+            item.stage, section, item.key, item.upstream_keys, store, mirrors, on_submit(item), *upstream_refs)
+        refs[item.stage.name] = ref
+        pending[ref] = item
+        log.info("%-9s submitted (key %s)", item.stage.name, item.key)
+    # After a failure, stages that do not depend on it run to completion: their
+    # artifacts are committed, so the next run resumes from them.
+    failed: dict[str, BaseException] = {}
+    while pending:
+        done, _ = ray.wait(list(pending), num_returns=1)
+        item = pending.pop(done[0])
+        try:
+            result = ray.get(done[0])
+        except Exception as error:
+            # Ray hands a stage its upstream's exception, and may report the downstream
+            # stage first: look at the upstream refs, not at the order of reports.
+            upstream = _failed_upstream(item.stage, refs)
+            cause = (UpstreamFailed(f"not run: upstream stage {upstream!r} failed") if upstream
+                     else getattr(error, "cause", None) or error)
+            failed[item.stage.name] = cause
+            on_failure(item, cause)
+            continue
+        on_result(item, result)
+        results.append(result)
+    if failed:
+        root_causes = [error for error in failed.values() if not isinstance(error, UpstreamFailed)]
+        raise (root_causes or list(failed.values()))[0]
+    return results
+
+
+def _failed_upstream(stage: Stage, refs: dict) -> str | None:
+    """The first direct upstream stage of ``stage`` whose task failed in this run."""
+    import ray
+
+    for name in stage.upstream:
+        ref = refs.get(name)
+        if ref is None or not ray.wait([ref], timeout=0)[0]:
+            continue
+        try:
+            ray.get(ref)
+        except Exception:
+            return name
+    return None
+
+
+class UpstreamFailed(Exception):
+    pass

@@ -1,0 +1,22 @@
+"""The small core every config section shares: a frozen pydantic model that refuses
+unknown keys (a typo is an error, not a silently ignored key), and the rule for
+relative paths (they resolve against the config file's own directory, which
+``load_config`` passes as the validation context's ``base_dir``)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, ValidationInfo
+
+
+class Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def resolve_path(value: str, info: ValidationInfo) -> str:
+    """``value`` with ``~`` expanded, made absolute against the config file's directory."""
+    base = (info.context or {}).get("base_dir")
+    path = Path(os.path.expanduser(value))
+    return str(path if path.is_absolute() or base is None else (Path(base) / path).resolve())

@@ -1,0 +1,111 @@
+"""The download stage's config: the three splits, each from one source (local files,
+a pinned URL, a TSV, a Hugging Face dataset or a sacreBLEU test set)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal, Union
+
+from pydantic import Field, ValidationInfo, field_validator, model_validator
+
+from pipeline.section import Section, resolve_path
+
+
+class FileRef(Section):
+    """One input file: a local path, or a URL pinned by sha256.
+
+    ``member`` selects one file inside an archive (tar, tar.gz, zip) at that path/URL.
+    """
+
+    path: str | None = None
+    url: str | None = None
+    sha256: str | None = None
+    member: str | None = None
+
+    @field_validator("path")
+    @classmethod
+    def _resolve_against_config_dir(cls, value: str | None, info: ValidationInfo) -> str | None:
+        return None if value is None else resolve_path(value, info)
+
+    @field_validator("sha256")
+    @classmethod
+    def _is_hex_digest(cls, value: str | None) -> str | None:
+        if value is not None and (len(value) != 64 or any(c not in "0123456789abcdef" for c in value)):
+            raise ValueError("must be a 64-character lowercase hex sha256 digest")
+        return value
+
+    @model_validator(mode="after")
+    def _one_location(self) -> FileRef:
+        if (self.path is None) == (self.url is None):
+            raise ValueError("give exactly one of 'path' or 'url'")
+        if self.url is not None and self.sha256 is None:
+            raise ValueError("a 'url' needs its 'sha256' so the download can be verified")
+        return self
+
+    @property
+    def filename(self) -> str:
+        """The name mirrors are searched for: the last component of the URL or path."""
+        location = self.url if self.url is not None else self.path
+        return location.rstrip("/").rsplit("/", 1)[-1]
+
+
+class FilesSource(Section):
+    """Two files, source and target language, one sentence per line (plain or gzip).
+
+    ``alignment: document`` means blank lines separate documents and sentences inside
+    a document are not yet paired; the clean stage sentence-aligns them (Gale-Church).
+    """
+
+    type: Literal["files"]
+    src: FileRef
+    tgt: FileRef
+    alignment: Literal["line", "document"] = "line"
+    max_pairs: int | None = Field(default=None, gt=0)
+
+
+class TsvSource(Section):
+    """One tab-separated file (plain or gzip) holding both sides."""
+
+    type: Literal["tsv"]
+    file: FileRef
+    src_column: int = Field(default=0, ge=0)
+    tgt_column: int = Field(default=1, ge=0)
+    max_pairs: int | None = Field(default=None, gt=0)
+
+
+class HuggingFaceSource(Section):
+    """A Hugging Face dataset: a hub id or a local dataset directory.
+
+    Rows are either ``{"translation": {src_lang: ..., tgt_lang: ...}}`` (the WMT layout)
+    or flat, with ``src_field`` / ``tgt_field`` naming the columns.
+    """
+
+    type: Literal["huggingface"]
+    dataset: str
+    config: str | None = None
+    split: str = "train"
+    streaming: bool = False
+    src_field: str | None = None
+    tgt_field: str | None = None
+    max_pairs: int | None = Field(default=None, gt=0)
+
+
+class SacrebleuSource(Section):
+    """A sacreBLEU test set by name, e.g. ``wmt14`` (langpair defaults to src-tgt)."""
+
+    type: Literal["sacrebleu"]
+    test_set: str
+    langpair: str | None = None
+    max_pairs: int | None = Field(default=None, gt=0)
+
+
+# Every source type, once: the ``Source`` union and the error messages derive from it.
+SOURCE_TYPES = (FilesSource, TsvSource, HuggingFaceSource, SacrebleuSource)
+Source = Annotated[Union[SOURCE_TYPES], Field(discriminator="type")]
+
+
+class DownloadConfig(Section):
+    src_lang: str
+    tgt_lang: str
+    train: Source
+    valid: Source
+    test: Source

@@ -1,0 +1,122 @@
+"""The train stage's config: the shared train section, one model's spec, and the
+slice a train stage is keyed on (the model plus the train section with its overrides)."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field, model_validator
+
+from pipeline.section import Section
+
+
+class TrainConfig(Section):
+    """How every model is trained: one section, so the comparison is like for like.
+
+    Defaults follow Vaswani et al. (2017), section 5: Adam (0.9, 0.98, 1e-9), the
+    inverse-square-root schedule with 4000 warmup steps, label smoothing 0.1. A run
+    stops at the first budget it reaches; at least one must be set.
+    """
+
+    # Ray Train workers, each with one DeepSpeed engine (data parallel).
+    workers: int = Field(default=1, gt=0)
+    use_gpu: bool = False
+    cpus_per_worker: int = Field(default=1, gt=0)
+    # torch threads per worker, at most cpus_per_worker (more would oversubscribe the
+    # CPUs Ray gave the worker); default: cpus_per_worker.
+    threads_per_worker: int | None = Field(default=None, gt=0)
+    # auto: what the worker's device runs fast (pipeline/hardware.py): bf16 on GPUs that
+    # have it and on CPUs with AMX or AVX512-BF16, fp16 on older GPUs, else fp32.
+    # bf16 is autocast on a CPU and DeepSpeed's bf16 mode on a GPU; fp16 is GPU only.
+    precision: Literal["auto", "fp32", "bf16", "fp16"] = "auto"
+    zero_stage: int = Field(default=0, ge=0, le=3)
+    # Tokens per batch and side on each worker (padded: sentences x longest); the paper
+    # used about 25,000 per side over 8 GPUs.
+    max_tokens: int = Field(default=4096, gt=0)
+    gradient_accumulation: int = Field(default=1, gt=0)
+    gradient_clipping: float = Field(default=0.0, ge=0.0)  # 0: none, as in the paper
+    label_smoothing: float = Field(default=0.1, ge=0.0, lt=1.0)
+
+    optimizer: Literal["adam", "adamw"] = "adam"
+    betas: tuple[float, float] = (0.9, 0.98)
+    eps: float = Field(default=1e-9, gt=0.0)
+    weight_decay: float = Field(default=0.0, ge=0.0)
+    # noam: lr = lr_scale * d_model^-0.5 * min(step^-0.5, step * warmup^-1.5) (section 5.3);
+    # cosine: linear warmup to lr, cosine decay to min_lr at max_steps.
+    schedule: Literal["noam", "cosine"] = "noam"
+    lr: float = Field(default=5e-4, gt=0.0)
+    lr_scale: float = Field(default=1.0, gt=0.0)
+    min_lr: float = Field(default=0.0, ge=0.0)
+    warmup_steps: int = Field(default=4000, ge=0)
+
+    # Budgets: whichever comes first.
+    max_steps: int | None = Field(default=None, gt=0)
+    max_epochs: int | None = Field(default=None, gt=0)
+    max_train_tokens: int | None = Field(default=None, gt=0)  # target tokens, all workers
+    max_train_flops: float | None = Field(default=None, gt=0)  # counted, stages/train/flops.py
+    max_wall_time: float | None = Field(default=None, gt=0)  # seconds of training
+
+    valid_every: int = Field(default=1000, gt=0)  # steps
+    early_stopping_patience: int | None = Field(default=None, gt=0)  # validations without improvement
+    checkpoint_every: int = Field(default=1000, gt=0)  # steps
+    keep_checkpoints: int = Field(default=5, gt=0)
+    # The final model averages the last N checkpoints (the paper averaged 5, section 6.1).
+    average_last: int = Field(default=1, gt=0)
+    log_every: int = Field(default=10, gt=0)  # steps between logged metrics
+    seed: int = 1
+    # Peak FLOP/s of one worker's device, for MFU and the "time x peak" FLOPs. Default:
+    # the datasheet of a known GPU, else measured by a matmul probe on each worker
+    # (pipeline/peak_flops.py); set it only to override those.
+    peak_flops_per_worker: float | None = Field(default=None, gt=0)
+    # Ray Train restarts crashed workers from the last checkpoint this many times.
+    max_failures: int = Field(default=2, ge=-1)
+    # Merged into the generated DeepSpeed JSON last (e.g. zero_optimization.offload_optimizer).
+    deepspeed: dict[str, Any] = {}
+
+    @model_validator(mode="after")
+    def _has_a_budget_and_a_schedule(self) -> TrainConfig:
+        budgets = (self.max_steps, self.max_epochs, self.max_train_tokens, self.max_train_flops, self.max_wall_time)
+        if all(budget is None for budget in budgets):
+            raise ValueError("set at least one budget: max_steps, max_epochs, max_train_tokens, "
+                             "max_train_flops or max_wall_time")
+        if self.schedule == "cosine" and self.max_steps is None:
+            raise ValueError("schedule 'cosine' decays to max_steps: set max_steps")
+        if self.average_last > self.keep_checkpoints:
+            raise ValueError("average_last cannot exceed keep_checkpoints")
+        if self.precision == "fp16" and not self.use_gpu:
+            raise ValueError("precision fp16 needs use_gpu: true; on a CPU use auto, bf16 or fp32")
+        if self.threads_per_worker is not None and self.threads_per_worker > self.cpus_per_worker:
+            raise ValueError(f"threads_per_worker ({self.threads_per_worker}) exceeds cpus_per_worker "
+                             f"({self.cpus_per_worker}): the threads would oversubscribe the CPUs Ray gives "
+                             "each worker")
+        return self
+
+
+# --------------------------------------------------------------------------- models
+
+
+class ModelSpec(Section):
+    """One model to train and compare: a family, a named preset, and settings that
+    override the preset's hyperparameters (see stages/train/models/presets.py).
+    ``train`` overrides keys of the experiment's train section for this model only
+    (e.g. a learning rate); budgets are best left shared."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
+    family: Literal["transformer", "rnn", "decoder_only"]
+    preset: str = "small"
+    settings: dict[str, Any] = {}
+    train: dict[str, Any] = {}
+
+    @model_validator(mode="after")
+    def _preset_and_settings_exist(self) -> ModelSpec:
+        from stages.train.models.presets import resolve_preset  # torch-free
+
+        resolve_preset(self.family, self.preset, self.settings)
+        return self
+
+
+class TrainStageConfig(Section):
+    """A train stage's slice: its model and the train section with the model's overrides."""
+
+    model: ModelSpec
+    train: TrainConfig

@@ -1,0 +1,87 @@
+"""What the train stage leaves beside its DeepSpeed checkpoints once training ends:
+``model.pt`` (fp32, the average of the last ``average_last`` checkpoints) and
+``best.pt`` (the best validated weights), both loadable without DeepSpeed by
+``model_file.load_model_file``; ``metrics.jsonl`` (the logged curve); the vocabulary
+and SentencePiece model(s), so the artifact translates on its own; and
+``train_report.json`` (totals, costs and the resolved hardware)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import torch
+
+from stages.bpe import read_vocab
+from stages.train.checkpoints import average_weights, fill_tied_weights, fp32_weights
+from stages.train.config import TrainStageConfig
+from stages.train.flops import parameter_counts
+from stages.train.model_file import (
+    build_for_vocabulary,
+    save_model_file,
+    vocabulary_facts,
+)
+
+
+def weights_file(artifact: Path, which: str = "model") -> Path:
+    """``model.pt`` (``which="model"``, the final averaged weights) or ``best.pt``
+    (``which="best"``) of a train artifact."""
+    return artifact / f"{which}.pt"
+
+
+def write_outputs(output: Path, config: TrainStageConfig, tokenized: Path, checkpoints: list,
+                   seconds_this_attempt: float) -> dict:
+    training = config.train
+    last = checkpoints[-1]
+    averaged = checkpoints[-training.average_last:]
+    vocab = read_vocab(tokenized)
+    facts = vocabulary_facts(tokenized, vocab)
+    model = build_for_vocabulary(config.model, facts)
+    weights = fill_tied_weights(average_weights([fp32_weights(c.path, training.zero_stage) for c in averaged]), model)
+    progress = last.progress
+    info = {"step": progress["step"], "averaged_steps": [c.step for c in averaged],
+            "best_step": progress["best_step"], "best_valid_loss": progress["best_valid_loss"]}
+    save_model_file(weights_file(output), config.model, facts, weights, info)
+    if (last.path / "best.pt").is_file():
+        best = torch.load(last.path / "best.pt", weights_only=True)
+        save_model_file(weights_file(output, "best"), config.model, facts, best, {**info, "step": progress["best_step"]})
+    history_text = (last.path / "history.jsonl").read_text()
+    (output / "metrics.jsonl").write_text(history_text)
+    for name in ("spm.model", "src.model", "tgt.model", "vocab.json"):
+        if (tokenized / name).is_file():
+            (output / name).write_bytes((tokenized / name).read_bytes())
+
+    params = parameter_counts(model)
+    train_rows = [row for row in map(json.loads, history_text.splitlines()) if "train_loss" in row]
+    seconds = progress["seconds"]
+    metrics = {
+        # ``epoch``: the (0-based) epoch the last update was in.
+        "steps": progress["step"], "epoch": progress["epoch"], "train_tokens": progress["train_tokens"],
+        "train_flops": progress["train_flops"],
+        "train_src_tokens": progress["train_src_tokens"],
+        # Kaplan et al. (2020): 6 x non-embedding parameters x tokens (source + target).
+        "train_flops_6nd": 6 * params["non_embedding"] * (progress["train_src_tokens"] + progress["train_tokens"]),
+        "train_seconds": seconds, "device_hours": seconds * training.workers / 3600,
+        "tokens_per_second": progress["train_tokens"] / max(seconds, 1e-9),
+        "flops_per_second": progress["train_flops"] / max(seconds, 1e-9),
+        "parameters": params["total"], "non_embedding_parameters": params["non_embedding"],
+        "restarts": progress["restarts"], "attempt_seconds": seconds_this_attempt,
+        "stop_reason": progress["stop_reason"],  # the budget that ended training
+    }
+    # Resolved precision, device and peak FLOP/s (with where the peak came from).
+    hardware = progress.get("hardware", {})
+    metrics.update({key: value for key, value in hardware.items() if key != "peak_flops_total"})
+    if hardware.get("peak_flops_total"):
+        metrics["mfu"] = metrics["flops_per_second"] / hardware["peak_flops_total"]
+    if progress["best_valid_loss"] is not None:
+        metrics["best_valid_loss"] = progress["best_valid_loss"]
+        metrics["best_valid_ppl"] = math.exp(min(progress["best_valid_loss"], 50))
+    if train_rows:
+        metrics["final_train_loss"] = train_rows[-1]["train_loss"]
+    report = {"model": config.model.model_dump(mode="json"), "stop_reason": progress["stop_reason"],
+              "metrics": metrics, "checkpoints": [str(c.path.relative_to(output)) for c in checkpoints],
+              "averaged_steps": info["averaged_steps"]}
+    (output / "train_report.json").write_text(json.dumps(report, indent=2))
+    return metrics
+

@@ -1,0 +1,96 @@
+"""Helpers the tests share: paths, small files, Multi30k slices and configs over them.
+Fixtures live in ``conftest.py``; these are plain functions, imported by name."""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import os
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+# The shared corpus sits beside the checkout (../shared/corpora/multi30k); CI clones
+# the repository with shared/ beside it too. NMT_CORPORA points elsewhere if needed.
+CORPORA = Path(os.environ.get("NMT_CORPORA", REPO.parent / "shared" / "corpora"))
+MULTI30K = CORPORA / "multi30k"
+
+
+def shipped_config(name: str) -> dict:
+    """A config of ``configs/`` as raw YAML data, to edit before writing it back out."""
+    return yaml.safe_load((REPO / "configs" / name).read_text())
+
+
+def run_stage(stage_run, inputs: dict[str, Path], config, output: Path) -> dict:
+    """Call a stage's ``run`` directly, as the runner would, into a fresh ``output``."""
+    from pipeline.context import StageContext
+
+    output.mkdir()
+    return stage_run(inputs, config, output, StageContext())
+
+
+def sha256_of(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def write_lines(path: Path, lines: list[str], gz: bool = False) -> Path:
+    data = "".join(line + "\n" for line in lines).encode("utf-8")
+    path.write_bytes(gzip.compress(data) if gz else data)
+    return path
+
+
+def slice_multi30k(multi30k: Path, directory: Path, lines: dict[str, int]) -> Path:
+    """Copy the first N lines of each Multi30k split (en and de) as plain text."""
+    directory.mkdir(parents=True, exist_ok=True)
+    for split, count in lines.items():
+        for lang in ("en", "de"):
+            with gzip.open(multi30k / f"{split}.{lang}.gz", "rt", encoding="utf-8") as handle:
+                head = [next(handle).rstrip("\n") for _ in range(count)]
+            write_lines(directory / f"{split}.{lang}", head)
+    return directory
+
+
+def files_source(directory: Path, split: str) -> dict:
+    return {"type": "files", "src": {"path": str(directory / f"{split}.en")},
+            "tgt": {"path": str(directory / f"{split}.de")}}
+
+
+def write_config(path: Path, data: dict) -> Path:
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def small_config(corpus_dir: Path, **sections) -> dict:
+    """A config over a Multi30k slice made by slice_multi30k, with tiny BPE."""
+    config = {
+        "name": "test",
+        "download": {"src_lang": "en", "tgt_lang": "de",
+                     "train": files_source(corpus_dir, "train"),
+                     "valid": files_source(corpus_dir, "val"),
+                     "test": files_source(corpus_dir, "test_2016_flickr")},
+        "bpe": {"vocab_size": 500},
+        "tokenize": {"shards": 2},
+    }
+    for name, values in sections.items():
+        config[name] = {**config.get(name, {}), **values}
+    return config
+
+
+def clean_slice(multi30k: Path, root: Path, lines: dict[str, int]) -> Path:
+    """Download and clean stages, called directly, on a slice of Multi30k: the clean artifact."""
+    from pipeline.context import StageContext
+    from stages import clean, download
+    from stages.clean.config import CleanConfig
+    from stages.download.config import DownloadConfig
+
+    corpus = slice_multi30k(multi30k, root / "corpus", lines)
+    config = DownloadConfig.model_validate({"src_lang": "en", "tgt_lang": "de",
+                                            "train": files_source(corpus, "train"),
+                                            "valid": files_source(corpus, "val"),
+                                            "test": files_source(corpus, "test_2016_flickr")})
+    (root / "download").mkdir()
+    download.run({}, config, root / "download", StageContext())
+    (root / "clean").mkdir()
+    clean.run({"download": root / "download"}, CleanConfig(), root / "clean", StageContext())
+    return root / "clean"

@@ -1,0 +1,38 @@
+"""The CLI's front door: a bad config or stage name exits 2 before anything starts; ``nmt inspect``."""
+
+from __future__ import annotations
+
+import yaml
+from typer.testing import CliRunner
+
+from pipeline.cli import app
+from tests.helpers import REPO, shipped_config
+
+
+def test_cli_exits_2_and_starts_nothing_on_a_bad_config(tmp_path, monkeypatch):
+    data = shipped_config("smoke.yaml")
+    data["bpe"]["vocab"] = 100
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(data))
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(app, ["run", str(path), "--artifact-root", str(tmp_path / "artifacts")])
+    assert result.exit_code == 2
+    assert "bpe.vocab: unknown key" in result.output
+    assert not (tmp_path / "artifacts").exists() and not (tmp_path / "mlflow.db").exists()
+
+
+def test_cli_rejects_unknown_stage_with_exit_2(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(app, ["run", str(REPO / "configs" / "smoke.yaml"), "--until", "tokenise"])
+    assert result.exit_code == 2
+    assert "unknown stage 'tokenise'" in result.output
+
+
+def test_inspect_tables_every_model_of_a_config(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(app, ["inspect", str(REPO / "configs" / "wmt14_en_de.yaml")])
+    assert result.exit_code == 0, result.output
+    rows = {line.split("│")[1].strip(): line for line in result.output.splitlines() if line.startswith("│")}
+    assert set(rows) == {"rnn_base", "transformer_base", "transformer_big", "decoder_only_base"}
+    assert "│ 63.08M " in rows["transformer_base"] and "│ 214.25M " in rows["transformer_big"]
+    assert "bpe.vocab_size from the config" in result.output  # no artifacts yet: config sizes

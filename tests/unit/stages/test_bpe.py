@@ -1,0 +1,53 @@
+"""The bpe stage on a real Multi30k slice, called directly (no Ray)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import sentencepiece as spm
+
+from stages import bpe
+from stages.bpe.config import BpeConfig
+from stages.errors import InputDataError
+from tests.helpers import run_stage
+
+
+def test_joint_model_encodes_both_languages_and_tags_are_single_pieces(cleaned, tmp_path):
+    run_stage(bpe.run, {"clean": cleaned}, BpeConfig(vocab_size=600, user_symbols=["<sep>"]), tmp_path / "bpe")
+    vocab = json.loads((tmp_path / "bpe" / "vocab.json").read_text())
+    assert vocab["models"] == {"src": "spm.model", "tgt": "spm.model"}
+    assert vocab["language_tags"] == {"en": "__en__", "de": "__de__"}
+    processor = spm.SentencePieceProcessor(model_file=str(tmp_path / "bpe" / "spm.model"))
+    assert processor.get_piece_size() == 600
+    assert [processor.id_to_piece(i) for i in range(4)] == ["<pad>", "<unk>", "<s>", "</s>"]
+    for symbol in ("__en__", "__de__", "<sep>"):
+        assert processor.piece_to_id(symbol) != processor.unk_id()
+        assert symbol in processor.encode(f"Ein Hund {symbol} rennt", out_type=str)
+    # Both languages are covered by the shared vocabulary: few unknown pieces in either.
+    for word in ("dog", "Hund", "Straße"):
+        assert processor.unk_id() not in processor.encode(word)
+
+
+def test_separate_vocabularies_train_one_model_per_side(cleaned, tmp_path):
+    run_stage(bpe.run, {"clean": cleaned}, BpeConfig(vocab_size=400, joint=False), tmp_path / "bpe")
+    src = spm.SentencePieceProcessor(model_file=str(tmp_path / "bpe" / "src.model"))
+    tgt = spm.SentencePieceProcessor(model_file=str(tmp_path / "bpe" / "tgt.model"))
+    assert src.piece_to_id("▁Hund") == src.unk_id() and tgt.piece_to_id("▁Hund") != tgt.unk_id()
+
+
+def test_same_config_trains_the_same_model(cleaned, tmp_path):
+    config = BpeConfig(vocab_size=500, input_sentence_size=1000)  # sampling on: the seed matters
+    run_stage(bpe.run, {"clean": cleaned}, config, tmp_path / "a")
+    run_stage(bpe.run, {"clean": cleaned}, config, tmp_path / "b")
+    # Compare the learned pieces: the file also records its own output path.
+    pieces = []
+    for name in ("a", "b"):
+        processor = spm.SentencePieceProcessor(model_file=str(tmp_path / name / "spm.model"))
+        pieces.append([processor.id_to_piece(i) for i in range(processor.get_piece_size())])
+    assert pieces[0] == pieces[1]
+
+
+def test_vocabulary_too_large_for_the_corpus_names_the_key(cleaned, tmp_path):
+    with pytest.raises(InputDataError, match="lower bpe.vocab_size"):
+        run_stage(bpe.run, {"clean": cleaned}, BpeConfig(vocab_size=200_000), tmp_path / "bpe")

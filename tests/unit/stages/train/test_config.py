@@ -1,0 +1,51 @@
+"""The train section's validation: budgets, precision and threads, misspelt keys, per-model overrides."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from pipeline.config import ConfigError, load_config
+from stages.train.config import TrainConfig
+from tests.helpers import shipped_config
+
+
+def test_precision_defaults_to_auto_and_threads_cannot_oversubscribe_a_workers_cpus(tmp_path):
+    assert TrainConfig(max_steps=1).precision == "auto"
+    assert TrainConfig(max_steps=1, cpus_per_worker=4, threads_per_worker=4).threads_per_worker == 4
+    with pytest.raises(ConfigError, match=r"train: .*threads_per_worker \(3\) exceeds cpus_per_worker \(2\)"):
+        load_config(_with({"max_steps": 1, "cpus_per_worker": 2, "threads_per_worker": 3}, tmp_path))
+    with pytest.raises(ConfigError, match=r"train: .*fp16 needs use_gpu: true"):
+        load_config(_with({"max_steps": 1, "precision": "fp16"}, tmp_path))
+
+
+def _with(section: dict, tmp_path):
+    data = shipped_config("smoke.yaml")
+    data["train"] = section
+    path = tmp_path / "exp.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def test_a_train_section_without_a_budget_is_rejected(tmp_path):
+    with pytest.raises(ConfigError, match=r"train: .*set at least one budget"):
+        load_config(_with({"workers": 1}, tmp_path))
+
+
+def test_a_misspelt_train_key_names_the_line_and_the_close_match(tmp_path):
+    with pytest.raises(ConfigError, match=r"train\.max_step: unknown key; did you mean 'max_steps'"):
+        load_config(_with({"max_step": 10}, tmp_path))
+
+
+def test_a_models_train_override_is_validated_and_applied(tmp_path):
+    path = _with({"max_steps": 10}, tmp_path)
+    data = yaml.safe_load(path.read_text())
+    data["models"][0]["train"] = {"lr_scale": 2.0}
+    path.write_text(yaml.safe_dump(data))
+    config = load_config(path)
+    assert config.train_stage_config(config.models[0]).train.lr_scale == 2.0
+    assert config.train_stage_config(config.models[1]).train.lr_scale == 1.0
+    data["models"][0]["train"] = {"lr_scal": 2.0}
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(ConfigError, match=r"model 'rnn_tiny': train\.lr_scal: Extra inputs"):
+        load_config(path)
