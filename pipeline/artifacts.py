@@ -32,6 +32,8 @@ from pathlib import Path
 
 import pyarrow.fs as pafs
 
+from pipeline.object_store import open_filesystem, redact
+
 MANIFEST = "MANIFEST.json"
 KEY_LENGTH = 20  # hex digits: 80 bits, collision-free for any realistic number of artifacts
 
@@ -83,7 +85,7 @@ class ArtifactStore:
         if filesystem is not None:
             self.fs, self.root = filesystem, root.rstrip("/")
         elif "://" in root:
-            self.fs, self.root = pafs.FileSystem.from_uri(root)
+            self.fs, self.root = open_filesystem(root)
         else:
             self.fs, self.root = pafs.LocalFileSystem(), str(Path(root).resolve())
             # Absolute, so a copy unpickled in a process with another working directory
@@ -123,29 +125,51 @@ class ArtifactStore:
                 contents[name] = stream.read()
         return contents
 
-    def status(self, stage: str, key: str) -> ArtifactStatus:
-        """Whether ``stage/key`` exists and every file matches its manifest (size and sha256)."""
+    def status(self, stage: str, key: str, verify: bool = False) -> ArtifactStatus:
+        """Whether ``stage/key`` is a trustworthy artifact, from one listing of its files.
+
+        Every file the manifest names must be there with its size, and none may have
+        been modified after the manifest was written (the manifest is written last).
+        Contents are not read: sha256 is computed at commit and whenever a file is
+        downloaded. ``verify`` re-hashes every file as well (``nmt verify``).
+        """
         directory = self.path(stage, key)
-        if self.fs.get_file_info(directory).type == pafs.FileType.NotFound:
+        listing = self._listing(directory)
+        if not listing:
             return ArtifactStatus(stage, key, ArtifactState.MISSING)
         manifest = self.read_manifest(stage, key)
-        if manifest is None:
+        if manifest is None or MANIFEST not in listing:
             return ArtifactStatus(stage, key, ArtifactState.INVALID, reason="no readable manifest")
-        problem = self._verify_files(directory, manifest["files"])
         size = sum(entry["size"] for entry in manifest["files"].values())
+        problem = self._check_listing(listing, manifest["files"])
+        if not problem and verify:
+            problem = next((f"{name} does not match its sha256" for name, entry in manifest["files"].items()
+                            if self._sha256(f"{directory}/{name}") != entry["sha256"]), "")
         if problem:
             return ArtifactStatus(stage, key, ArtifactState.INVALID, size, problem)
         return ArtifactStatus(stage, key, ArtifactState.CACHED, size)
 
-    def _verify_files(self, directory: str, files: dict[str, dict]) -> str:
+    def _listing(self, directory: str) -> dict[str, pafs.FileInfo]:
+        """Every file under ``directory`` by its relative name; empty if there is none."""
+        try:
+            infos = self.fs.get_file_info(pafs.FileSelector(directory, recursive=True))
+        except OSError:  # FileNotFoundError; on S3, also a bucket that does not exist yet
+            if self.fs.get_file_info(directory).type == pafs.FileType.NotFound:
+                return {}
+            raise
+        return {info.path[len(directory) + 1:]: info for info in infos if info.type == pafs.FileType.File}
+
+    @staticmethod
+    def _check_listing(listing: dict[str, pafs.FileInfo], files: dict[str, dict]) -> str:
+        committed = listing[MANIFEST].mtime
         for name, entry in files.items():
-            info = self.fs.get_file_info(f"{directory}/{name}")
-            if info.type != pafs.FileType.File:
+            info = listing.get(name)
+            if info is None:
                 return f"{name} is missing"
             if info.size != entry["size"]:
                 return f"{name} has {info.size} bytes, manifest says {entry['size']}"
-            if self._sha256(f"{directory}/{name}") != entry["sha256"]:
-                return f"{name} does not match its sha256"
+            if committed is not None and info.mtime is not None and info.mtime > committed:
+                return f"{name} was modified after the artifact was committed"
         return ""
 
     def _sha256(self, path: str) -> str:
@@ -157,25 +181,48 @@ class ArtifactStore:
                 digest.update(block)
         return digest.hexdigest()
 
-    def local_path(self, stage: str, key: str) -> Path:
-        """A local directory holding the verified artifact (downloaded if the store is remote)."""
+    def local_path(self, stage: str, key: str, files: tuple[str, ...] | None = None) -> Path:
+        """A local directory holding the committed artifact: the store's own directory
+        when the store is local, else a copy in the local cache with the files that
+        match the glob patterns ``files`` (all when None) and the manifest.
+
+        Each file is hashed as it downloads and kept only if it matches the manifest,
+        so a copy in the cache is trusted without reading it again, for as long as the
+        store's manifest names the same sha256 for it.
+        """
+        manifest = self.read_manifest(stage, key)
+        if manifest is None:
+            raise FileNotFoundError(f"artifact {stage}/{key} has no manifest in {redact(self.root_uri)}")
         if self.is_local:
             return Path(self.path(stage, key))
         target = self.local_cache / stage / key
-        manifest = self.read_manifest(stage, key)
-        if manifest is None:
-            raise FileNotFoundError(f"artifact {stage}/{key} has no manifest in {self.root_uri}")
-        if target.is_dir() and _local_files_match(target, manifest["files"]):
-            return target
-        staging = target.with_name(f"{key}.download-{uuid.uuid4().hex[:8]}")
-        pafs.copy_files(self.path(stage, key), str(staging), source_filesystem=self.fs,
-                        destination_filesystem=pafs.LocalFileSystem())
-        if not _local_files_match(staging, manifest["files"]):
-            shutil.rmtree(staging, ignore_errors=True)
-            raise OSError(f"artifact {stage}/{key} changed while it was being downloaded")
-        shutil.rmtree(target, ignore_errors=True)
-        os.rename(staging, target)
+        cached = _read_json(target / MANIFEST).get("files", {})
+        for name, entry in manifest["files"].items():
+            if files is not None and not any(fnmatch.fnmatch(name, pattern) for pattern in files):
+                continue
+            local = target / name
+            if cached.get(name) == entry and local.is_file() and local.stat().st_size == entry["size"]:
+                continue
+            self._download(stage, key, name, entry, local)
+        _write_json_durably(target / MANIFEST, manifest)
         return target
+
+    def _download(self, stage: str, key: str, name: str, entry: dict, local: Path) -> None:
+        """One file of an artifact into ``local``, hashed on the way; replaced atomically."""
+        local.parent.mkdir(parents=True, exist_ok=True)
+        partial = local.with_name(f"{local.name}.download-{uuid.uuid4().hex[:8]}")
+        digest = hashlib.sha256()
+        try:
+            with self.fs.open_input_stream(f"{self.path(stage, key)}/{name}") as stream, open(partial, "wb") as out:
+                for block in iter(lambda: stream.read(1 << 22), b""):
+                    digest.update(block)
+                    out.write(block)
+            if digest.hexdigest() != entry["sha256"] or partial.stat().st_size != entry["size"]:
+                raise OSError(f"artifact {stage}/{key}: {name} does not match its manifest "
+                              "(changed or corrupted in the store)")
+            os.replace(partial, local)
+        finally:
+            partial.unlink(missing_ok=True)
 
     # ------------------------------------------------------------------ writing
 
@@ -248,16 +295,19 @@ class ArtifactStore:
             self.fs.delete_dir(directory)
 
 
-def _local_files_match(directory: Path, files: dict[str, dict]) -> bool:
-    for name, entry in files.items():
-        path = directory / name
-        if not path.is_file() or path.stat().st_size != entry["size"] or file_sha256(path) != entry["sha256"]:
-            return False
-    return True
+def _read_json(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return {}
 
 
 def _write_json_durably(path: Path, data: dict) -> None:
-    with open(path, "w", encoding="utf-8") as handle:
+    """Write ``path`` whole or not at all: a temporary file, synced, then renamed."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(f"{path.name}.{uuid.uuid4().hex[:8]}.tmp")
+    with open(partial, "w", encoding="utf-8") as handle:
         json.dump(data, handle, indent=2)
         handle.flush()
         os.fsync(handle.fileno())
+    os.replace(partial, path)

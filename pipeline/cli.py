@@ -1,5 +1,5 @@
 """The ``nmt`` command: parses arguments and hands each command to its module in
-``pipeline/commands/`` (run and status, report, translate, inspect)."""
+``pipeline/commands/`` (run, status and verify, report, translate, inspect)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,8 @@ app = typer.Typer(add_completion=False, no_args_is_help=True,
 ConfigArg = typer.Argument(..., help="Experiment YAML file (configs/*.yaml).")
 SetOpt = typer.Option([], "--set", help="Override a config key, e.g. --set tokenize.shards=8 (repeatable).")
 RootOpt = typer.Option(None, "--artifact-root", envvar="NMT_ARTIFACT_ROOT",
-                       help="Artifact store: a path or a pyarrow filesystem URI (s3://, gs://, hdfs://).")
+                       help="Artifact store: a path, or an object store URI such as "
+                            "s3://bucket/prefix?endpoint_override=HOST:PORT&scheme=http (gs://, hdfs:// too).")
 
 
 @app.callback()
@@ -52,6 +53,16 @@ def status(config: Path = ConfigArg, overrides: List[str] = SetOpt,
     from pipeline.commands.run import show_status
 
     show_status(config, overrides, artifact_root)
+
+
+@app.command()
+def verify(config: Path = ConfigArg, overrides: List[str] = SetOpt,
+           artifact_root: Optional[str] = RootOpt) -> None:
+    """Like status, but re-hash every file of every artifact against its manifest; exit 1
+    if any does not match."""
+    from pipeline.commands.run import show_status
+
+    show_status(config, overrides, artifact_root, verify=True)
 
 
 @app.command()

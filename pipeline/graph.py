@@ -54,10 +54,12 @@ def pipeline_stages(config: ExperimentConfig) -> tuple[Stage, ...]:
     evaluation = tuple(
         Stage(name=evaluate_stage(model.name), run=evaluate.run, config_of=functools.partial(_evaluate_slice, model),
               version=evaluate.VERSION, upstream=("clean", train_stage(model.name)),
+              reads={train_stage(model.name): train.SERVING_FILES},
               mlflow_files=("*.txt", "nbest.jsonl", "scores.json"), preflight=evaluate.preflight)
         for model in config.models)
     reporting = Stage(name="report", run=report.run, config_of=ExperimentConfig.report_stage_config,
                       version=report.VERSION, upstream=tuple(stage.name for stage in training + evaluation),
+                      reads={stage.name: report.READS[stage.group] for stage in training + evaluation},
                       mlflow_files=("report.*", "*.png"))
     return DATA_STAGES + training + evaluation + (reporting,)
 
@@ -98,10 +100,10 @@ def stage_key_inputs(stage: Stage, config: ExperimentConfig) -> dict:
 
 
 def plan(config: ExperimentConfig, store: ArtifactStore, until: str | None = None,
-         force: tuple[str, ...] = ()) -> list[PlannedStage]:
+         force: tuple[str, ...] = (), verify: bool = False) -> list[PlannedStage]:
     """Keys and states of the config's stages, up to ``until`` (a stage, or ``train`` for
     every train stage); ``force`` names stages (or ``train``) to recompute with their
-    downstream."""
+    downstream. ``verify`` re-hashes every cached file instead of trusting the listing."""
     stages = pipeline_stages(config)
     names = [stage.name for stage in stages] + sorted({stage.group for stage in stages} - {s.name for s in stages})
     for name in [*force, *([until] if until else [])]:
@@ -120,7 +122,7 @@ def plan(config: ExperimentConfig, store: ArtifactStore, until: str | None = Non
         # Forcing a stage forces everything downstream of it too.
         if forced & set(stage.upstream):
             forced.add(stage.name)
-        status = store.status(stage.name, key)
+        status = store.status(stage.name, key, verify=verify)
         will_run = stage.name in forced or status.state != ArtifactState.CACHED
         planned.append(PlannedStage(stage, key, upstream_keys, status, will_run))
     return planned

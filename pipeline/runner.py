@@ -45,9 +45,10 @@ def execute_stage(stage: Stage, section, key: str, upstream_keys: dict[str, str]
     what makes Ray wait for those stages before starting this one.
     """
     started = time.time()
-    inputs = {name: store.local_path(name, upstream_key) for name, upstream_key in upstream_keys.items()}
+    inputs = {name: store.local_path(name, upstream_key, stage.reads.get(name))
+              for name, upstream_key in upstream_keys.items()}
     staging = store.staging_dir(stage.name, key, keep_previous=stage.resumable)
-    fetchers = {name: functools.partial(store.local_path, name, upstream_key)
+    fetchers = {name: functools.partial(store.local_path, name, upstream_key, stage.reads.get(name))
                 for name, upstream_key in upstream_keys.items()}
     ctx = StageContext(parallel_map=ray_parallel_map, progress=ray_progress, mirrors=mirrors, input_fetchers=fetchers,
                        metrics_sink=metrics_sink)

@@ -19,7 +19,7 @@ upstream stages, which config slice it is keyed on, and the version of its outpu
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Protocol, TypeVar
 
@@ -52,6 +52,9 @@ class Stage:
     # Bump when the same inputs would now give a different artifact.
     version: int
     upstream: tuple[str, ...] = ()
+    # Upstream stage -> glob patterns of the files of its artifact this stage reads; an
+    # upstream not named is read whole. From a remote store only these are downloaded.
+    reads: dict[str, tuple[str, ...]] = field(default_factory=dict)
     # A resumable stage gets back the staging directory a crashed attempt left behind.
     resumable: bool = False
     # For inputs outside the artifact store: section -> data that changes when they do.

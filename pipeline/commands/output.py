@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from pipeline.artifacts import ArtifactStore
+from pipeline.object_store import redact
 from pipeline.config import ConfigError, ExperimentConfig, load_config
 
 console = Console(stderr=True)
@@ -23,7 +24,7 @@ def table_console() -> Console:
 
 def fail(message: str, code: int) -> None:
     # Plain text: messages quote file contents and tool output that rich would parse as markup.
-    typer.secho(f"error: {message}", fg="red", err=True)
+    typer.secho(f"error: {redact(message)}", fg="red", err=True)
     raise typer.Exit(code)
 
 
@@ -35,7 +36,10 @@ def load_experiment(config: Path, overrides: list[str]) -> ExperimentConfig:
 
 
 def open_store(config: ExperimentConfig, artifact_root: str | None) -> ArtifactStore:
-    return ArtifactStore(artifact_root or config.artifact_root)
+    try:
+        return ArtifactStore(artifact_root or config.artifact_root)
+    except (ValueError, OSError) as error:
+        fail(f"artifact root: {error}", 2)
 
 
 def human_bytes(size: int) -> str:

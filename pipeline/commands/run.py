@@ -21,6 +21,7 @@ from pipeline.commands.output import (
     print_report,
     table_console,
 )
+from pipeline.object_store import redact
 from pipeline.run_recorder import ResultRow, RunRecorder
 from stages.errors import InputDataError
 
@@ -49,9 +50,11 @@ def run_experiment(config: Path, overrides: list[str], until: str | None, force:
         except HardwareError as error:
             fail(str(error), 2)
     tracker = RunTracker(tracking_uri or default_tracking_uri(), experiment.name)
-    parent = tracker.start(experiment.name, yaml.safe_dump(experiment.model_dump(mode="json"), sort_keys=False),
-                           shlex.join(["nmt", *sys.argv[1:]]))
-    log.info("MLflow run %s (experiment %r); artifacts in %s", parent, experiment.name, store.root_uri)
+    # The artifact root may carry credentials (in its URI): only its redacted form is tracked.
+    parent = tracker.start(experiment.name,
+                           redact(yaml.safe_dump(experiment.model_dump(mode="json"), sort_keys=False)),
+                           redact(shlex.join(["nmt", *sys.argv[1:]])))
+    log.info("MLflow run %s (experiment %r); artifacts in %s", parent, experiment.name, redact(store.root_uri))
     recorder = RunRecorder(tracker, experiment, store)
 
     if any(item.will_run for item in planned):
@@ -82,16 +85,25 @@ def print_results(rows: list[ResultRow]) -> None:
     table_console().print(table)
 
 
-def show_status(config: Path, overrides: list[str], artifact_root: str | None) -> None:
+def show_status(config: Path, overrides: list[str], artifact_root: str | None, verify: bool = False) -> None:
+    """The plan's stages with their artifact state. ``verify`` (``nmt verify``) re-hashes
+    every file, and exits 1 if any artifact is invalid."""
+    from pipeline.artifacts import ArtifactState
     from pipeline.graph import plan
 
     experiment = load_experiment(config, overrides)
     store = open_store(experiment, artifact_root)
-    table = Table("stage", "state", "key", "size", "path", title=f"{experiment.name}: {store.root_uri}")
-    for item in plan(experiment, store):
+    title = f"{experiment.name}: {redact(store.root_uri)}" + (" (every file re-hashed)" if verify else "")
+    table = Table("stage", "state", "key", "size", "path", title=title)
+    planned = plan(experiment, store, verify=verify)
+    for item in planned:
         state = item.status.state.value
         if item.status.reason:
             state += f" ({item.status.reason})"
         size = human_bytes(item.status.size_bytes) if item.status.size_bytes else "-"
         table.add_row(item.stage.name, state, item.key, size, store.path(item.stage.name, item.key))
     table_console().print(table)
+    invalid = [item.stage.name for item in planned if item.status.state == ArtifactState.INVALID]
+    if verify and invalid:
+        fail(f"{len(invalid)} artifact(s) do not match their manifest: {', '.join(invalid)} "
+             "(the next nmt run recomputes them)", 1)

@@ -53,7 +53,7 @@ def model_file(model: Path, model_name: str | None, artifact_root: str | None) -
     from pipeline.artifacts import ArtifactState
     from pipeline.graph import find_stage, plan
     from stages.names import train_stage
-    from stages.train import weights_file
+    from stages.train import SERVING_FILES, weights_file
 
     experiment = load_experiment(model, [])
     names = [spec.name for spec in experiment.models]
@@ -63,4 +63,4 @@ def model_file(model: Path, model_name: str | None, artifact_root: str | None) -
     trained = find_stage(plan(experiment, store), train_stage(model_name))
     if trained.status.state != ArtifactState.CACHED:
         fail(f"{model}: {model_name} is not trained yet (nmt run {model} first)", 1)
-    return weights_file(store.local_path(trained.stage.name, trained.key))
+    return weights_file(store.local_path(trained.stage.name, trained.key, SERVING_FILES))

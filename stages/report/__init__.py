@@ -20,6 +20,9 @@ from stages.report.config import ReportStageConfig
 from stages.report.plots import write_plots
 
 VERSION = 3
+# The files of each upstream artifact a record reads (besides its manifest): never
+# the train stage's checkpoints.
+READS = {"train": ("metrics.jsonl",), "evaluate": ()}
 
 
 def run(inputs: dict[str, Path], config: ReportStageConfig, output: Path, ctx: StageContext) -> dict:

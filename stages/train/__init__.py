@@ -26,10 +26,13 @@ from stages.train.checkpoints import complete_checkpoints
 from stages.train.config import TrainStageConfig
 from stages.train.outputs import weights_file, write_outputs
 
-__all__ = ["VERSION", "run", "preflight", "weights_file"]
+__all__ = ["VERSION", "RUN_NAME", "SERVING_FILES", "run", "preflight", "weights_file"]
 
 VERSION = 2
 RUN_NAME = "train_run"
+# What translating with a trained model reads: the weights, the vocabulary and the
+# SentencePiece model(s). Evaluation and ``nmt translate`` fetch only these.
+SERVING_FILES = ("model.pt", "best.pt", "vocab.json", "*.model")
 
 
 def run(inputs: dict[str, Path], config: TrainStageConfig, output: Path, ctx: StageContext) -> dict:

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
 import pickle
+import time
 
 import pyarrow.fs as pafs
+import pytest
 
 from pipeline.artifacts import MANIFEST, ArtifactState, ArtifactStore, artifact_key
 
@@ -39,14 +42,50 @@ def test_staged_output_is_not_visible_until_committed(tmp_path):
     assert manifest["metrics"] == {"pairs": 3}
 
 
-def test_corrupted_file_makes_artifact_invalid(tmp_path):
+def _committed(tmp_path) -> ArtifactStore:
     store = ArtifactStore(str(tmp_path))
     staging = store.staging_dir("clean", "k1")
     _stage_output(staging)
     store.commit("clean", "k1", staging, {})
-    (tmp_path / "clean" / "k1" / "data.txt").write_text("HELLO")  # same size, other bytes
+    return store
+
+
+def test_status_reads_no_file_contents(tmp_path, monkeypatch):
+    store = _committed(tmp_path)
+
+    def no_hashing(path):
+        raise AssertionError(f"status hashed {path}")
+
+    monkeypatch.setattr("pipeline.artifacts.file_sha256", no_hashing)
+    assert store.status("clean", "k1").state == ArtifactState.CACHED
+
+
+def test_a_truncated_or_missing_file_is_invalid(tmp_path):
+    store = _committed(tmp_path)
+    (tmp_path / "clean" / "k1" / "nested" / "more.bin").write_bytes(b"\x00")
     status = store.status("clean", "k1")
-    assert status.state == ArtifactState.INVALID and "sha256" in status.reason
+    assert status.state == ArtifactState.INVALID and "nested/more.bin has 1 bytes" in status.reason
+    (tmp_path / "clean" / "k1" / "nested" / "more.bin").unlink()
+    assert store.status("clean", "k1").reason == "nested/more.bin is missing"
+
+
+def test_a_file_rewritten_after_commit_is_invalid_even_at_the_same_size(tmp_path):
+    store = _committed(tmp_path)
+    time.sleep(0.01)
+    (tmp_path / "clean" / "k1" / "data.txt").write_text("HELLO")  # same size, newer mtime
+    status = store.status("clean", "k1")
+    assert status.state == ArtifactState.INVALID and "modified after" in status.reason
+
+
+def test_a_same_size_change_that_keeps_its_mtime_is_caught_by_verify(tmp_path):
+    store = _committed(tmp_path)
+    path = tmp_path / "clean" / "k1" / "data.txt"
+    before = path.stat()
+    path.write_text("HELLO")
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert store.status("clean", "k1").state == ArtifactState.CACHED  # the listing cannot tell
+    status = store.status("clean", "k1", verify=True)
+    assert status.state == ArtifactState.INVALID and status.reason == "data.txt does not match its sha256"
 
 
 def test_directory_without_manifest_is_invalid_and_replaced_on_commit(tmp_path):
@@ -86,6 +125,17 @@ def test_non_local_filesystem_uploads_manifest_last_and_reads_through_cache(tmp_
     assert (local / "data.txt").read_text() == "remote content"
     # The store crosses process boundaries (Ray tasks) intact.
     assert pickle.loads(pickle.dumps(store)).status("bpe", "k9").state == ArtifactState.CACHED
+    # Only the files asked for are fetched (with the manifest), hashed as they arrive.
+    partial = ArtifactStore("store", local_cache=tmp_path / "cache2", filesystem=filesystem)
+    local = partial.local_path("bpe", "k9", ("nested/*",))
+    assert sorted(p.relative_to(local).as_posix() for p in local.rglob("*") if p.is_file()) == \
+        [MANIFEST, "nested/more.bin"]
+    time.sleep(0.01)
+    (remote_dir / "store" / "bpe" / "k9" / "data.txt").write_text("remote CONTENT")  # corrupted in the store
+    with pytest.raises(OSError, match="data.txt does not match its manifest"):
+        partial.local_path("bpe", "k9")
+    assert not (local / "data.txt").exists() and not list(local.glob("data.txt.download-*"))
+    assert store.status("bpe", "k9").state == ArtifactState.INVALID  # newer than the manifest
 
 
 def test_file_uri_root(tmp_path):

