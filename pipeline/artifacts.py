@@ -242,6 +242,13 @@ class ArtifactStore:
         staging.mkdir(parents=True, exist_ok=True)
         return staging
 
+    def durable_staging(self, stage: str, key: str) -> tuple[pafs.FileSystem, str] | None:
+        """Where a resumable stage keeps state that must outlive its node: on an object
+        store, the ``<key>.partial`` prefix beside the artifact (never trusted: it has no
+        manifest, and it is deleted at commit). None for a local store, whose staging
+        directory is already on it."""
+        return None if self.is_local else (self.fs, f"{self.path(stage, key)}.partial")
+
     def commit(self, stage: str, key: str, staging: Path, metadata: dict) -> ArtifactStatus:
         """Hash every file, write the manifest last, then make the artifact visible."""
         files = {
@@ -276,6 +283,8 @@ class ArtifactStore:
             with self.fs.open_output_stream(f"{destination}/{MANIFEST}") as stream:
                 stream.write(json.dumps(manifest, indent=2).encode("utf-8"))
             shutil.rmtree(staging, ignore_errors=True)
+            if self.fs.get_file_info(f"{destination}.partial").type != pafs.FileType.NotFound:
+                self.fs.delete_dir(f"{destination}.partial")
         return ArtifactStatus(stage, key, ArtifactState.CACHED, sum(f["size"] for f in files.values()))
 
     def _discard_invalid(self, stage: str, key: str) -> None:

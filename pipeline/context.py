@@ -31,6 +31,10 @@ class StageContext:
     # Takes rows with a ``step`` (a training curve) and records them while the stage
     # runs, from any process; None when nothing is tracking (stages called directly).
     metrics_sink: Callable[[list[dict]], None] | None = None
+    # A resumable stage's staging place on an object store, as (filesystem, path): state
+    # kept there (training checkpoints) survives the node. None when the store is local,
+    # where the stage's own output directory is already on the store.
+    durable_staging: tuple[Any, str] | None = None
 
     def fetcher(self, name: str, local: Path) -> Callable[[], Path]:
         """What a task on another process or node calls to get input ``name``; when the

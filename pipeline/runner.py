@@ -51,7 +51,8 @@ def execute_stage(stage: Stage, section, key: str, upstream_keys: dict[str, str]
     fetchers = {name: functools.partial(store.local_path, name, upstream_key, stage.reads.get(name))
                 for name, upstream_key in upstream_keys.items()}
     ctx = StageContext(parallel_map=ray_parallel_map, progress=ray_progress, mirrors=mirrors, input_fetchers=fetchers,
-                       metrics_sink=metrics_sink)
+                       metrics_sink=metrics_sink,
+                       durable_staging=store.durable_staging(stage.name, key) if stage.resumable else None)
     metrics = stage.run(inputs, section, staging, ctx)
     status = store.commit(stage.name, key, staging, {
         "version": stage.version, "config": section.model_dump(mode="json"),

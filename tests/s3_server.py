@@ -2,8 +2,10 @@
 wheel) on loopback ports, with one identity whose keys the test chooses.
 
 Every port ``weed server`` would open is picked free and given explicitly, so tests
-and parallel sessions never collide. Stopping uses SIGKILL: ``weed`` takes over ten
-seconds to exit on SIGTERM, and the data directory is thrown away anyway.
+and parallel sessions never collide. Volumes are 64 MB and up to 100 of them are made
+on demand (SeaweedFS grows several per bucket at a time; a handful fills up with
+training checkpoints). Stopping uses SIGKILL: ``weed`` takes over ten seconds to exit
+on SIGTERM, and the data directory is thrown away anyway.
 """
 
 from __future__ import annotations
@@ -77,7 +79,7 @@ class SeaweedS3:
         ports = {name: free_port() for name in ("master.port", "master.port.grpc", "volume.port", "volume.port.grpc",
                                                  "filer.port", "filer.port.grpc", "s3.port.grpc")}
         command = [binary, "server", f"-dir={self.directory / 'data'}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
-                   "-volume.max=8", "-master.volumeSizeLimitMB=64", "-master.telemetry=false",
+                   "-volume.max=100", "-master.volumeSizeLimitMB=64", "-master.telemetry=false",
                    "-s3", f"-s3.port={self.port}", "-s3.port.iceberg=0", "-s3.port.lance=0",
                    f"-s3.config={config}", *(f"-{name}={port}" for name, port in ports.items())]
         (self.directory / "data").mkdir(exist_ok=True)

@@ -1,10 +1,12 @@
 """train: one model of the config, trained with DeepSpeed on Ray Train workers.
 
 The stage launches a ``TorchTrainer`` whose workers run ``loop.train_worker`` and
-persist their checkpoints under the stage's staging directory (``train_run/``). That
-directory survives a crash (the train stage is resumable), so starting the stage
-again continues from the newest complete checkpoint, and Ray Train itself restarts a
-crashed worker group from it, up to ``max_failures`` times.
+persist their checkpoints to the stage's staging place on the artifact store
+(``train_run/``): the staging directory of a local store, or a ``<key>.partial``
+prefix of an object store, which every node of a cluster reaches. It survives a crash
+(the train stage is resumable), so starting the stage again, on any node, continues
+from the newest complete checkpoint, and Ray Train itself restarts a crashed worker
+group from it, up to ``max_failures`` times.
 
 When training ends the stage writes, next to the retained DeepSpeed checkpoints,
 ``model.pt``, ``best.pt``, ``metrics.jsonl`` and ``train_report.json``
@@ -16,19 +18,20 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import pyarrow.fs as pafs
 import torch
 
 from pipeline.context import StageContext
 from pipeline.hardware import HardwareError, detect_device, resolve_precision
 from stages.errors import InputDataError
 from stages.tokenize import read_index
-from stages.train.checkpoints import complete_checkpoints
+from stages.train.checkpoints import complete_checkpoints, download_checkpoints
 from stages.train.config import TrainStageConfig
 from stages.train.outputs import weights_file, write_outputs
 
 __all__ = ["VERSION", "RUN_NAME", "SERVING_FILES", "run", "preflight", "weights_file"]
 
-VERSION = 2
+VERSION = 3  # 3: checkpoints but the newest are slimmed to their fp32 weights
 RUN_NAME = "train_run"
 # What translating with a trained model reads: the weights, the vocabulary and the
 # SentencePiece model(s). Evaluation and ``nmt translate`` fetch only these.
@@ -44,7 +47,10 @@ def run(inputs: dict[str, Path], config: TrainStageConfig, output: Path, ctx: St
     training, tokenized = config.train, inputs["tokenize"]
     _check_inputs(tokenized, config)
     world, zero = training.workers, training.zero_stage
-    resume = complete_checkpoints(output / RUN_NAME, world, zero)
+    # Where Ray Train persists: on the artifact store, reachable from every node.
+    filesystem, storage = ctx.durable_staging or (pafs.LocalFileSystem(), str(output))
+    run_dir = f"{storage}/{RUN_NAME}"
+    resume = [c for c in complete_checkpoints(run_dir, world, zero, filesystem) if c.resumable]
     resources = {"CPU": training.cpus_per_worker, **({"GPU": 1} if training.use_gpu else {})}
     trainer = TorchTrainer(
         train_worker,
@@ -52,16 +58,21 @@ def run(inputs: dict[str, Path], config: TrainStageConfig, output: Path, ctx: St
                            "fetch_tokenized": ctx.fetcher("tokenize", tokenized),
                            # Ray Train restores its own run state from RUN_NAME's snapshot; this
                            # covers a run killed before its snapshot named the checkpoint.
-                           "resume_from": str(resume[-1].path) if resume else None,
+                           "resume_from": (str(resume[-1].path), filesystem) if resume else None,
                            "metrics_sink": ctx.metrics_sink},
-        scaling_config=ScalingConfig(num_workers=world, use_gpu=training.use_gpu, resources_per_worker=resources),
+        scaling_config=ScalingConfig(num_workers=world, use_gpu=training.use_gpu, resources_per_worker=resources,
+                                     placement_strategy=training.placement_strategy),
         torch_config=TorchConfig(backend="nccl" if training.use_gpu else "gloo"),
-        run_config=RunConfig(name=RUN_NAME, storage_path=str(output),
+        run_config=RunConfig(name=RUN_NAME, storage_path=storage,
+                             storage_filesystem=None if ctx.durable_staging is None else filesystem,
                              failure_config=FailureConfig(max_failures=training.max_failures),
                              checkpoint_config=CheckpointConfig(num_to_keep=training.keep_checkpoints)),
     )
     started = time.time()
     trainer.fit()
+    stored = complete_checkpoints(run_dir, world, zero, filesystem)
+    if ctx.durable_staging is not None:  # on an object store: bring them into the artifact
+        download_checkpoints(stored, filesystem, output / RUN_NAME)
     checkpoints = complete_checkpoints(output / RUN_NAME, world, zero)
     if not checkpoints:
         raise RuntimeError(f"training {config.model.name!r} ended without a complete checkpoint in {output}")

@@ -22,6 +22,9 @@ class TrainConfig(Section):
     workers: int = Field(default=1, gt=0)
     use_gpu: bool = False
     cpus_per_worker: int = Field(default=1, gt=0)
+    # How Ray places the workers on nodes: PACK fills a node first; SPREAD and
+    # STRICT_SPREAD put them on different nodes (STRICT: or wait until there are enough).
+    placement_strategy: Literal["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"] = "PACK"
     # torch threads per worker, at most cpus_per_worker (more would oversubscribe the
     # CPUs Ray gave the worker); default: cpus_per_worker.
     threads_per_worker: int | None = Field(default=None, gt=0)

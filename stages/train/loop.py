@@ -80,7 +80,8 @@ def train_worker(loop_config: dict) -> None:
     # the newest complete one the stage found on disk.
     checkpoint = ray.train.get_checkpoint()
     if checkpoint is None and loop_config["resume_from"]:
-        checkpoint = ray.train.Checkpoint.from_directory(loop_config["resume_from"])
+        path, filesystem = loop_config["resume_from"]
+        checkpoint = ray.train.Checkpoint(path, filesystem=filesystem)
     if checkpoint is not None:
         with checkpoint.as_directory() as directory:
             progress, history, best = _restore(engine, Path(directory))

@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 
 from stages.bpe import read_vocab
-from stages.train.checkpoints import average_weights, fill_tied_weights, fp32_weights
+from stages.train.checkpoints import average_weights, checkpoint_weights, fill_tied_weights, slim
 from stages.train.config import TrainStageConfig
 from stages.train.flops import parameter_counts
 from stages.train.model_file import (
@@ -38,7 +38,11 @@ def write_outputs(output: Path, config: TrainStageConfig, tokenized: Path, check
     vocab = read_vocab(tokenized)
     facts = vocabulary_facts(tokenized, vocab)
     model = build_for_vocabulary(config.model, facts)
-    weights = fill_tied_weights(average_weights([fp32_weights(c.path, training.zero_stage) for c in averaged]), model)
+    averaged_weights = {c.step: checkpoint_weights(c, training.zero_stage) for c in averaged}
+    weights = fill_tied_weights(average_weights(list(averaged_weights.values())), model)
+    for checkpoint in checkpoints[:-1]:
+        if checkpoint.resumable:
+            slim(checkpoint, averaged_weights.get(checkpoint.step) or checkpoint_weights(checkpoint, training.zero_stage))
     progress = last.progress
     info = {"step": progress["step"], "averaged_steps": [c.step for c in averaged],
             "best_step": progress["best_step"], "best_valid_loss": progress["best_valid_loss"]}
