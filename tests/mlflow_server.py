@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -14,7 +13,7 @@ from pathlib import Path
 
 import requests
 
-from tests.s3_server import SeaweedS3, free_port
+from tests.s3_server import SeaweedS3, free_port, kill_group
 
 
 def mlflow_binary() -> str:
@@ -58,7 +57,5 @@ class MlflowServer:
         raise RuntimeError(f"mlflow server not ready in {timeout:.0f} s")
 
     def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGKILL)
-            self.process.wait()
+        kill_group(self.process)
         self.process = None

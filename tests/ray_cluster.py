@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import secrets
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -20,7 +19,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tests.s3_server import free_port
+from tests.s3_server import free_port, kill_group
 
 
 def ray_binary() -> str:
@@ -93,12 +92,7 @@ class LocalRayCluster:
 
     def kill_node(self, name: str) -> None:
         """SIGKILL every process of a node: its raylet, object store and workers."""
-        node = self.nodes[name]
-        try:
-            os.killpg(node.process.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        node.process.wait()
+        kill_group(self.nodes[name].process)
 
     def stop(self) -> None:
         for name in reversed(list(self.nodes)):

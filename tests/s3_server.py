@@ -31,6 +31,16 @@ def weed_binary() -> str | None:
     return str(beside) if beside.is_file() else shutil.which("weed")
 
 
+def kill_group(process: subprocess.Popen | None) -> None:
+    """SIGKILL a process started with ``start_new_session=True`` and all it started."""
+    if process is not None and process.poll() is None:
+        try:
+            os.killpg(process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        process.wait()
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -90,7 +100,6 @@ class SeaweedS3:
 
     def _wait_until_ready(self, timeout: float) -> None:
         """Until a bucket can be created and an object written and read back."""
-        import pyarrow.fs as pafs
 
         deadline = time.time() + timeout
         last = None
@@ -104,14 +113,12 @@ class SeaweedS3:
                 with fs.open_input_stream("ready-check/probe") as stream:
                     if stream.read() == b"ok":
                         return
-            except (OSError, pafs.ArrowException if hasattr(pafs, "ArrowException") else OSError) as error:
+            except OSError as error:
                 last = error
             time.sleep(0.5)
         self.stop()
         raise RuntimeError(f"weed's S3 API was not ready in {timeout:.0f} s: {last}")
 
     def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGKILL)
-            self.process.wait()
+        kill_group(self.process)
         self.process = None
