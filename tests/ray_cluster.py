@@ -68,8 +68,10 @@ class LocalRayCluster:
         ports = [f"--node-manager-port={free_port()}", f"--object-manager-port={free_port()}",
                  f"--dashboard-agent-listen-port={free_port()}", f"--dashboard-agent-grpc-port={free_port()}",
                  f"--runtime-env-agent-port={free_port()}", f"--metrics-export-port={free_port()}"]
+        # RAY_ADDRESS: Ray's own actors that connect back (Ray Train's placement group
+        # cleaner) must find this cluster, not another Ray instance on the machine.
         env = {**os.environ, **self.env, **self.auth_env(), "NMT_CACHE_DIR": str(cache_dir),
-               "RAY_USAGE_STATS_ENABLED": "0"}
+               "RAY_USAGE_STATS_ENABLED": "0", "RAY_ADDRESS": self.address}
         command = [ray_binary(), "start", "--block", "--node-ip-address=127.0.0.1", f"--temp-dir={temp_dir}",
                    "--object-store-memory=100000000", "--disable-usage-stats", *ports, *args]
         log = open(temp_dir / "ray-start.log", "wb")
