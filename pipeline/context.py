@@ -1,15 +1,19 @@
 """What the runner hands a stage besides its inputs and config slice.
 
-A stage calls ``ctx.parallel_map`` for work that should fan out (one Ray task per
-item on a cluster, a plain loop when a stage is called directly, as tests do) and
-``ctx.progress`` for a progress bar (shown on the driver when running under Ray).
+A stage fans work out through ``ctx.tasks``: under the runner each call is a Ray task,
+placed on any node of the cluster; when a stage is called directly, as tests do, it is
+a plain call in this process. ``ctx.parallel_map`` maps over a list; ``in_order`` keeps
+a bounded number of tasks in flight and yields their results in order, so a stage's
+memory does not grow with its input. ``ctx.progress`` draws a progress bar (on the
+driver when running under Ray).
 """
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterable, Iterator
 
 from tqdm.auto import tqdm
 
@@ -18,8 +22,8 @@ from pipeline.artifacts import default_cache_dir
 
 @dataclass
 class StageContext:
-    # (fn, items, gpus=0) -> [fn(item) ...]; ``gpus``: what each item's task needs.
-    parallel_map: Callable[..., list] = lambda fn, items, gpus=0: [fn(item) for item in items]
+    # Where fanned-out work runs: InlineTasks (this process) or RayTasks (the cluster).
+    tasks: InlineTasks | RayTasks = field(default_factory=lambda: InlineTasks())
     progress: Callable[..., Any] = tqdm
     # Directories searched for pinned files before any download (config `mirrors`, NMT_MIRROR).
     mirrors: list[str] = field(default_factory=list)
@@ -35,6 +39,11 @@ class StageContext:
     # kept there (training checkpoints) survives the node. None when the store is local,
     # where the stage's own output directory is already on the store.
     durable_staging: tuple[Any, str] | None = None
+
+    def parallel_map(self, fn: Callable, items: list, gpus: float = 0) -> list:
+        """``[fn(item) for item in items]``, one task per item, each with ``gpus`` GPUs."""
+        futures = [self.tasks.submit(fn, item, gpus=gpus) for item in items]
+        return [self.tasks.result(future) for future in futures]
 
     def fetcher(self, name: str, local: Path) -> Callable[[], Path]:
         """What a task on another process or node calls to get input ``name``; when the
@@ -52,13 +61,70 @@ class LocalPath:
         return self.path
 
 
-def ray_parallel_map(fn: Callable, items: list, gpus: float = 0) -> list:
-    """One Ray task per item (one CPU, and ``gpus`` GPUs); the caller's CPU is released
-    while it waits in ray.get."""
-    import ray
+class InlineTasks:
+    """Runs each "task" at once, in this process: a stage called without the runner."""
 
-    task = ray.remote(num_cpus=1, num_gpus=gpus)(fn)
-    return ray.get([task.remote(item) for item in items])
+    def submit(self, fn: Callable, *args, num_returns: int = 1, gpus: float = 0) -> Any:
+        """``fn(*args)``; with ``num_returns`` > 1, ``fn`` returns that many values."""
+        return fn(*args)
+
+    def result(self, future: Any) -> Any:
+        return future
+
+    def parallelism(self) -> int:
+        return 1
+
+
+class RayTasks:
+    """One Ray task per call, with one CPU (and ``gpus`` GPUs), on any node.
+
+    ``submit`` returns ObjectRefs; passing one to another ``submit`` hands the value
+    over from node to node without passing through the caller. The caller's CPU is
+    released while it waits in ``result``.
+    """
+
+    def submit(self, fn: Callable, *args, num_returns: int = 1, gpus: float = 0) -> Any:
+        import ray
+
+        return ray.remote(fn).options(num_cpus=1, num_gpus=gpus, num_returns=num_returns).remote(*args)
+
+    def result(self, future: Any) -> Any:
+        import ray
+
+        return ray.get(future)
+
+    def parallelism(self) -> int:
+        """CPUs in the cluster: how many tasks can run at once."""
+        import ray
+
+        return max(1, int(ray.cluster_resources().get("CPU", 1)))
+
+
+def in_order(tasks: InlineTasks | RayTasks, fn: Callable, items: Iterable, window: int) -> Iterator:
+    """``fn(item)`` for each item as tasks, at most ``window`` in flight, results in order.
+
+    A finished result waits in the object store until the caller takes it, so the
+    window bounds both the work queued and the results held."""
+    pending: deque = deque()
+    for item in items:
+        if len(pending) == window:
+            yield tasks.result(pending.popleft())
+        pending.append(tasks.submit(fn, item))
+    while pending:
+        yield tasks.result(pending.popleft())
+
+
+def node_id() -> str:
+    """The Ray node this process runs on, or ``local`` outside Ray: stages report how
+    many nodes their tasks used."""
+    try:
+        import ray
+
+        if ray.is_initialized():
+            return ray.get_runtime_context().get_node_id()
+    except ImportError:
+        pass
+    return "local"
 
 
 def ray_progress(*args, **kwargs):

@@ -93,7 +93,7 @@ def stage_key_inputs(stage: Stage, config: ExperimentConfig) -> dict:
     """The config slice a stage's key is computed from, plus what its ``fingerprint``
     says about inputs outside the store (e.g. local corpus files)."""
     section = stage.config_of(config)
-    slice_ = section.model_dump(mode="json")
+    slice_ = section.model_dump(mode="json", exclude=set(section.NOT_IN_KEY))
     if stage.fingerprint is not None:
         slice_["local_files"] = stage.fingerprint(section)
     return slice_

@@ -18,7 +18,7 @@ from typing import Callable
 
 from pipeline.artifacts import ArtifactStore
 from pipeline.config import ExperimentConfig
-from pipeline.context import StageContext, ray_parallel_map, ray_progress
+from pipeline.context import RayTasks, StageContext, ray_progress
 from pipeline.graph import PlannedStage
 from pipeline.hardware import CPU_BF16_ENV
 from pipeline.stage import Stage
@@ -50,7 +50,7 @@ def execute_stage(stage: Stage, section, key: str, upstream_keys: dict[str, str]
     staging = store.staging_dir(stage.name, key, keep_previous=stage.resumable)
     fetchers = {name: functools.partial(store.local_path, name, upstream_key, stage.reads.get(name))
                 for name, upstream_key in upstream_keys.items()}
-    ctx = StageContext(parallel_map=ray_parallel_map, progress=ray_progress, mirrors=mirrors, input_fetchers=fetchers,
+    ctx = StageContext(tasks=RayTasks(), progress=ray_progress, mirrors=mirrors, input_fetchers=fetchers,
                        metrics_sink=metrics_sink,
                        durable_staging=store.durable_staging(stage.name, key) if stage.resumable else None)
     metrics = stage.run(inputs, section, staging, ctx)

@@ -7,12 +7,17 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import ClassVar
 
 from pydantic import BaseModel, ConfigDict, ValidationInfo
 
 
 class Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+    # Fields that say how the work is spread out, not what it produces (tests show the
+    # output is the same for any value): left out of artifact keys, so that a cluster
+    # of another size reuses the same artifacts.
+    NOT_IN_KEY: ClassVar[frozenset[str]] = frozenset()
 
 
 def resolve_path(value: str, info: ValidationInfo) -> str:

@@ -4,6 +4,11 @@ A joint source+target vocabulary is the default, as in Vaswani et al. (2017), se
 5.1 ("a shared source-target vocabulary of about 37000 tokens"), which lets the
 Transformer share its embedding matrices. ``joint: false`` trains one model per side.
 
+On a big corpus the models train on a sample of ``input_sentence_size`` sentences, drawn
+with the config's seed. The stage reads the training split a row group at a time and
+keeps only the sampled sentences, so its memory is bounded by the sample, not by the
+corpus. Below that size every sentence is used, as SentencePiece would.
+
 Output: ``spm.model`` (joint) or ``src.model`` and ``tgt.model``, their ``.vocab``
 files, and ``vocab.json``: which model each side uses, the special-token ids and the
 language-tag tokens (``__en__``), which decoder-only models put before each side.
@@ -15,6 +20,8 @@ import json
 import tempfile
 from pathlib import Path
 
+import numpy as np
+import pyarrow.parquet as pq
 import sentencepiece as spm
 
 import stages.clean as clean_artifact
@@ -22,7 +29,7 @@ from pipeline.context import StageContext
 from stages.bpe.config import BpeConfig
 from stages.errors import InputDataError
 
-VERSION = 1
+VERSION = 2  # 2: the sample of a big corpus is drawn here, not by SentencePiece
 # Fixed ids so every model and every run agrees: padding is 0, as torch's embedding
 # and loss code assume by default.
 SPECIAL_IDS = {"pad": 0, "unk": 1, "bos": 2, "eos": 3}
@@ -41,19 +48,19 @@ def language_tag(language: str) -> str:
 def run(inputs: dict[str, Path], config: BpeConfig, output: Path, ctx: StageContext) -> dict:
     clean = inputs["clean"]
     src_lang, tgt_lang = clean_artifact.read_languages(clean)
-    train_split = clean_artifact.read_split(clean, "train")
+    train_file = clean_artifact.pairs_file(clean, "train")
     tags = [language_tag(src_lang), language_tag(tgt_lang)] if config.language_tags else []
     symbols = tags + [s for s in config.user_symbols if s not in tags]
     with tempfile.TemporaryDirectory() as scratch:
         if config.joint:
             text = Path(scratch) / "joint.txt"
-            _write_lines(text, train_split.column("src").to_pylist() + train_split.column("tgt").to_pylist())
+            sampled = write_sample(train_file, ("src", "tgt"), config.input_sentence_size, config.seed, text)
             _train_model(text, output / "spm", config, symbols)
             models = {"src": "spm.model", "tgt": "spm.model"}
         else:
             for side in ("src", "tgt"):
                 text = Path(scratch) / f"{side}.txt"
-                _write_lines(text, train_split.column(side).to_pylist())
+                sampled = write_sample(train_file, (side,), config.input_sentence_size, config.seed, text)
                 _train_model(text, output / side, config, symbols)
             models = {"src": "src.model", "tgt": "tgt.model"}
     sizes = {side: spm.SentencePieceProcessor(model_file=str(output / name)).get_piece_size()
@@ -62,13 +69,37 @@ def run(inputs: dict[str, Path], config: BpeConfig, output: Path, ctx: StageCont
              "language_tags": {src_lang: tags[0], tgt_lang: tags[1]} if tags else {},
              "src_lang": src_lang, "tgt_lang": tgt_lang}
     (output / "vocab.json").write_text(json.dumps(vocab, indent=2))
-    return {"vocab_size_src": sizes["src"], "vocab_size_tgt": sizes["tgt"], "train_sentences": train_split.num_rows}
+    return {"vocab_size_src": sizes["src"], "vocab_size_tgt": sizes["tgt"],
+            "train_sentences": pq.ParquetFile(train_file).metadata.num_rows, "sampled_sentences": sampled}
 
 
-def _write_lines(path: Path, lines: list[str]) -> None:
-    with open(path, "w", encoding="utf-8") as handle:
-        for line in lines:
-            handle.write(line + "\n")
+def write_sample(pairs_file: Path, columns: tuple[str, ...], size: int, seed: int, text: Path) -> int:
+    """Write ``size`` sentences drawn uniformly without replacement from the given
+    columns of a pairs file (all of them, column after column, if there are no more),
+    one per line, in file order; the number written.
+
+    The file is read a row group at a time, and only the drawn sentences become Python
+    strings, so memory follows ``size``, not the corpus.
+    """
+    parquet = pq.ParquetFile(pairs_file)
+    rows = parquet.metadata.num_rows
+    lines = rows * len(columns)
+    if lines <= size:
+        chosen = np.arange(lines)
+    else:
+        chosen = np.sort(np.random.default_rng(seed).choice(lines, size=size, replace=False))
+    with open(text, "w", encoding="utf-8") as handle:
+        for number, column in enumerate(columns):
+            wanted = chosen[(chosen >= number * rows) & (chosen < (number + 1) * rows)] - number * rows
+            offset = 0
+            for group in range(parquet.metadata.num_row_groups):
+                group_rows = parquet.metadata.row_group(group).num_rows
+                local = wanted[(wanted >= offset) & (wanted < offset + group_rows)] - offset
+                if len(local):
+                    values = parquet.read_row_group(group, columns=[column]).column(0)
+                    handle.writelines(line + "\n" for line in values.take(local).to_pylist())
+                offset += group_rows
+    return len(chosen)
 
 
 def _train_model(text: Path, prefix: Path, config: BpeConfig, user_symbols: list[str]) -> None:

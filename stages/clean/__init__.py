@@ -1,7 +1,10 @@
 """clean: normalize every split, sentence-align document-aligned input, filter train.
 
-Valid and test are normalized only, never filtered: dropping hard test sentences
-would inflate BLEU and make results incomparable with published ones.
+The training split is cleaned by parallel tasks over slices of it, on any node, with
+duplicates found across all of them (``stages/clean/train_split.py``). Valid and test
+are small and cleaned in the stage's own task. They are normalized only, never
+filtered: dropping hard test sentences would inflate BLEU and make results
+incomparable with published ones.
 
 Output: ``train.parquet``, ``valid.parquet``, ``test.parquet`` (``src``, ``tgt``),
 ``meta.json`` (language pair, passed on) and ``report.json`` (pairs in and out per
@@ -21,9 +24,9 @@ import stages.download as download_artifact
 from pipeline.context import StageContext
 from stages.clean.align import align_sentences
 from stages.clean.config import CleanConfig
-from stages.clean.filters import PairFilter
 from stages.clean.normalize import normalize_text
-from stages.download import SPLITS, write_pairs
+from stages.clean.train_split import clean_train_split
+from stages.pair_files import write_pairs
 
 VERSION = 1
 READ_BATCH = 50_000
@@ -32,23 +35,27 @@ READ_BATCH = 50_000
 def run(inputs: dict[str, Path], config: CleanConfig, output: Path, ctx: StageContext) -> dict:
     download = inputs["download"]
     meta = download_artifact.read_meta(download)
-    pair_filter = PairFilter(config, meta["src_lang"], meta["tgt_lang"])
+    languages = (meta["src_lang"], meta["tgt_lang"])
     report: dict = {"splits": {}}
-    for split in SPLITS:
+    train_meta = meta["splits"]["train"]
+    train = clean_train_split(download, train_meta["pairs"], train_meta["alignment"] == "document", config,
+                              languages, pairs_file(output, "train"), ctx)
+    report["splits"]["train"] = {"pairs_in": train_meta["pairs"], "pairs_out": train.pairs_out}
+    for split in ("valid", "test"):
         split_meta = meta["splits"][split]
         pairs = _read_pairs(download_artifact.pairs_file(download, split), split_meta["pairs"], ctx, f"clean {split}")
         if split_meta["alignment"] == "document":
             pairs = _sentence_aligned(pairs)
         pairs = ((normalize_text(s, config.unicode_form), normalize_text(t, config.unicode_form)) for s, t in pairs)
-        if split == "train":
-            pairs = (pair for pair in pairs if pair_filter.keep(*pair))
         kept = write_pairs(pairs, pairs_file(output, split))
         report["splits"][split] = {"pairs_in": split_meta["pairs"], "pairs_out": kept}
-    report["train_removed"] = pair_filter.removed
-    (output / "meta.json").write_text(json.dumps({"src_lang": meta["src_lang"], "tgt_lang": meta["tgt_lang"]}))
+    report["train_removed"] = train.removed
+    (output / "meta.json").write_text(json.dumps({"src_lang": languages[0], "tgt_lang": languages[1]}))
     (output / "report.json").write_text(json.dumps(report, indent=2))
     metrics = {f"{split}_pairs": counts["pairs_out"] for split, counts in report["splits"].items()}
-    metrics.update({f"removed_{rule}": count for rule, count in pair_filter.removed.items()})
+    metrics.update({f"removed_{rule}": count for rule, count in train.removed.items()})
+    metrics.update(train_tasks=-(-train_meta["pairs"] // config.rows_per_task), train_nodes=train.nodes,
+                   serial_seconds=train.serial_seconds)
     return metrics
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import Field
 
@@ -25,3 +25,7 @@ class CleanConfig(Section):
     drop_identical: bool = True
     langid: bool = False
     langid_min_chars: int = Field(default=20, ge=0)
+    # The training split is cleaned by parallel tasks of this many pairs each.
+    rows_per_task: int = Field(default=200_000, gt=0)
+
+    NOT_IN_KEY: ClassVar[frozenset[str]] = frozenset({"rows_per_task"})

@@ -1,5 +1,12 @@
 """The training-data filters, applied in order; a pair is counted under the first rule
-that removes it, so the per-rule counts add up to the pairs removed."""
+that removes it, so the per-rule counts add up to the pairs removed.
+
+Every rule but ``duplicate`` looks at one pair alone (``local_rule`` and
+``wrong_language``), so any task can apply them to any slice of the corpus.
+``duplicate`` needs the whole corpus: ``PairFilter`` keeps a set of digests in one
+process, which is the rule's definition; the clean stage applies it to a sharded
+corpus by hash-partitioning the digests (``stages/clean/train_split.py``).
+"""
 
 from __future__ import annotations
 
@@ -11,16 +18,21 @@ from stages.clean.config import CleanConfig
 RULES = ("empty", "too_long", "length_ratio", "identical", "duplicate", "wrong_language")
 
 
+def pair_digest(src: str, tgt: str) -> bytes:
+    """16 bytes that stand for the pair: a 40M-pair corpus's digests fit in ~1.5 GB."""
+    return hashlib.blake2b(f"{src}\t{tgt}".encode(), digest_size=16).digest()
+
+
 @dataclass
 class PairFilter:
     config: CleanConfig
     src_lang: str
     tgt_lang: str
     removed: dict[str, int] = field(default_factory=lambda: dict.fromkeys(RULES, 0))
-    # 16-byte digests instead of the pairs themselves: a 40M-pair corpus fits in ~1.5 GB.
     _seen: set[bytes] = field(default_factory=set)
 
-    def rule_violated(self, src: str, tgt: str) -> str | None:
+    def local_rule(self, src: str, tgt: str) -> str | None:
+        """The first of the rules before ``duplicate`` that the pair breaks, if any."""
         config = self.config
         src_words, tgt_words = len(src.split()), len(tgt.split())
         if min(src_words, tgt_words) < max(config.min_words, 1):
@@ -31,14 +43,23 @@ class PairFilter:
             return "length_ratio"
         if config.drop_identical and src == tgt:
             return "identical"
-        if config.drop_duplicates:
-            digest = hashlib.blake2b(f"{src}\t{tgt}".encode(), digest_size=16).digest()
+        return None
+
+    def wrong_language(self, src: str, tgt: str) -> bool:
+        return self.config.langid and not (self._is_language(src, self.src_lang)
+                                           and self._is_language(tgt, self.tgt_lang))
+
+    def rule_violated(self, src: str, tgt: str) -> str | None:
+        """Every rule in order, ``duplicate`` against the pairs seen by this filter."""
+        rule = self.local_rule(src, tgt)
+        if rule is not None:
+            return rule
+        if self.config.drop_duplicates:
+            digest = pair_digest(src, tgt)
             if digest in self._seen:
                 return "duplicate"
             self._seen.add(digest)
-        if config.langid and not (self._is_language(src, self.src_lang) and self._is_language(tgt, self.tgt_lang)):
-            return "wrong_language"
-        return None
+        return "wrong_language" if self.wrong_language(src, tgt) else None
 
     def keep(self, src: str, tgt: str) -> bool:
         rule = self.rule_violated(src, tgt)

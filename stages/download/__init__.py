@@ -12,9 +12,6 @@ import json
 from pathlib import Path
 from typing import Iterator
 
-import pyarrow as pa
-import pyarrow.parquet as pq
-
 from pipeline.context import StageContext
 from stages.download import readers
 from stages.download.config import (
@@ -27,11 +24,10 @@ from stages.download.config import (
 )
 from stages.download.locate import locate_file
 from stages.errors import InputDataError
+from stages.pair_files import write_pairs
 
 VERSION = 1
 SPLITS = ("train", "valid", "test")
-WRITE_BATCH = 50_000
-PAIR_SCHEMA = pa.schema([("src", pa.string()), ("tgt", pa.string())])
 
 
 def run(inputs: dict[str, Path], config: DownloadConfig, output: Path, ctx: StageContext) -> dict:
@@ -74,27 +70,6 @@ def local_file_fingerprints(config: DownloadConfig) -> dict[str, list[int] | str
                 except FileNotFoundError:
                     fingerprints[ref.path] = "missing"
     return fingerprints
-
-
-def write_pairs(pairs: Iterator[tuple[str, str]], path: Path) -> int:
-    count = 0
-    with pq.ParquetWriter(path, PAIR_SCHEMA) as writer:
-        batch: list[tuple[str, str]] = []
-        for pair in pairs:
-            batch.append(pair)
-            if len(batch) == WRITE_BATCH:
-                writer.write_table(_table(batch))
-                count += len(batch)
-                batch = []
-        if batch:
-            writer.write_table(_table(batch))
-            count += len(batch)
-    return count
-
-
-def _table(batch: list[tuple[str, str]]) -> pa.Table:
-    src, tgt = zip(*batch)
-    return pa.table({"src": list(src), "tgt": list(tgt)}, schema=PAIR_SCHEMA)
 
 
 def _pairs(source, config: DownloadConfig, ctx: StageContext) -> Iterator[tuple[str, str]]:

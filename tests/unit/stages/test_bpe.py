@@ -51,3 +51,32 @@ def test_same_config_trains_the_same_model(cleaned, tmp_path):
 def test_vocabulary_too_large_for_the_corpus_names_the_key(cleaned, tmp_path):
     with pytest.raises(InputDataError, match="lower bpe.vocab_size"):
         run_stage(bpe.run, {"clean": cleaned}, BpeConfig(vocab_size=200_000), tmp_path / "bpe")
+
+
+def _clean_pairs(cleaned):
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(cleaned / "train.parquet")
+    return table.column("src").to_pylist(), table.column("tgt").to_pylist()
+
+
+def test_a_corpus_below_the_sample_size_is_used_whole_in_order(cleaned, tmp_path):
+    src, tgt = _clean_pairs(cleaned)
+    written = bpe.write_sample(cleaned / "train.parquet", ("src", "tgt"), 10 * len(src), 1, tmp_path / "all.txt")
+    assert written == 2 * len(src)
+    assert (tmp_path / "all.txt").read_text(encoding="utf-8").splitlines() == src + tgt
+
+
+def test_a_bigger_corpus_is_sampled_to_the_bound_reproducibly(cleaned, tmp_path):
+    src, tgt = _clean_pairs(cleaned)
+    size = len(src) // 3
+
+    def sample(seed, name):
+        bpe.write_sample(cleaned / "train.parquet", ("src", "tgt"), size, seed, tmp_path / name)
+        return (tmp_path / name).read_text(encoding="utf-8").splitlines()
+
+    first, again, other = sample(1, "a.txt"), sample(1, "b.txt"), sample(2, "c.txt")
+    assert len(first) == size and first == again and first != other
+    # Drawn from both sides, in file order: source lines first, then target lines.
+    in_src = [line in set(src) for line in first]
+    assert any(in_src) and not all(in_src) and in_src == sorted(in_src, reverse=True)

@@ -57,3 +57,28 @@ def test_sharding_does_not_change_the_rows_and_the_index_adds_up(cleaned, bpe_ar
 def test_eos_can_be_left_off(cleaned, bpe_artifact, tmp_path):
     run_stage(tokenize.run, {"clean": cleaned, "bpe": bpe_artifact}, TokenizeConfig(shards=1, append_eos=False), tmp_path / "t")
     assert all(3 not in row["src_ids"] for row in _rows(tmp_path / "t", "valid"))
+
+
+def test_every_shard_and_chunk_boundary_decodes_to_the_clean_text(cleaned, bpe_artifact, tmp_path, monkeypatch):
+    """Shards of uneven size, each encoded in several chunks (tasks): the rows on both
+    sides of every boundary are the clean rows at that place, none lost or repeated."""
+    monkeypatch.setattr(tokenize, "CHUNK_ROWS", 64)
+    monkeypatch.setattr(tokenize, "IPC_BATCH", 32)
+    metrics = run_stage(tokenize.run, {"clean": cleaned, "bpe": bpe_artifact}, TokenizeConfig(shards=7),
+                        tmp_path / "tok")
+    processor = spm.SentencePieceProcessor(model_file=str(tmp_path / "tok" / "spm.model"))
+    clean = pq.read_table(cleaned / "train.parquet")
+    src, tgt = clean.column("src").to_pylist(), clean.column("tgt").to_pylist()
+    files = tokenize.shard_files(tmp_path / "tok", "train")
+    assert len(files) == 7 and metrics["tasks"] > 7 + 2
+    offset = 0
+    for file in files:
+        rows = list(datasets.Dataset.from_file(str(file)))
+        assert rows, file
+        for position in (0, len(rows) - 1):  # both sides of the boundary
+            row = rows[position]
+            assert processor.decode(row["src_ids"][:-1]) == src[offset + position]
+            assert processor.decode(row["tgt_ids"][:-1]) == tgt[offset + position]
+        assert [processor.decode(r["src_ids"][:-1]) for r in rows] == src[offset:offset + len(rows)]
+        offset += len(rows)
+    assert offset == len(src)
