@@ -21,7 +21,11 @@ The extrapolation takes each stage's time per pair at the largest size: times 36
 pairs (WMT14 en-fr) on this machine, and on a 16-node cluster of machines like this
 one, where the part a stage spends in its own task (``serial_seconds`` in its
 metrics: reading, gathering and writing) stays and the rest (its parallel tasks)
-divides by 16. Peak memory is fitted as a line in the pair count.
+divides by 16. Peak memory is extended along the line through the two largest sizes
+(below the BPE sample size the bpe stage's memory still grows; above it, it does not).
+Network transfers between nodes are not modelled.
+
+    python benchmarks/data_scale.py --from-json out.json  # the tables again, no run
 """
 
 from __future__ import annotations
@@ -193,7 +197,7 @@ def print_tables(rows: list[StageRow], idle_gib: float, cpus: int) -> None:
         here = per_pair * WMT14_EN_FR_PAIRS
         cluster = (serial_per_pair + (per_pair - serial_per_pair) / CLUSTER_NODES) * WMT14_EN_FR_PAIRS
         here_total, cluster_total = here_total + here, cluster_total + cluster
-        intercept, slope = fit_line([row.pairs for row in stage_rows], [row.peak_gib for row in stage_rows])
+        intercept, slope = fit_line([row.pairs for row in stage_rows[-2:]], [row.peak_gib for row in stage_rows[-2:]])
         extrapolation.add_row(stage, f"{small.seconds / small.pairs * 1e6:.1f}", f"{per_pair * 1e6:.1f}",
                               f"{per_pair / (small.seconds / small.pairs):.2f}x", _minutes(here), _minutes(cluster),
                               f"{intercept + slope * WMT14_EN_FR_PAIRS:.1f}")
@@ -212,7 +216,12 @@ def main() -> None:
     parser.add_argument("--work", type=Path, help="where corpora and artifacts go (default: a temp dir)")
     parser.add_argument("--multi30k", type=Path, default=DEFAULT_MULTI30K)
     parser.add_argument("--json", type=Path, help="also write the rows here")
+    parser.add_argument("--from-json", type=Path, help="print the tables of an earlier --json, run nothing")
     args = parser.parse_args()
+    if args.from_json:
+        saved = json.loads(args.from_json.read_text())
+        print_tables([StageRow(**row) for row in saved["rows"]], saved["ray_idle_gib"], saved["cpus"])
+        return
 
     import ray
 

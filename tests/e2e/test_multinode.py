@@ -4,8 +4,9 @@ The cluster (``tests/ray_cluster.py``): a head that offers no CPUs for work and 
 worker nodes with one CPU each, started as separate processes with their own cache
 and temp directories and Ray's token authentication on. Artifacts live on an S3
 server (SeaweedFS); MLflow is an ``mlflow server`` with a SQLite store and its
-artifacts on the same S3 server. A one-model smoke graph runs end to end, its model
-trained by two Ray Train workers on two different nodes (STRICT_SPREAD), while
+artifacts on the same S3 server. A one-model smoke graph runs end to end: clean's and
+tokenize's tasks spread over the worker nodes, and the model is trained by two Ray
+Train workers on two different nodes (STRICT_SPREAD), while
   1. a worker node is killed (SIGKILL to all its processes) during training: Ray
      Train restarts the worker group on the spare node from the checkpoint in the
      store, and the run finishes;
@@ -60,9 +61,11 @@ def mlflow_server(s3, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def config_file(tmp_path_factory) -> Path:
-    """The smoke graph with one model, trained by two workers on two nodes."""
+    """The smoke graph with one model, trained by two workers on two nodes; clean's
+    3,000 training pairs in six tasks."""
     data = shipped_config("smoke.yaml")
     data["name"] = "multinode"
+    data["clean"]["rows_per_task"] = 500
     data["train"].update(workers=2, cpus_per_worker=1, placement_strategy="STRICT_SPREAD", max_steps=60,
                          warmup_steps=20, valid_every=20, checkpoint_every=10, keep_checkpoints=2, average_last=2,
                          max_failures=3)
@@ -153,6 +156,11 @@ def test_a_worker_node_killed_during_training_is_survived(cluster, s3, mlflow_se
     train = next(manifest for name, manifest in artifacts.items() if name.startswith("train/"))
     assert train["metrics"]["restarts"] >= 1  # resumed from a stored checkpoint
     assert "report/" in " ".join(artifacts) and len(artifacts) == 7
+    # The data stages fanned out: clean's and tokenize's tasks ran on more than one node,
+    # each reading its input from the store on its own node.
+    stage_metrics = {name.split("/")[0]: manifest["metrics"] for name, manifest in artifacts.items()}
+    assert stage_metrics["clean"]["train_tasks"] == 6 and stage_metrics["clean"]["train_nodes"] >= 2
+    assert stage_metrics["tokenize"]["nodes"] >= 2
     # The checkpoints' staging prefix is gone once the artifact is committed.
     listing = fs.get_file_info(pafs.FileSelector(BUCKET, recursive=True))
     assert not [info.path for info in listing if ".partial/" in info.path and "/uninterrupted/" in info.path]

@@ -137,27 +137,34 @@ def test_bad_input_file_fails_with_its_name_and_line(workdir, multi30k):
     assert not list((workdir / "artifacts").glob("download/*/MANIFEST.json"))
 
 
-def test_run_killed_mid_stage_then_rerun_completes_with_the_same_keys(tmp_path, multi30k):
-    """A real `nmt run` process on the full Multi30k train set, SIGKILLed while a
-    stage is writing its staging directory."""
+# Each kill lands inside a stage's parallel part: clean with slices' survivors already in
+# its scratch folder, tokenize with shard files half written.
+KILL_POINTS = {"clean": "clean/*.partial/_train_slices/*.arrow", "tokenize": "tokenize/*.partial/train-*.arrow"}
+
+
+@pytest.mark.parametrize("stage", ["clean", "tokenize"])
+def test_run_killed_mid_stage_then_rerun_completes_with_the_same_keys(tmp_path, multi30k, stage):
+    """A real `nmt run` process on the full Multi30k train set (clean in 15 tasks),
+    SIGKILLed while a stage is writing its staging directory."""
     env = {**os.environ, "NMT_MIRROR": str(multi30k), "NMT_CACHE_DIR": str(tmp_path / "cache"),
            "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}"}
     config = REPO / "configs" / "multi30k_en_de.yaml"
     command = [sys.executable, "-m", "pipeline", "run", str(config), "--until", "tokenize",
-               "--artifact-root", str(tmp_path / "artifacts")]
+               "--artifact-root", str(tmp_path / "artifacts"), "--set", "clean.rows_per_task=2000"]
     victim = subprocess.Popen(command, cwd=tmp_path, env=env, start_new_session=True,
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 240
-    while not list((tmp_path / "artifacts").glob("bpe/*.partial")) and time.time() < deadline:
-        assert victim.poll() is None, "the run ended before the bpe stage started"
-        time.sleep(0.02)
+    while not list((tmp_path / "artifacts").glob(KILL_POINTS[stage])) and time.time() < deadline:
+        assert victim.poll() is None, f"the run ended before the {stage} stage wrote anything"
+        time.sleep(0.01)
     os.killpg(victim.pid, signal.SIGKILL)
     victim.wait()
 
     store = ArtifactStore(str(tmp_path / "artifacts"))
     planned = plan(load_config(config), store, until="tokenize")
+    killed = STAGES.index(stage)
     # Whatever the kill interrupted is not trusted; nothing past it exists.
-    assert planned[3].status.state == ArtifactState.MISSING
+    assert [item.status.state for item in planned[killed:]] == [ArtifactState.MISSING] * (4 - killed)
     assert all(item.status.state != ArtifactState.INVALID for item in planned)
 
     rerun = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
@@ -166,6 +173,8 @@ def test_run_killed_mid_stage_then_rerun_completes_with_the_same_keys(tmp_path, 
     assert [item.key for item in after] == [item.key for item in planned]
     assert all(item.status.state == ArtifactState.CACHED for item in after)
     assert not list((tmp_path / "artifacts").glob("*/*.partial"))
+    manifest = store.read_manifest("clean", after[1].key)
+    assert manifest["metrics"]["train_tasks"] == 15
 
 
 def test_editing_a_local_corpus_file_changes_the_download_key(tmp_path, multi30k):
