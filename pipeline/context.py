@@ -20,6 +20,9 @@ from tqdm.auto import tqdm
 from pipeline.artifacts import default_cache_dir
 
 
+MAX_TASKS_IN_FLIGHT = 64
+
+
 @dataclass
 class StageContext:
     # Where fanned-out work runs: InlineTasks (this process) or RayTasks (the cluster).
@@ -44,6 +47,12 @@ class StageContext:
         """``[fn(item) for item in items]``, one task per item, each with ``gpus`` GPUs."""
         futures = [self.tasks.submit(fn, item, gpus=gpus) for item in items]
         return [self.tasks.result(future) for future in futures]
+
+    def task_window(self) -> int:
+        """How many tasks a stage keeps in flight: two per CPU of the cluster, so none
+        waits for work, and at most ``MAX_TASKS_IN_FLIGHT``, so the results waiting in
+        the object store stay bounded on a big cluster too."""
+        return min(2 * self.tasks.parallelism(), MAX_TASKS_IN_FLIGHT)
 
     def fetcher(self, name: str, local: Path) -> Callable[[], Path]:
         """What a task on another process or node calls to get input ``name``; when the

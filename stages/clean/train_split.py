@@ -82,7 +82,7 @@ def clean_train_split(download: Path, pairs_in: int, document_aligned: bool, con
     nodes = set()
     partition_refs: list[list] = []  # per slice: its ``partitions`` digest partitions, left where they are
     in_flight: deque = deque()
-    window = 2 * ctx.tasks.parallelism()
+    window = ctx.task_window()
     bar = ctx.progress(total=pairs_in, desc="clean train", unit="pairs")
 
     def take_oldest() -> None:

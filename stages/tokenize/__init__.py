@@ -102,7 +102,7 @@ def run(inputs: dict[str, Path], config: TokenizeConfig, output: Path, ctx: Stag
     nodes: set[str] = set()
     writer = None
     writing_seconds = 0.0
-    for job, chunk in zip(jobs, in_order(ctx.tasks, encode_chunk, jobs, window=2 * ctx.tasks.parallelism())):
+    for job, chunk in zip(jobs, in_order(ctx.tasks, encode_chunk, jobs, window=ctx.task_window())):
         write_started = time.perf_counter()
         if job.filename not in shards:
             if writer is not None:

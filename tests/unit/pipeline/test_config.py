@@ -95,3 +95,19 @@ def test_model_preset_and_settings_are_validated(tmp_path):
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     with pytest.raises(ConfigError, match="model names must be unique; repeated: a"):
         load_config(path)
+
+
+def test_how_work_is_spread_is_not_in_the_key_but_what_it_computes_is(tmp_path):
+    from pipeline.artifacts import ArtifactStore
+    from pipeline.graph import plan
+
+    store = ArtifactStore(str(tmp_path / "artifacts"))
+    config = REPO / "configs" / "smoke.yaml"
+
+    def keys(*overrides):
+        return {item.stage.name: item.key for item in plan(load_config(config, list(overrides)), store, "tokenize")}
+
+    base = keys()
+    assert keys("clean.rows_per_task=7") == base
+    changed = keys("clean.max_words=60")
+    assert changed["download"] == base["download"] and changed["clean"] != base["clean"]
