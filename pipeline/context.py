@@ -10,6 +10,7 @@ driver when running under Ray).
 
 from __future__ import annotations
 
+import functools
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -93,9 +94,7 @@ class RayTasks:
     """
 
     def submit(self, fn: Callable, *args, num_returns: int = 1, gpus: float = 0) -> Any:
-        import ray
-
-        return ray.remote(fn).options(num_cpus=1, num_gpus=gpus, num_returns=num_returns).remote(*args)
+        return _remote(fn).options(num_cpus=1, num_gpus=gpus, num_returns=num_returns).remote(*args)
 
     def result(self, future: Any) -> Any:
         import ray
@@ -107,6 +106,15 @@ class RayTasks:
         import ray
 
         return max(1, int(ray.cluster_resources().get("CPU", 1)))
+
+
+@functools.cache
+def _remote(fn: Callable):
+    """``fn`` as a Ray remote function, made once: each one made is exported to the
+    cluster again, which a stage submitting hundreds of tasks would pay each time."""
+    import ray
+
+    return ray.remote(fn)
 
 
 def in_order(tasks: InlineTasks | RayTasks, fn: Callable, items: Iterable, window: int) -> Iterator:

@@ -28,6 +28,7 @@ import stages.clean as clean_artifact
 from pipeline.context import StageContext
 from stages.bpe.config import BpeConfig
 from stages.errors import InputDataError
+from stages.pair_files import count_rows
 
 VERSION = 2  # 2: the sample of a big corpus is drawn here, not by SentencePiece
 # Fixed ids so every model and every run agrees: padding is 0, as torch's embedding
@@ -70,7 +71,7 @@ def run(inputs: dict[str, Path], config: BpeConfig, output: Path, ctx: StageCont
              "src_lang": src_lang, "tgt_lang": tgt_lang}
     (output / "vocab.json").write_text(json.dumps(vocab, indent=2))
     return {"vocab_size_src": sizes["src"], "vocab_size_tgt": sizes["tgt"],
-            "train_sentences": pq.ParquetFile(train_file).metadata.num_rows, "sampled_sentences": sampled}
+            "train_sentences": count_rows(train_file), "sampled_sentences": sampled}
 
 
 def write_sample(pairs_file: Path, columns: tuple[str, ...], size: int, seed: int, text: Path) -> int:

@@ -54,8 +54,7 @@ def run(inputs: dict[str, Path], config: CleanConfig, output: Path, ctx: StageCo
     (output / "report.json").write_text(json.dumps(report, indent=2))
     metrics = {f"{split}_pairs": counts["pairs_out"] for split, counts in report["splits"].items()}
     metrics.update({f"removed_{rule}": count for rule, count in train.removed.items()})
-    metrics.update(train_tasks=-(-train_meta["pairs"] // config.rows_per_task), train_nodes=train.nodes,
-                   serial_seconds=train.serial_seconds)
+    metrics.update(train_tasks=train.tasks, train_nodes=train.nodes, serial_seconds=train.serial_seconds)
     return metrics
 
 

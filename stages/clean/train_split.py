@@ -64,6 +64,7 @@ class SliceJob:
 class TrainSplitResult:
     pairs_out: int
     removed: dict[str, int]
+    tasks: int  # map tasks
     nodes: int
     serial_seconds: float  # spent in this stage's own task, not waiting for its tasks
 
@@ -116,7 +117,7 @@ def clean_train_split(download: Path, pairs_in: int, document_aligned: bool, con
 
     pairs_out = write_pair_tables(_kept(jobs, scratch, repeats, removed), destination)
     shutil.rmtree(scratch)
-    return TrainSplitResult(pairs_out, removed, len(nodes), time.perf_counter() - started - waited)
+    return TrainSplitResult(pairs_out, removed, len(jobs), len(nodes), time.perf_counter() - started - waited)
 
 
 def clean_slice(job: SliceJob) -> tuple:
