@@ -31,7 +31,10 @@ from stages.train.outputs import weights_file, write_outputs
 
 __all__ = ["VERSION", "RUN_NAME", "SERVING_FILES", "run", "preflight", "weights_file"]
 
-VERSION = 3  # 3: checkpoints but the newest are slimmed to their fp32 weights
+# 3: checkpoints but the newest are slimmed to their fp32 weights
+# 4: no dropout on attention weights by default, CPU dropout masks from uniform draws,
+#    fused Adam: the same config trains a different model
+VERSION = 4
 RUN_NAME = "train_run"
 # What translating with a trained model reads: the weights, the vocabulary and the
 # SentencePiece model(s). Evaluation and ``nmt translate`` fetch only these.

@@ -33,6 +33,9 @@ class TrainConfig(Section):
     # bf16 is autocast on a CPU and DeepSpeed's bf16 mode on a GPU; fp16 is GPU only.
     precision: Literal["auto", "fp32", "bf16", "fp16"] = "auto"
     zero_stage: int = Field(default=0, ge=0, le=3)
+    # torch.compile the model's forward (dynamic shapes). Pays a compilation at the start
+    # of each run; worth it on a GPU for long runs.
+    compile: bool = False
     # Tokens per batch and side on each worker (padded: sentences x longest); the paper
     # used about 25,000 per side over 8 GPUs.
     max_tokens: int = Field(default=4096, gt=0)

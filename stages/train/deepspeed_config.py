@@ -2,8 +2,10 @@
 
 Precision is the one the worker resolved for its device (``pipeline/hardware.py``),
 never ``auto``. On a GPU, ``bf16`` and ``fp16`` are DeepSpeed's own mixed-precision
-modes (fp32 master weights in the optimizer, ZeRO-aware; fp16 with dynamic loss
-scaling). On a CPU DeepSpeed runs in fp32 and the train loop wraps the forward in
+modes (fp32 master weights in the optimizer, ZeRO-aware). fp16 uses dynamic loss
+scaling as in Micikevicius et al. (2018): start at 2^16, halve the scale and skip the
+update when a gradient overflows (after ``hysteresis`` overflows in a row), double it
+after ``loss_scale_window`` clean updates. The loop counts the skipped updates. On a CPU DeepSpeed runs in fp32 and the train loop wraps the forward in
 ``torch.autocast("cpu", torch.bfloat16)``: the matrix products run in bf16 on AMX
 while weights and optimizer stay fp32.
 
@@ -32,7 +34,8 @@ def deepspeed_config(config: TrainConfig, precision: str) -> dict[str, Any]:
     if config.use_gpu and precision == "bf16":
         generated["bf16"] = {"enabled": True}
     if config.use_gpu and precision == "fp16":
-        generated["fp16"] = {"enabled": True, "loss_scale": 0, "initial_scale_power": 16}
+        generated["fp16"] = {"enabled": True, "loss_scale": 0, "initial_scale_power": 16,
+                             "loss_scale_window": 1000, "hysteresis": 2, "min_loss_scale": 1}
     return merge(generated, config.deepspeed)
 
 

@@ -3,9 +3,16 @@
 Each worker builds the same model from the same seed, wraps it in a DeepSpeed engine
 (data parallel over Ray Train's process group, ZeRO stage from the config), and
 trains on its share of the token-budget batches. After every optimizer update the
-workers sum their counts (tokens, FLOPs, loss) in one all-reduce, so every worker
+workers sum their counts (tokens, FLOPs, seconds) in one all-reduce, so every worker
 sees the same totals and stops at the same update. Dropout is seeded from (seed,
 rank, batch number), so a resumed run draws the same masks as an uninterrupted one.
+
+On a GPU the host queues work ahead of the device, and every value read back from
+the device makes it wait. So the loop reads back only what the budgets need: the
+per-update counts are host numbers (the batches' sizes and the clock); the losses and
+the gradient norm stay on the device and are read once per logged row. The remaining
+waits per update are DeepSpeed's own (fp16's overflow check) and, with several
+workers, the all-reduce of the counts.
 
 A checkpoint is a DeepSpeed checkpoint (every rank writes its shard) plus, from rank
 0, ``progress.json``, ``history.jsonl`` (every logged row so far) and ``best.pt`` (the
@@ -27,7 +34,7 @@ import torch
 import torch.distributed as dist
 
 from stages.train.batching import batches_from, token_batches
-from stages.train.config import TrainStageConfig
+from stages.train.config import TrainConfig, TrainStageConfig
 from stages.train.data import Batch, TokenizedSplit
 from stages.train.deepspeed_config import cpu_autocast, deepspeed_config
 from stages.train.flops import training_flops
@@ -43,7 +50,6 @@ DEEPSPEED_TAG = "deepspeed"
 def train_worker(loop_config: dict) -> None:
     """Ray Train's ``train_loop_per_worker``: ``loop_config`` holds the stage's config
     (JSON), the tokenize artifact's path and a callable that fetches it on this node."""
-    import deepspeed
     import ray.train
 
     config = TrainStageConfig.model_validate(loop_config["config"])
@@ -64,16 +70,7 @@ def train_worker(loop_config: dict) -> None:
     facts = vocabulary_facts(tokenized, train_split.vocab)
 
     torch.manual_seed(training.seed)  # the same initial weights on every worker
-    model = build_for_vocabulary(config.model, facts)
-    width = getattr(model.config, "d_model", None) or model.config.hidden
-    optimizer_class = torch.optim.AdamW if training.optimizer == "adamw" else torch.optim.Adam
-    # lr=1: the LambdaLR factor is the learning rate itself.
-    optimizer = optimizer_class(model.parameters(), lr=1.0, betas=training.betas, eps=training.eps,
-                                weight_decay=training.weight_decay)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda update: learning_rate(update + 1, training, width))
-    engine, _, _, _ = deepspeed.initialize(model=model, optimizer=optimizer, lr_scheduler=scheduler,
-                                           config=deepspeed_config(training, hardware["precision"]))
+    engine = build_engine(build_for_vocabulary(config.model, facts), training, hardware["precision"])
 
     progress, history, best = TrainingProgress(), [], None
     # Ray Train's checkpoint when it restarts workers or finds its run's snapshot; else
@@ -91,6 +88,32 @@ def train_worker(loop_config: dict) -> None:
     loop = TrainLoop(engine, config, facts, train_split, valid_split, rank, world, progress, history, best,
                      loop_config["metrics_sink"] if rank == 0 else None)
     loop.run()
+
+
+def build_engine(model: torch.nn.Module, training: TrainConfig, precision: str):
+    """The DeepSpeed engine that trains ``model``: Adam or AdamW under our learning-rate
+    schedule, in the precision the workers agreed on (deepspeed_config.py).
+
+    The optimizer is torch's fused implementation (one kernel for all parameters, on a
+    CPU as on a GPU) rather than one kernel per parameter and operation. DeepSpeed's
+    bf16, fp16 and ZeRO modes wrap it and call it on their fp32 master weights.
+    ``train.compile`` compiles the model's forward in place (parameter names, and so
+    checkpoints, unchanged), with dynamic shapes since every batch has its own.
+    """
+    import deepspeed
+
+    width = getattr(model.config, "d_model", None) or model.config.hidden
+    if training.compile:
+        model.compile(dynamic=True)
+    optimizer_class = torch.optim.AdamW if training.optimizer == "adamw" else torch.optim.Adam
+    # lr=1: the LambdaLR factor is the learning rate itself.
+    optimizer = optimizer_class(model.parameters(), lr=1.0, betas=training.betas, eps=training.eps,
+                                weight_decay=training.weight_decay, fused=True)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda update: learning_rate(update + 1, training, width))
+    engine, _, _, _ = deepspeed.initialize(model=model, optimizer=optimizer, lr_scheduler=scheduler,
+                                           config=deepspeed_config(training, precision))
+    return engine
 
 
 class TrainLoop:
@@ -126,17 +149,8 @@ class TrainLoop:
         self.model.train()
         progress.stop_reason = budget_reached(training, progress)
         while not progress.stop_reason:
-            for _ in range(training.gradient_accumulation):
-                position, indices = next(batches)
-                if training.max_epochs is not None and position.epoch >= training.max_epochs:
-                    progress.stop_reason = "max_epochs"
-                    break
-                self._train_on(self.train_split.batch(indices))
-                progress.epoch, progress.step_in_epoch = position.epoch, position.step_in_epoch
-            if progress.stop_reason:
+            if not self.train_update(batches, started):
                 break
-            progress.step += 1
-            self._account_update(time.perf_counter() - started)
             bar.show(progress)
             if progress.step % training.valid_every == 0:
                 self._validate()
@@ -158,25 +172,45 @@ class TrainLoop:
                                       self.training.max_tokens, self.training.seed, 0)) // self.world
         return BudgetBar(f"train {self.config.model.name}", self.training, per_epoch, enabled=True)
 
+    def train_update(self, batches, started: float) -> bool:
+        """One optimizer update over ``gradient_accumulation`` batches, and its accounting.
+        False, with nothing trained, when the epoch budget ends first. ``started``: the
+        clock reading that ``progress.seconds`` counts from."""
+        training, progress = self.training, self.progress
+        for _ in range(training.gradient_accumulation):
+            position, indices = next(batches)
+            if training.max_epochs is not None and position.epoch >= training.max_epochs:
+                progress.stop_reason = "max_epochs"
+                return False
+            self._train_on(self.train_split.batch(indices))
+            progress.epoch, progress.step_in_epoch = position.epoch, position.step_in_epoch
+        progress.step += 1
+        self._account_update(time.perf_counter() - started)
+        return True
+
     # ------------------------------------------------------------------ one batch
 
     def _train_on(self, batch: Batch) -> None:
         progress = self.progress
         # Dropout masks depend only on (seed, rank, batch number): resuming redraws them.
         torch.manual_seed(hash((self.training.seed, self.rank, progress.micro_batches)) & (2**62 - 1))
-        src, tgt_in, tgt_out = (t.to(self.device) for t in (batch.src, batch.tgt_in, batch.tgt_out))
+        src, tgt_in, tgt_out = (t.to(self.device, non_blocking=True) for t in (batch.src, batch.tgt_in, batch.tgt_out))
         with self._precision():
             loss, nll = translation_loss(self.model, src, tgt_in, tgt_out, progress.step,
                                          self.training.label_smoothing, self.pad_id)
         tokens = max(1, batch.target_tokens)
         self.engine.backward(loss / tokens)
-        if self.engine.is_gradient_accumulation_boundary() and self.engine.zero_optimization_stage() == 0:
+        # DeepSpeed computes the norm itself under ZeRO and mixed precision; in plain fp32
+        # we do, and only before an update whose row is logged.
+        if (self.engine.is_gradient_accumulation_boundary() and self.engine.zero_optimization_stage() == 0
+                and (progress.step + 1) % self.training.log_every == 0):
             self.window.grad_norm = _grad_norm(self.model)
         self.engine.step()
         progress.micro_batches += 1
         flops = sum(training_flops(self.model, int(s), int(t)) for s, t in zip(batch.src_lengths, batch.tgt_lengths))
+        # The losses stay on the device (see the module's docstring).
         self.window.add(tokens=batch.target_tokens, src_tokens=int(batch.src_lengths.sum()), flops=flops,
-                        loss=loss.item(), nll=nll.item())
+                        loss=loss.detach(), nll=nll.detach())
 
     def _precision(self):
         if self.autocast:
@@ -188,9 +222,8 @@ class TrainLoop:
     def _account_update(self, elapsed: float) -> None:
         """Sum this update's counts over the workers and log a row every ``log_every``."""
         progress, training = self.progress, self.training
-        tokens, src_tokens, flops, loss, nll, seconds = _all_reduce(
-            [self.window.tokens, self.window.src_tokens, self.window.flops, self.window.loss, self.window.nll,
-             elapsed], self.world)
+        tokens, src_tokens, flops, seconds = _all_reduce(
+            [self.window.tokens, self.window.src_tokens, self.window.flops, elapsed], self.world, self.device)
         progress.train_tokens += int(tokens)
         progress.train_src_tokens += int(src_tokens)
         progress.train_flops += flops
@@ -199,8 +232,11 @@ class TrainLoop:
         self.window.rows_tokens += tokens
         self.window.rows_flops += flops
         self.window.rows_seconds += interval
-        self.window.rows_loss += loss
-        self.window.rows_nll += nll
+        self.window.rows_loss = self.window.rows_loss + self.window.loss
+        self.window.rows_nll = self.window.rows_nll + self.window.nll
+        # fp16: DeepSpeed skips the update whose gradients overflowed, and counts it
+        # (the count is saved in its checkpoints, so it survives a resume).
+        progress.skipped_updates = int(self.engine.skipped_steps)
         grad_norm = self.window.grad_norm
         if grad_norm is None:
             grad_norm = self.engine.get_global_grad_norm()
@@ -211,15 +247,19 @@ class TrainLoop:
     def _log_row(self, grad_norm) -> None:
         window, progress = self.window, self.progress
         tokens = max(window.rows_tokens, 1.0)
+        loss, nll = _all_reduce([window.rows_loss, window.rows_nll], self.world, self.device)
         flops_per_second = window.rows_flops / window.rows_seconds
-        row = {"step": progress.step, "epoch": progress.epoch, "train_loss": window.rows_loss / tokens,
-               "train_nll": window.rows_nll / tokens, "train_ppl": math.exp(min(window.rows_nll / tokens, 50)),
+        row = {"step": progress.step, "epoch": progress.epoch, "train_loss": loss / tokens,
+               "train_nll": nll / tokens, "train_ppl": math.exp(min(nll / tokens, 50)),
                "lr": self.engine.get_lr()[0], "tokens_per_second": window.rows_tokens / window.rows_seconds,
                "train_tokens": progress.train_tokens, "train_flops": progress.train_flops,
                "flops_per_second": flops_per_second, "train_seconds": progress.seconds}
         if grad_norm is not None:
             row["grad_norm"] = float(grad_norm)
         row["mfu"] = flops_per_second / self.progress.hardware["peak_flops_total"]
+        if progress.hardware.get("precision") == "fp16":
+            row["skipped_updates"] = progress.skipped_updates
+            row["loss_scale"] = float(self.engine.optimizer.loss_scale)
         self._record(row)
         window.reset_rows()
 
@@ -234,10 +274,10 @@ class TrainLoop:
             for indices in batches:
                 batch = self.valid_split.batch(indices)
                 src, tgt_in, tgt_out = (t.to(self.device) for t in (batch.src, batch.tgt_in, batch.tgt_out))
-                nll_sum += translation_loss(self.model, src, tgt_in, tgt_out, 10**9, 0.0, self.pad_id)[1].item()
+                nll_sum = nll_sum + translation_loss(self.model, src, tgt_in, tgt_out, 10**9, 0.0, self.pad_id)[1]
                 tokens += batch.target_tokens
         self.model.train()
-        nll_sum, tokens = _all_reduce([nll_sum, float(tokens)], self.world)
+        nll_sum, tokens = _all_reduce([nll_sum, float(tokens)], self.world, self.device)
         valid_loss = nll_sum / max(tokens, 1.0)
         progress.last_valid_step = progress.step
         improved = valid_loss < progress.best_valid_loss
@@ -271,7 +311,8 @@ class TrainLoop:
 
 
 class _Window:
-    """Sums since the last update (this worker) and since the last logged row (all workers)."""
+    """Sums since the last update (this worker) and since the last logged row: counts
+    summed over all workers, losses this worker's (device tensors, reduced when logged)."""
 
     def __init__(self):
         self.reset_step()
@@ -292,17 +333,21 @@ class _Window:
         self.nll += nll
 
 
-def _all_reduce(values: list[float], world: int) -> list[float]:
+def _all_reduce(values: list, world: int, device) -> list[float]:
+    """``values`` (numbers, or one-element tensors on ``device``) summed over the workers,
+    read back in one copy. The tensor lives on the worker's device: NCCL reduces CUDA
+    tensors only, gloo CPU ones."""
     if world == 1 or not dist.is_initialized():
         return [float(v) for v in values]
-    tensor = torch.tensor(values, dtype=torch.float64)
+    tensor = torch.stack([torch.as_tensor(v, dtype=torch.float64, device=device).reshape(()) for v in values])
     dist.all_reduce(tensor)
     return tensor.tolist()
 
 
-def _grad_norm(model: torch.nn.Module) -> float:
+def _grad_norm(model: torch.nn.Module) -> torch.Tensor:
+    """The global L2 norm of the gradients, left on the device until it is logged."""
     grads = [p.grad for p in model.parameters() if p.grad is not None]
-    return float(torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g.float()) for g in grads])))
+    return torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)).float())
 
 
 def _full_state_dict(engine) -> dict:

@@ -71,6 +71,7 @@ def write_outputs(output: Path, config: TrainStageConfig, tokenized: Path, check
         "flops_per_second": progress["train_flops"] / max(seconds, 1e-9),
         "parameters": params["total"], "non_embedding_parameters": params["non_embedding"],
         "restarts": progress["restarts"], "attempt_seconds": seconds_this_attempt,
+        "skipped_updates": progress.get("skipped_updates", 0),  # fp16 overflows
         "stop_reason": progress["stop_reason"],  # the budget that ended training
     }
     # Resolved precision, device and peak FLOP/s (with where the peak came from).

@@ -27,6 +27,7 @@ class TrainingProgress:
     last_valid_step: int = -1
     stop_reason: str = ""
     restarts: int = 0
+    skipped_updates: int = 0  # fp16: updates DeepSpeed skipped because gradients overflowed
     # The latest attempt's device, resolved precision and peak FLOP/s (worker_device.py).
     hardware: dict = field(default_factory=dict)
 

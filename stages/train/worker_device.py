@@ -25,26 +25,30 @@ def worker_hardware(train: TrainConfig, device: str, threads: int, world: int) -
     """The facts a run reports about its hardware: the group's precision and summed peak,
     this worker's device (rank 0's is the one reported)."""
     found = detect_device(device)
-    precision = _agreed(resolve_precision(train.precision, found, "train.precision"), world)
+    precision = _agreed(resolve_precision(train.precision, found, "train.precision"), world, found.torch_device)
     peak = peak_flops(found, precision, threads, train.peak_flops_per_worker)
-    total_peak = _sum(peak.flops, world)
+    total_peak = _sum(peak.flops, world, found.torch_device)
     return {"precision": precision, "device": found.kind, "device_name": found.name,
             "device_capability": found.capability, "threads_per_worker": threads,
             "peak_flops_per_worker": total_peak / world, "peak_flops_total": total_peak,
             "peak_source": peak.source, "peak_detail": peak.detail}
 
 
-def _agreed(precision: str, world: int) -> str:
+# The tensors of a collective live on the worker's device: NCCL (GPU workers) reduces
+# CUDA tensors only, gloo (CPU workers) CPU ones.
+
+
+def _agreed(precision: str, world: int, device: str) -> str:
     if world == 1 or not dist.is_initialized():
         return precision
-    rank = torch.tensor([_ORDER.index(precision)], dtype=torch.int64)
+    rank = torch.tensor([_ORDER.index(precision)], dtype=torch.int64, device=device)
     dist.all_reduce(rank, op=dist.ReduceOp.MIN)
     return _ORDER[int(rank.item())]
 
 
-def _sum(value: float, world: int) -> float:
+def _sum(value: float, world: int, device: str) -> float:
     if world == 1 or not dist.is_initialized():
         return value
-    total = torch.tensor([value], dtype=torch.float64)
+    total = torch.tensor([value], dtype=torch.float64, device=device)
     dist.all_reduce(total)
     return float(total.item())

@@ -21,6 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from stages.train.models.dropout import Dropout
 from stages.train.models.presets import DecoderOnlyConfig
 from stages.train.models.transformer import (
     FeedForward,
@@ -40,7 +41,7 @@ def ae_weight(step: int, config: DecoderOnlyConfig) -> float:
 class Block(nn.Module):
     def __init__(self, config: DecoderOnlyConfig):
         super().__init__()
-        self.attention = MultiHeadAttention(config.d_model, config.heads, config.dropout)
+        self.attention = MultiHeadAttention(config.d_model, config.heads, config.attention_dropout)
         self.feed_forward = FeedForward(config.d_model, config.ff_dim, activation=F.gelu)
         self.attention_residual = Residual(config.d_model, config.dropout, pre_norm=True)
         self.feed_forward_residual = Residual(config.d_model, config.dropout, pre_norm=True)
@@ -80,7 +81,7 @@ class DecoderOnlyTranslator(nn.Module):
         self.src_tag_id, self.tgt_tag_id = src_tag_id, tgt_tag_id
         self.embedding = nn.Embedding(vocab, config.d_model, padding_idx=pad_id)
         self.positions = PositionalEmbedding(config.max_positions, config.d_model, config.learned_positions)
-        self.embedding_dropout = nn.Dropout(config.dropout)
+        self.embedding_dropout = Dropout(config.dropout)
         self.blocks = nn.ModuleList(Block(config) for _ in range(config.layers))
         self.final_norm = nn.LayerNorm(config.d_model)
         self.output = nn.Linear(config.d_model, vocab, bias=False)
@@ -95,7 +96,9 @@ class DecoderOnlyTranslator(nn.Module):
 
     def _embed(self, tokens: Tensor, positions: Tensor) -> Tensor:
         scaled = self.embedding(tokens) * math.sqrt(self.config.d_model)
-        return self.embedding_dropout(scaled + self.positions(positions))
+        # DeepSpeed's bf16 and fp16 modes cast the parameters but keep buffers (the
+        # sinusoid table) in fp32: the sum must stay in the parameters' precision.
+        return self.embedding_dropout(scaled + self.positions(positions).to(scaled.dtype))
 
     def _sequence(self, src: Tensor, tgt_in: Tensor) -> Tensor:
         batch = src.size(0)

@@ -19,7 +19,8 @@ class TransformerConfig:
     ff_dim: int = 2048
     encoder_layers: int = 6
     decoder_layers: int = 6
-    dropout: float = 0.1
+    dropout: float = 0.1  # residual and embedding dropout (section 5.4)
+    attention_dropout: float = 0.0  # on the attention weights: not in the paper; turns off SDPA's fused kernels
     pre_norm: bool = False  # the paper is post-LN; pre-LN (with a final LayerNorm) trains more stably
     learned_positions: bool = False
     share_embeddings: bool = True  # source, target and output: needs a joint vocabulary (section 3.4)
@@ -50,6 +51,7 @@ class DecoderOnlyConfig:
     ff_dim: int = 2048
     layers: int = 12
     dropout: float = 0.1
+    attention_dropout: float = 0.0
     prefix_attention: bool = False  # source tokens attend to the whole source (a prefix LM)
     learned_positions: bool = False
     max_positions: int = 1024

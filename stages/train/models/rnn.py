@@ -24,6 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from stages.train.models.dropout import Dropout
 from stages.train.models.presets import RnnConfig
 
 
@@ -91,7 +92,7 @@ class RnnTranslator(nn.Module):
                                  batch_first=True, dropout=config.dropout if config.decoder_layers > 1 else 0.0)
         self.attention = Attention(config.attention, config.hidden)
         self.combine = nn.Linear(2 * config.hidden, config.hidden, bias=False)
-        self.dropout = nn.Dropout(config.dropout)
+        self.dropout = Dropout(config.dropout)
         self.output = nn.Linear(config.hidden, tgt_vocab)
         if config.tie_embeddings:
             self.output.weight = self.tgt_embedding.weight

@@ -3,7 +3,9 @@
 Encoder and decoder stacks of N layers (section 3.1); multi-head scaled dot-product
 attention (3.2); position-wise ReLU feed-forward (3.3); shared source, target and
 pre-softmax embeddings scaled by sqrt(d_model) (3.4); sinusoidal positions (3.5);
-residual dropout on every sublayer output and on the embedding sums (5.4). Each
+residual dropout on every sublayer output and on the embedding sums (5.4), and no
+dropout on the attention weights unless ``attention_dropout`` asks for it (the paper
+has none; without it, SDPA can take its fused kernels, see ``MultiHeadAttention``). Each
 sublayer is LayerNorm(x + Sublayer(x)) as in the paper, or x + Sublayer(LayerNorm(x))
 with a final LayerNorm when ``pre_norm`` is set.
 
@@ -21,6 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from stages.train.models.dropout import Dropout
 from stages.train.models.presets import TransformerConfig
 
 
@@ -49,6 +52,14 @@ class PositionalEmbedding(nn.Module):
 
 
 class MultiHeadAttention(nn.Module):
+    """Attention through ``F.scaled_dot_product_attention`` in the forms its fused kernels
+    accept: no mask and ``is_causal`` (decoder self-attention in training: flash on a GPU),
+    or a boolean key-padding mask broadcast as (B, 1, 1, S) or a full (B, 1, L, L) mask
+    (memory-efficient kernel on a GPU, the fused CPU kernel on a CPU). Dropout on the
+    attention weights sends both back to the unfused math path, so it is off by default.
+    tests/unit/stages/train/test_attention_masks.py checks that every layout gives the
+    same outputs; tests/gpu checks which kernel runs on CUDA."""
+
     def __init__(self, d_model: int, heads: int, dropout: float):
         super().__init__()
         self.heads, self.dropout = heads, dropout
@@ -86,7 +97,7 @@ class Residual(nn.Module):
 
     def __init__(self, d_model: int, dropout: float, pre_norm: bool):
         super().__init__()
-        self.norm, self.dropout, self.pre_norm = nn.LayerNorm(d_model), nn.Dropout(dropout), pre_norm
+        self.norm, self.dropout, self.pre_norm = nn.LayerNorm(d_model), Dropout(dropout), pre_norm
 
     def forward(self, x: Tensor, sublayer) -> Tensor:
         if self.pre_norm:
@@ -97,7 +108,7 @@ class Residual(nn.Module):
 class EncoderLayer(nn.Module):
     def __init__(self, config: TransformerConfig):
         super().__init__()
-        self.attention = MultiHeadAttention(config.d_model, config.heads, config.dropout)
+        self.attention = MultiHeadAttention(config.d_model, config.heads, config.attention_dropout)
         self.feed_forward = FeedForward(config.d_model, config.ff_dim)
         self.attention_residual = Residual(config.d_model, config.dropout, config.pre_norm)
         self.feed_forward_residual = Residual(config.d_model, config.dropout, config.pre_norm)
@@ -110,8 +121,8 @@ class EncoderLayer(nn.Module):
 class DecoderLayer(nn.Module):
     def __init__(self, config: TransformerConfig):
         super().__init__()
-        self.self_attention = MultiHeadAttention(config.d_model, config.heads, config.dropout)
-        self.cross_attention = MultiHeadAttention(config.d_model, config.heads, config.dropout)
+        self.self_attention = MultiHeadAttention(config.d_model, config.heads, config.attention_dropout)
+        self.cross_attention = MultiHeadAttention(config.d_model, config.heads, config.attention_dropout)
         self.feed_forward = FeedForward(config.d_model, config.ff_dim)
         self.self_residual = Residual(config.d_model, config.dropout, config.pre_norm)
         self.cross_residual = Residual(config.d_model, config.dropout, config.pre_norm)
@@ -164,7 +175,7 @@ class Transformer(nn.Module):
         self.tgt_embedding = (self.src_embedding if config.share_embeddings
                               else nn.Embedding(tgt_vocab, config.d_model, padding_idx=pad_id))
         self.positions = PositionalEmbedding(config.max_positions, config.d_model, config.learned_positions)
-        self.embedding_dropout = nn.Dropout(config.dropout)
+        self.embedding_dropout = Dropout(config.dropout)
         self.encoder = nn.ModuleList(EncoderLayer(config) for _ in range(config.encoder_layers))
         self.decoder = nn.ModuleList(DecoderLayer(config) for _ in range(config.decoder_layers))
         # Pre-LN leaves the residual stream unnormalized; a final LayerNorm closes each stack.
@@ -188,7 +199,9 @@ class Transformer(nn.Module):
     def _embed(self, embedding: nn.Embedding, tokens: Tensor, offset: int = 0) -> Tensor:
         positions = torch.arange(offset, offset + tokens.size(1), device=tokens.device).unsqueeze(0)
         scaled = embedding(tokens) * math.sqrt(self.config.d_model)
-        return self.embedding_dropout(scaled + self.positions(positions))
+        # DeepSpeed's bf16 and fp16 modes cast the parameters but keep buffers (the
+        # sinusoid table) in fp32: the sum must stay in the parameters' precision.
+        return self.embedding_dropout(scaled + self.positions(positions).to(scaled.dtype))
 
     def encode(self, src: Tensor) -> tuple[Tensor, Tensor]:
         mask = (src != self.pad_id)[:, None, None, :]
