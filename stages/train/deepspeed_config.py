@@ -7,7 +7,8 @@ scaling as in Micikevicius et al. (2018): start at 2^16, halve the scale and ski
 update when a gradient overflows (after ``hysteresis`` overflows in a row), double it
 after ``loss_scale_window`` clean updates. The loop counts the skipped updates.
 
-On a CPU DeepSpeed runs in fp32 and the train loop wraps the forward in ``torch.autocast("cpu", torch.bfloat16)``: the matrix products run in bf16 on AMX
+On a CPU DeepSpeed runs in fp32 and the train loop wraps the forward in
+``torch.autocast("cpu", torch.bfloat16)``: the matrix products run in bf16 on AMX
 while weights and optimizer stay fp32.
 
 ``train.deepspeed`` is merged in last, key by key, for anything not generated here
