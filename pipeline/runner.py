@@ -69,7 +69,12 @@ def connect_ray(address: str | None) -> None:
         return
     # Train stages that wait for CPUs or GPUs held by other train stages are normal
     # here, not a startup failure to report every minute.
-    runtime_env: dict = {"env_vars": {"RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S": str(7 * 24 * 3600)}}
+    runtime_env: dict = {"env_vars": {"RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S": str(7 * 24 * 3600),
+                                      # torch backs its CPU allocations of 2 MB and more with huge pages.
+                                      # A training step allocates its large activations afresh each
+                                      # time; faulting them in 4 KB pages cost 11% of a step of
+                                      # Transformer small on a 2-core VM (benchmarks/train_throughput.py).
+                                      "THP_MEM_ALLOC_ENABLE": os.environ.get("THP_MEM_ALLOC_ENABLE", "1")}}
     if CPU_BF16_ENV in os.environ:  # workers on other nodes decide precision as this driver was told to
         runtime_env["env_vars"][CPU_BF16_ENV] = os.environ[CPU_BF16_ENV]
     if address or os.environ.get("RAY_ADDRESS"):

@@ -64,8 +64,12 @@ def beam_search(model: nn.Module, src: Tensor, beam_size: int, *, bos_id: int, e
     # Every sentence's encoding, repeated once per beam.
     state = model.start_decoding(src)
     state = model.reorder_state(state, torch.arange(batch, device=device).repeat_interleave(k))
-    sentence_ids = torch.arange(batch, device=device)  # original index of each live sentence
-    limits = max_output_lengths(src, pad_id, max_length_a, max_length_b)
+    # The bookkeeping of which sentence is where, and how long it may grow, is kept on
+    # the host: on a GPU each value read back from the device makes the host wait, so
+    # a step reads back one small tensor (the candidates), plus the finished
+    # hypotheses' tokens on steps where some finish.
+    sentence_ids = torch.arange(batch)  # original index of each live sentence
+    limits = max_output_lengths(src, pad_id, max_length_a, max_length_b).cpu()
     tokens = torch.full((batch * k, 1), bos_id, dtype=torch.long, device=device)
     # Only the first beam is live at the start; the others would repeat it.
     scores = torch.full((batch, k), float("-inf"), device=device)
@@ -80,10 +84,12 @@ def beam_search(model: nn.Module, src: Tensor, beam_size: int, *, bos_id: int, e
         log_probs[:, banned] = float("-inf")
         if step < min_length:
             log_probs[:, eos_id] = float("-inf")
-        at_limit = (step + 1 >= limits).repeat_interleave(k)
+        at_limit = step + 1 >= limits
         if at_limit.any():  # the last allowed token: EOS
-            log_probs[at_limit] = float("-inf")
-            log_probs[at_limit, eos_id] = eos_scores[at_limit]
+            rows_at_limit = at_limit.nonzero().squeeze(1).to(device)
+            rows_at_limit = (rows_at_limit.unsqueeze(1) * k + torch.arange(k, device=device)).view(-1)
+            log_probs[rows_at_limit] = float("-inf")
+            log_probs[rows_at_limit, eos_id] = eos_scores[rows_at_limit]
 
         live = scores.size(0)
         totals = (scores.view(-1, 1) + log_probs).view(live, k * vocab)
@@ -93,17 +99,20 @@ def beam_search(model: nn.Module, src: Tensor, beam_size: int, *, bos_id: int, e
 
         # Finished hypotheses: EOS among each sentence's first k candidates.
         finishing = ends & (candidate_rank[:top_ids.size(1)] < k) & torch.isfinite(top_scores)
-        for row, rank in finishing.nonzero().tolist():
-            original = int(sentence_ids[row])
-            if len(finished[original]) == k:
-                continue
-            prefix = tokens[row * k + int(top_beams[row, rank]), 1:].tolist()
-            log_prob = float(top_scores[row, rank])
-            finished[original].append(Hypothesis(tuple(prefix), log_prob,
-                                                 log_prob / length_penalty(step + 1, alpha)))
+        candidates = torch.stack([finishing.float(), top_scores, top_beams.float()]).cpu()  # the step's one read
+        finishing_rows = candidates[0].nonzero().tolist()
+        if finishing_rows:
+            at = torch.tensor([row * k + int(candidates[2, row, rank]) for row, rank in finishing_rows])
+            prefixes = tokens[at.to(device), 1:].tolist()
+            for (row, rank), prefix in zip(finishing_rows, prefixes):
+                original = int(sentence_ids[row])
+                if len(finished[original]) == k:
+                    continue
+                log_prob = float(candidates[1, row, rank])
+                finished[original].append(Hypothesis(tuple(prefix), log_prob,
+                                                     log_prob / length_penalty(step + 1, alpha)))
 
-        done = torch.tensor([len(finished[int(i)]) == k for i in sentence_ids], device=device)
-        done |= step + 1 >= limits
+        done = torch.tensor([len(finished[int(i)]) == k for i in sentence_ids]) | at_limit
         if bool(done.all()):
             break
 
@@ -112,11 +121,12 @@ def beam_search(model: nn.Module, src: Tensor, beam_size: int, *, bos_id: int, e
         next_beams, next_tokens = top_beams.gather(1, order), top_tokens.gather(1, order)
         next_scores = top_scores.gather(1, order)
 
-        keep = (~done).nonzero().squeeze(1)
+        keep_host = (~done).nonzero().squeeze(1)
+        keep = keep_host.to(device)
         rows = (keep * k).unsqueeze(1) + next_beams[keep]  # the beams each kept sentence continues
         rows = rows.view(-1)
         state = model.reorder_state(state, rows)
         tokens = torch.cat([tokens[rows], next_tokens[keep].view(-1, 1)], dim=1)
-        scores, sentence_ids, limits = next_scores[keep], sentence_ids[keep], limits[keep]
+        scores, sentence_ids, limits = next_scores[keep], sentence_ids[keep_host], limits[keep_host]
 
     return [sorted(hypotheses, key=lambda h: -h.score)[:nbest] for hypotheses in finished]

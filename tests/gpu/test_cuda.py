@@ -1,0 +1,140 @@
+"""The CUDA path: run by benchmarks/gpu_check.sh on a machine with a GPU, skipped
+elsewhere. Each test checks on CUDA what a CPU test checks on the CPU, or what only a
+GPU can show (which attention kernel runs, DeepSpeed's bf16 and fp16 modes)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+pytestmark = [pytest.mark.gpu,
+              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
+
+
+@pytest.fixture
+def cuda_distributed(monkeypatch):
+    from tests.train_loops import single_process_distributed
+
+    single_process_distributed(monkeypatch, "nccl")
+
+
+def _models():
+    from stages.train.models.decoder_only import DecoderOnlyTranslator
+    from stages.train.models.presets import DECODER_ONLY_PRESETS, TRANSFORMER_PRESETS
+    from stages.train.models.transformer import Transformer
+
+    torch.manual_seed(0)
+    return {"transformer": Transformer(TRANSFORMER_PRESETS["small"], 1000, 1000),
+            "decoder_only": DecoderOnlyTranslator(DECODER_ONLY_PRESETS["small"], 1000, 4, 5)}
+
+
+def _batch(device: str):
+    generator = torch.Generator().manual_seed(0)
+    src = torch.randint(6, 1000, (16, 21), generator=generator)
+    tgt = torch.randint(6, 1000, (16, 17), generator=generator)
+    for row in range(16):  # ragged: padding at the end of most rows
+        src[row, 21 - row:] = 0
+        tgt[row, 17 - row // 2:] = 0
+    tgt[:, 0] = 2
+    return src.to(device), tgt.to(device)
+
+
+@pytest.mark.parametrize("family", ["transformer", "decoder_only"])
+def test_attention_runs_only_fused_kernels_in_bf16(family):
+    """Flash or memory-efficient attention for every call, padding masks included:
+    with the math fallback excluded, any call that needs it raises."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    from stages.train.loss import label_smoothed_cross_entropy
+
+    model = _models()[family].cuda().train()
+    src, tgt = _batch("cuda")
+    with sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION]), \
+            torch.autocast("cuda", dtype=torch.bfloat16):
+        loss, _ = label_smoothed_cross_entropy(model(src, tgt), torch.roll(tgt, -1, 1))
+    loss.backward()
+    assert torch.isfinite(loss)
+
+
+@pytest.mark.parametrize("family", ["transformer", "decoder_only"])
+def test_fused_kernels_agree_with_the_math_path(family):
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    model = _models()[family].cuda().eval()
+    src, tgt = _batch("cuda")
+    with torch.no_grad():
+        with sdpa_kernel([SDPBackend.MATH]):
+            reference = model(src, tgt)
+        with sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION]):
+            fused = model(src, tgt)
+    keep = tgt != 0
+    torch.testing.assert_close(fused[keep], reference[keep], atol=2e-4, rtol=2e-4)
+
+
+def test_a_training_step_on_cuda_matches_the_cpu():
+    from stages.train.loss import label_smoothed_cross_entropy
+
+    losses, grads = {}, {}
+    for device in ("cpu", "cuda"):
+        model = _models()["transformer"].to(device).train()
+        src, tgt = _batch(device)
+        torch.manual_seed(1)
+        model.eval()  # no dropout: the two devices draw different masks
+        loss, _ = label_smoothed_cross_entropy(model(src, tgt), torch.roll(tgt, -1, 1))
+        loss.backward()
+        losses[device] = loss.item()
+        grads[device] = model.encoder[0].feed_forward.inner.weight.grad.cpu()
+    assert losses["cuda"] == pytest.approx(losses["cpu"], rel=1e-4)
+    torch.testing.assert_close(grads["cuda"], grads["cpu"], atol=1e-4, rtol=1e-3)
+
+
+@pytest.mark.parametrize("beam", [1, 4])
+def test_beam_search_on_cuda_finds_what_the_cpu_finds(beam):
+    from stages.evaluate.beam import beam_search
+
+    model = _models()["transformer"].eval()
+    src, _ = _batch("cpu")
+    results = {}
+    for device in ("cpu", "cuda"):
+        results[device] = beam_search(model.to(device), src.to(device), beam, bos_id=2, eos_id=3, pad_id=0,
+                                      max_length_b=12)
+    cpu_tokens = [[h.tokens for h in hyps] for hyps in results["cpu"]]
+    cuda_tokens = [[h.tokens for h in hyps] for hyps in results["cuda"]]
+    assert cuda_tokens == cpu_tokens
+
+
+def test_deepspeed_bf16_trains_on_cuda(tokenized, cuda_distributed):
+    from tests.train_loops import train_loop
+
+    run = train_loop(tokenized, "bf16", use_gpu=True, max_tokens=2000)
+    assert next(run.engine.module.parameters()).dtype == torch.bfloat16
+    assert run.engine.device.type == "cuda"
+    for _ in range(30):
+        assert run.update()
+    first, last = run.rows[0]["train_loss"], run.rows[-1]["train_loss"]
+    assert last < first and all(torch.isfinite(torch.tensor(row["grad_norm"])) for row in run.rows)
+
+
+@pytest.mark.parametrize("check", ["overflow", "halving"])
+def test_deepspeed_fp16_skips_and_counts_overflows_on_cuda(tokenized, cuda_distributed, check):
+    from tests.train_loops import train_loop
+    from tests.unit.stages.train.test_mixed_precision import (
+        check_overflow_is_skipped_and_counted,
+        check_scale_halves_at_each_overflow,
+    )
+
+    run = train_loop(tokenized, "fp16", use_gpu=True)
+    assert run.engine.device.type == "cuda"
+    {"overflow": check_overflow_is_skipped_and_counted, "halving": check_scale_halves_at_each_overflow}[check](run)
+
+
+@pytest.mark.parametrize("stage", [1, 2, 3])
+def test_zero_stages_train_on_cuda(tokenized, cuda_distributed, stage):
+    """ZeRO 1-3 in bf16 with the fused optimizer: the loop's accounting holds."""
+    from tests.train_loops import train_loop
+
+    run = train_loop(tokenized, "bf16", use_gpu=True, max_tokens=2000, zero_stage=stage)
+    assert run.engine.zero_optimization_stage() == stage
+    for _ in range(10):
+        assert run.update()
+    assert run.rows[-1]["train_loss"] < run.rows[0]["train_loss"]

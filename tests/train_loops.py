@@ -1,0 +1,67 @@
+"""A TrainLoop in this process, without Ray: a real DeepSpeed engine around a tiny
+model, on the tokenize fixture, for tests that drive updates one at a time."""
+
+from __future__ import annotations
+
+import socket
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import pytest
+import torch
+
+
+@dataclass
+class LoopUnderTest:
+    loop: object  # stages.train.loop.TrainLoop
+    update: Callable[[], bool]  # one optimizer update, as the train stage runs it
+    rows: list[dict]  # the metrics rows it logged, one per update
+
+    @property
+    def engine(self):
+        return self.loop.engine
+
+
+def single_process_distributed(monkeypatch: pytest.MonkeyPatch, backend: str) -> None:
+    """torch.distributed for a world of one, as DeepSpeed needs it."""
+    import deepspeed
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    for name, value in {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1",
+                        "MASTER_PORT": str(port)}.items():
+        monkeypatch.setenv(name, value)
+    if not torch.distributed.is_initialized():
+        deepspeed.init_distributed(dist_backend=backend)
+
+
+def train_loop(tokenized: Path, precision: str, use_gpu: bool, family: str = "transformer",
+               max_tokens: int = 300, **train_settings) -> LoopUnderTest:
+    from stages.train.batching import batches_from
+    from stages.train.config import ModelSpec, TrainConfig, TrainStageConfig
+    from stages.train.data import TokenizedSplit
+    from stages.train.loop import TrainLoop, build_engine
+    from stages.train.model_file import build_for_vocabulary, vocabulary_facts
+    from stages.train.progress import TrainingProgress
+
+    train = TokenizedSplit(tokenized, "train")
+    facts = vocabulary_facts(tokenized, train.vocab)
+    config = TrainStageConfig(model=ModelSpec(name="t", family=family, preset="tiny"),
+                              train=TrainConfig(use_gpu=use_gpu, precision=precision, max_steps=100, log_every=1,
+                                                warmup_steps=4, max_tokens=max_tokens, **train_settings))
+    torch.manual_seed(0)
+    engine = build_engine(build_for_vocabulary(config.model, facts), config.train, precision)
+    rows: list[dict] = []
+    progress = TrainingProgress(hardware={"precision": precision, "peak_flops_total": 1e12})
+    loop = TrainLoop(engine, config, facts, train, TokenizedSplit(tokenized, "valid"), 0, 1, progress, [], None,
+                     rows.extend)
+    batches = batches_from(progress.position, train.src_lengths, train.tgt_lengths, max_tokens, seed=1)
+    started = time.perf_counter()
+    return LoopUnderTest(loop, lambda: loop.train_update(batches, started), rows)
+
+
+def weights(engine) -> dict[str, torch.Tensor]:
+    return {name: p.detach().clone() for name, p in engine.module.named_parameters()}
