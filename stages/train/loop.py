@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import os
 import tempfile
 import time
 from pathlib import Path
@@ -64,6 +65,10 @@ def train_worker(loop_config: dict) -> None:
         import ray.train.torch
 
         device = str(ray.train.torch.get_device())
+        # Several workers on one node: each on the GPU Ray Train gave it. DeepSpeed puts
+        # its engine on cuda:LOCAL_RANK, so LOCAL_RANK is that GPU's index here.
+        torch.cuda.set_device(device)
+        os.environ["LOCAL_RANK"] = str(torch.device(device).index or 0)
     hardware = worker_hardware(training, device, threads, world)
     tokenized = loop_config["fetch_tokenized"]()
     train_split, valid_split = TokenizedSplit(tokenized, "train"), TokenizedSplit(tokenized, "valid")
