@@ -7,7 +7,6 @@ import json
 import math
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -124,13 +123,9 @@ def _engine_logits(model, checkpoint: Path, batch, monkeypatch):
     """Logits from a DeepSpeed engine that loads the checkpoint itself (this process alone)."""
     import deepspeed
 
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    for name, value in {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1",
-                        "MASTER_PORT": str(port)}.items():
-        monkeypatch.setenv(name, value)
-    deepspeed.init_distributed(dist_backend="gloo")
+    from tests.train_loops import single_process_distributed
+
+    single_process_distributed(monkeypatch, "gloo")
     engine, *_ = deepspeed.initialize(model=model, config={"train_micro_batch_size_per_gpu": 1})
     engine.load_checkpoint(str(checkpoint), tag="deepspeed", load_module_only=True,
                            load_optimizer_states=False, load_lr_scheduler_states=False)
