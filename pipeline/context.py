@@ -86,7 +86,11 @@ class InlineTasks:
 
 
 class RayTasks:
-    """One Ray task per call, with one CPU (and ``gpus`` GPUs), on any node.
+    """One Ray task per call, with one CPU (and ``gpus`` GPUs), spread over the nodes.
+
+    Ray's default policy fills the driver's node before it uses others; a stage's
+    tasks are independent chunks of one job, so they are spread (SPREAD) to use every
+    node's CPUs and disk at once.
 
     ``submit`` returns ObjectRefs; passing one to another ``submit`` hands the value
     over from node to node without passing through the caller. The caller's CPU is
@@ -94,7 +98,8 @@ class RayTasks:
     """
 
     def submit(self, fn: Callable, *args, num_returns: int = 1, gpus: float = 0) -> Any:
-        return _remote(fn).options(num_cpus=1, num_gpus=gpus, num_returns=num_returns).remote(*args)
+        return _remote(fn).options(num_cpus=1, num_gpus=gpus, num_returns=num_returns,
+                                   scheduling_strategy="SPREAD").remote(*args)
 
     def result(self, future: Any) -> Any:
         import ray

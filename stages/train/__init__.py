@@ -53,15 +53,14 @@ def run(inputs: dict[str, Path], config: TrainStageConfig, output: Path, ctx: St
     # Where Ray Train persists: on the artifact store, reachable from every node.
     filesystem, storage = ctx.durable_staging or (pafs.LocalFileSystem(), str(output))
     run_dir = f"{storage}/{RUN_NAME}"
-    resume = [c for c in complete_checkpoints(run_dir, world, zero, filesystem) if c.resumable]
     resources = {"CPU": training.cpus_per_worker, **({"GPU": 1} if training.use_gpu else {})}
     trainer = TorchTrainer(
         train_worker,
         train_loop_config={"config": config.model_dump(mode="json"),
                            "fetch_tokenized": ctx.fetcher("tokenize", tokenized),
-                           # Ray Train restores its own run state from RUN_NAME's snapshot; this
-                           # covers a run killed before its snapshot named the checkpoint.
-                           "resume_from": (str(resume[-1].path), filesystem) if resume else None,
+                           # Where the workers look for the newest complete checkpoint when
+                           # they start (loop.py, ``_newest_checkpoint``).
+                           "run_dir": (run_dir, filesystem),
                            "metrics_sink": ctx.metrics_sink},
         scaling_config=ScalingConfig(num_workers=world, use_gpu=training.use_gpu, resources_per_worker=resources,
                                      placement_strategy=training.placement_strategy),

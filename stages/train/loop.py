@@ -78,12 +78,7 @@ def train_worker(loop_config: dict) -> None:
     engine = build_engine(build_for_vocabulary(config.model, facts), training, hardware["precision"])
 
     progress, history, best = TrainingProgress(), [], None
-    # Ray Train's checkpoint when it restarts workers or finds its run's snapshot; else
-    # the newest complete one the stage found on disk.
-    checkpoint = ray.train.get_checkpoint()
-    if checkpoint is None and loop_config["resume_from"]:
-        path, filesystem = loop_config["resume_from"]
-        checkpoint = ray.train.Checkpoint(path, filesystem=filesystem)
+    checkpoint = _newest_checkpoint(*loop_config["run_dir"], world, training.zero_stage)
     if checkpoint is not None:
         with checkpoint.as_directory() as directory:
             progress, history, best = _restore(engine, Path(directory))
@@ -119,6 +114,25 @@ def build_engine(model: torch.nn.Module, training: TrainConfig, precision: str):
     engine, _, _, _ = deepspeed.initialize(model=model, optimizer=optimizer, lr_scheduler=scheduler,
                                            config=deepspeed_config(training, precision))
     return engine
+
+
+def _newest_checkpoint(run_dir: str, filesystem, world: int, zero_stage: int):
+    """The newest complete, resumable checkpoint of this run on its storage, else the
+    one Ray Train hands back (``ray.train.get_checkpoint``), else None.
+
+    The storage comes first: Ray Train hands back only checkpoints it registered, and a
+    worker that dies after its checkpoint was persisted but before Ray Train registered
+    it (or a stage killed before Ray's snapshot named it) would otherwise restart the
+    run from nothing. Every worker of a group sees the same listing, so all pick the
+    same checkpoint."""
+    import ray.train
+
+    from stages.train.checkpoints import complete_checkpoints
+
+    stored = [c for c in complete_checkpoints(run_dir, world, zero_stage, filesystem) if c.resumable]
+    if stored:
+        return ray.train.Checkpoint(str(stored[-1].path), filesystem=filesystem)
+    return ray.train.get_checkpoint()
 
 
 class TrainLoop:
