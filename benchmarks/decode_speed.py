@@ -82,7 +82,7 @@ def main() -> None:
     print("|---|---|---:|---:|---:|---:|---:|")
     for name, directory in models:
         for precision in precisions:
-            translator = Translator(directory / "model.pt", args.device, precision)
+            translator = Translator.from_file(directory / "model.pt", args.device, precision)
             for beam in args.beams:
                 for batch_size in args.batch_sizes:
                     search = SearchSettings(beam_size=beam)

@@ -107,10 +107,30 @@ def translate(
     precision: str = typer.Option("auto", "--precision",
                                   help="auto (bf16 where the device runs it natively, else fp32; fp16 on older "
                                        "GPUs), fp32, bf16 or fp16 (autocast)."),
+    alignment: bool = typer.Option(False, "--alignment",
+                                   help="Print 'text ||| i-j ...': source word i aligned to target word j, "
+                                        "from the last layer's cross-attention (fairseq's format)."),
     artifact_root: Optional[str] = RootOpt,
 ) -> None:
     """Translate lines of text with a trained model: one output line per input line."""
     from pipeline.commands.translate import translate_text
 
     translate_text(model, model_name, input_file, beam, nbest, length_penalty, max_length_b, batch_size, device,
-                   precision, artifact_root)
+                   precision, artifact_root, alignment)
+
+
+@app.command()
+def attention(
+    model: Path = typer.Argument(..., help="A model file, a train artifact directory, or an experiment YAML "
+                                           "with --model."),
+    text: str = typer.Option(..., "--input", "-i", help="The source sentence."),
+    output: Path = typer.Option(Path("attention"), "--output", "-o", help="Directory for the PNGs and index.html."),
+    model_name: Optional[str] = typer.Option(None, "--model", help="Which model of the experiment YAML."),
+    beam: int = typer.Option(4, "--beam", min=1, help="Beam size of the translation the maps are taken on."),
+    device: str = typer.Option("cpu", "--device", help="cpu, cuda, ..."),
+    artifact_root: Optional[str] = RootOpt,
+) -> None:
+    """Attention heatmaps of one translation, every layer and head, and an HTML page to browse them."""
+    from pipeline.commands.translate import attention_files
+
+    attention_files(model, model_name, text, output, beam, device, artifact_root)

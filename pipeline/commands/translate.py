@@ -11,7 +11,7 @@ from pipeline.commands.output import console, fail, load_experiment, open_store
 
 def translate_text(model: Path, model_name: str | None, input_file: Path | None, beam: int, nbest: int,
                    length_penalty: float, max_length_b: int, batch_size: int, device: str, precision: str,
-                   artifact_root: str | None) -> None:
+                   artifact_root: str | None, alignment: bool = False) -> None:
     from tqdm import tqdm
 
     from pipeline.hardware import HardwareError, detect_device, resolve_precision
@@ -19,9 +19,11 @@ def translate_text(model: Path, model_name: str | None, input_file: Path | None,
 
     if nbest > beam:
         fail(f"--nbest ({nbest}) cannot exceed --beam ({beam})", 2)
+    if alignment and nbest > 1:
+        fail("--alignment prints the best translation's alignment: use it with --nbest 1", 2)
     try:
         resolved = resolve_precision(precision, detect_device(device), "--precision")
-        translator = Translator(model_file(model, model_name, artifact_root), device, resolved)
+        translator = Translator.from_file(model_file(model, model_name, artifact_root), device, resolved)
     except (FileNotFoundError, RuntimeError, HardwareError) as error:
         fail(str(error), 2)
     text = input_file.read_text(encoding="utf-8") if input_file else sys.stdin.read()
@@ -36,6 +38,9 @@ def translate_text(model: Path, model_name: str | None, input_file: Path | None,
         for start in range(0, len(lines), chunk):
             results = translator.translate(lines[start:start + chunk], search, batch_size, bar.update)
             for index, translations in enumerate(results, start):
+                if alignment:
+                    print(f"{translations[0].text} ||| {_alignment(translator, lines[index], translations[0])}")
+                    continue
                 if nbest == 1:
                     print(translations[0].text)
                     continue
@@ -44,6 +49,37 @@ def translate_text(model: Path, model_name: str | None, input_file: Path | None,
             sys.stdout.flush()
     seconds = time.time() - started
     console.print(f"{len(lines)} lines in {seconds:.1f}s ({len(lines) / max(seconds, 1e-9):.1f} sentences/s)")
+
+
+def _alignment(translator, line: str, translation) -> str:
+    """The hard word alignment of ``translation``, from the model's cross-attention."""
+    from stages.evaluate.attention import format_alignment, hard_alignment, sentence_attention
+
+    if not line.strip():
+        return ""
+    return format_alignment(hard_alignment(sentence_attention(translator, line, translation=translation)))
+
+
+def attention_files(model: Path, model_name: str | None, text: str, output: Path, beam: int, device: str,
+                    artifact_root: str | None) -> None:
+    """``nmt attention``: translate ``text``, write a PNG per layer and head and one HTML page."""
+    from stages.evaluate.attention import format_alignment, hard_alignment, sentence_attention
+    from stages.evaluate.attention_figures import write_heatmaps, write_page
+    from stages.evaluate.translator import SearchSettings, Translator
+
+    if not text.strip():
+        fail("--input: give a sentence to translate", 2)
+    try:
+        path = model_file(model, model_name, artifact_root)
+        translator = Translator.from_file(path, device, "fp32")  # weights as trained: no autocast
+    except (FileNotFoundError, RuntimeError) as error:
+        fail(str(error), 2)
+    sentence = sentence_attention(translator, text, SearchSettings(beam_size=beam))
+    pngs = write_heatmaps(sentence, output)
+    write_page(sentence, pngs, output / "index.html", text, model_name or str(model))
+    console.print(f"translation: {sentence.translation.text}")
+    console.print(f"alignment (source word - target word): {format_alignment(hard_alignment(sentence))}")
+    console.print(f"{len(pngs)} heatmaps and {output / 'index.html'}")
 
 
 def model_file(model: Path, model_name: str | None, artifact_root: str | None) -> Path:

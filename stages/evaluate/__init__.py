@@ -44,7 +44,8 @@ from stages.evaluate.translator import SearchSettings, Translation, Translator
 from stages.names import train_stage
 from stages.train import weights_file
 
-VERSION = 2
+# 3: lowercased BLEU (bleu_lc) beside the cased headline
+VERSION = 3
 
 
 @dataclass(frozen=True)
@@ -130,7 +131,7 @@ def decode_part(job: DecodeJob) -> Decoded:
     torch.set_num_threads(threads)
     hardware = {"precision": precision, "device": device.kind, "device_name": device.name,
                 "device_capability": device.capability, "threads": threads}
-    translator = Translator(weights_file(job.fetch_model(), settings.weights), settings.device, precision)
+    translator = Translator.from_file(weights_file(job.fetch_model(), settings.weights), settings.device, precision)
     search = SearchSettings(settings.beam_size, settings.length_penalty, settings.max_length_a,
                             settings.max_length_b, settings.min_length, settings.nbest)
     bar = job.progress(total=len(job.lines) * (2 if settings.greedy else 1), desc=job.label, unit="sent")
@@ -159,12 +160,19 @@ def _hardware_summary(tasks: list[dict]) -> dict:
 
 def score_hypotheses(translations: list[list[Translation]], references: list[str], prefix: str,
                      seconds: float) -> dict:
-    """sacreBLEU BLEU and chrF of the best hypotheses, the mean model score, and speed."""
+    """sacreBLEU BLEU and chrF of the best hypotheses, the mean model score, and speed.
+
+    ``bleu`` is the headline: cased, on detokenized text, 13a-tokenized inside sacreBLEU.
+    ``bleu_lc`` is the same lowercased (``sacrebleu -lc``), the kind most Multi30k papers
+    report (lowercased, tokenized BLEU; e.g. Wu et al. 2021), so ours can be held
+    against theirs. Its signature says ``case:lc``."""
     hypotheses = [line[0].text for line in translations]
-    bleu, chrf = BLEU(), CHRF()
+    bleu, bleu_lc, chrf = BLEU(), BLEU(lowercase=True), CHRF()
     tokens = sum(len(line[0].hypothesis.tokens) + 1 for line in translations)
     return {
         f"{prefix}bleu": bleu.corpus_score(hypotheses, [references]).score,
+        f"{prefix}bleu_lc": bleu_lc.corpus_score(hypotheses, [references]).score,
+        f"{prefix}bleu_lc_signature": str(bleu_lc.get_signature()),
         f"{prefix}chrf": chrf.corpus_score(hypotheses, [references]).score,
         f"{prefix}bleu_signature": str(bleu.get_signature()),
         f"{prefix}chrf_signature": str(chrf.get_signature()),

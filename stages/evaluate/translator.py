@@ -40,22 +40,30 @@ class Translation:
 
 
 class Translator:
-    def __init__(self, model_file: Path, device: str = "cpu", precision: str = "fp32"):
-        """``model_file``: a train artifact's ``model.pt`` (or ``best.pt``), with the
-        artifact's ``vocab.json`` and SentencePiece model(s) beside it. ``precision``:
-        fp32, or bf16/fp16 autocast, already resolved (``pipeline.hardware``)."""
+    def __init__(self, model: torch.nn.Module, src_spm: spm.SentencePieceProcessor,
+                 tgt_spm: spm.SentencePieceProcessor, special_ids: dict, device: str = "cpu",
+                 precision: str = "fp32"):
+        """A model in memory with its SentencePiece models: what the train loop's
+        validation BLEU decodes with. ``precision``: fp32, or bf16/fp16 autocast, already
+        resolved (``pipeline.hardware``)."""
+        self.model, self.src_spm, self.tgt_spm = model, src_spm, tgt_spm
+        self.device, self.precision = device, precision
+        self.pad_id, self.bos_id, self.eos_id = special_ids["pad"], special_ids["bos"], special_ids["eos"]
+
+    @classmethod
+    def from_file(cls, model_file: Path, device: str = "cpu", precision: str = "fp32") -> Translator:
+        """``model_file``: a train artifact's ``model.pt`` (or ``best.pt``), or the artifact
+        directory, with the artifact's ``vocab.json`` and SentencePiece model(s) beside it."""
         model_file = Path(model_file)
         if model_file.is_dir():
             model_file = model_file / "model.pt"
         if not model_file.is_file():
             raise FileNotFoundError(f"{model_file}: no model file (a train artifact holds model.pt and best.pt)")
-        self.model, data = load_model_file(model_file, device)
-        self.device, self.precision = device, precision
+        model, data = load_model_file(model_file, device)
         vocab = json.loads((model_file.parent / "vocab.json").read_text())
-        self.src_spm = spm.SentencePieceProcessor(model_file=str(model_file.parent / vocab["models"]["src"]))
-        self.tgt_spm = spm.SentencePieceProcessor(model_file=str(model_file.parent / vocab["models"]["tgt"]))
-        specials = data["vocabulary"]["special_ids"]
-        self.pad_id, self.bos_id, self.eos_id = specials["pad"], specials["bos"], specials["eos"]
+        return cls(model, spm.SentencePieceProcessor(model_file=str(model_file.parent / vocab["models"]["src"])),
+                   spm.SentencePieceProcessor(model_file=str(model_file.parent / vocab["models"]["tgt"])),
+                   data["vocabulary"]["special_ids"], device, precision)
 
     def encode(self, lines: list[str]) -> list[list[int]]:
         return [ids + [self.eos_id] for ids in self.src_spm.encode(lines, out_type=int)]
@@ -69,16 +77,24 @@ class Translator:
         ``on_batch`` is told how many lines each finished batch held (a progress bar)."""
         results: list[list[Translation]] = [[Translation("", Hypothesis((), 0.0, 0.0))] for _ in lines]
         present = [index for index, line in enumerate(lines) if line.strip()]
-        encoded = dict(zip(present, self.encode([lines[index] for index in present])))
-        by_length = sorted(present, key=lambda index: -len(encoded[index]))
+        translated = self.translate_ids(self.encode([lines[index] for index in present]), search, batch_size, on_batch)
+        for index, translations in zip(present, translated):
+            results[index] = translations
+        if on_batch is not None and len(present) < len(lines):
+            on_batch(len(lines) - len(present))  # the blank lines
+        return results
+
+    def translate_ids(self, sources: list[list[int]], search: SearchSettings = SearchSettings(),
+                      batch_size: int = 64, on_batch: Callable[[int], None] | None = None) -> list[list[Translation]]:
+        """The same for sources already encoded (token ids ending with EOS), none empty."""
+        results: list[list[Translation]] = [[] for _ in sources]
+        by_length = sorted(range(len(sources)), key=lambda index: -len(sources[index]))
         for start in range(0, len(by_length), batch_size):
             chunk = by_length[start:start + batch_size]
-            for index, hypotheses in zip(chunk, self._search([encoded[index] for index in chunk], search)):
+            for index, hypotheses in zip(chunk, self._search([sources[index] for index in chunk], search)):
                 results[index] = [Translation(self.decode(h.tokens), h) for h in hypotheses]
             if on_batch is not None:
                 on_batch(len(chunk))
-        if on_batch is not None and len(present) < len(lines):
-            on_batch(len(lines) - len(present))  # the blank lines
         return results
 
     def _search(self, sources: list[list[int]], search: SearchSettings) -> list[list[Hypothesis]]:

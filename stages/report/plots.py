@@ -15,6 +15,7 @@ MARKERS = {"rnn": "s", "transformer": "o", "decoder_only": "^"}
 BLEU_VS_FLOPS = "bleu_vs_flops.png"
 LOSS_VS_FLOPS = "valid_loss_vs_flops.png"
 LOSS_VS_TIME = "valid_loss_vs_time.png"
+BLEU_CURVES = "bleu_curves.png"
 
 
 def write_plots(records: list[dict], curves: dict[str, list[dict]], directory: Path, title: str) -> list[str]:
@@ -28,6 +29,9 @@ def write_plots(records: list[dict], curves: dict[str, list[dict]], directory: P
         _curves(records, curves, "train_flops", "training FLOPs (counted)", directory / LOSS_VS_FLOPS, title)
         _curves(records, curves, "train_seconds", "training time (s)", directory / LOSS_VS_TIME, title)
         written += [LOSS_VS_FLOPS, LOSS_VS_TIME]
+    if any("valid_bleu" in point for record in records for point in curves.get(record["name"]) or []):
+        _bleu_curves(records, curves, directory / BLEU_CURVES, title)
+        written.append(BLEU_CURVES)
     return written
 
 
@@ -58,7 +62,7 @@ def _curves(records: list[dict], curves: dict[str, list[dict]], x_field: str, x_
             title: str) -> None:
     figure, axes = plt.subplots(figsize=(6.4, 4.4))
     for record in records:
-        points = curves.get(record["name"]) or []
+        points = [point for point in curves.get(record["name"]) or [] if "valid_loss" in point]
         if points:
             axes.plot([p[x_field] for p in points], [p["valid_loss"] for p in points],
                       marker=MARKERS.get(record["family"], "D"), markersize=3, label=record["name"])
@@ -69,6 +73,33 @@ def _curves(records: list[dict], curves: dict[str, list[dict]], x_field: str, x_
     axes.set_title(title)
     axes.grid(True, which="both", alpha=0.3)
     axes.legend(fontsize=8)
+    _save(figure, path)
+
+
+def _bleu_curves(records: list[dict], curves: dict[str, list[dict]], path: Path, title: str) -> None:
+    """Validation loss (left) next to BLEU during training (right): the validation
+    split solid, the fixed sample of training pairs dashed, against updates."""
+    figure, (loss_axes, bleu_axes) = plt.subplots(1, 2, figsize=(11, 4.4))
+    for record in records:
+        points = curves.get(record["name"]) or []
+        marker = MARKERS.get(record["family"], "D")
+        losses = [point for point in points if "valid_loss" in point]
+        line, = loss_axes.plot([p["step"] for p in losses], [p["valid_loss"] for p in losses], marker=marker,
+                               markersize=3, label=record["name"])
+        scored = [point for point in points if "valid_bleu" in point]
+        bleu_axes.plot([p["step"] for p in scored], [p["valid_bleu"] for p in scored], marker=marker,
+                       markersize=3, color=line.get_color(), label=f"{record['name']} valid")
+        sampled = [point for point in scored if "train_bleu" in point]
+        if sampled:
+            bleu_axes.plot([p["step"] for p in sampled], [p["train_bleu"] for p in sampled], linestyle="--",
+                           color=line.get_color(), label=f"{record['name']} train sample")
+    loss_axes.set_ylabel("validation loss (nats per target token)")
+    bleu_axes.set_ylabel("BLEU during training (decoded, sacreBLEU)")
+    for axes in (loss_axes, bleu_axes):
+        axes.set_xlabel("updates")
+        axes.grid(True, alpha=0.3)
+        axes.legend(fontsize=7)
+    figure.suptitle(title)
     _save(figure, path)
 
 

@@ -18,9 +18,10 @@ from pipeline.artifacts import MANIFEST
 FIELDS = (
     "name", "family", "preset", "parameters", "non_embedding_parameters", "steps", "stop_reason", "train_tokens",
     "train_seconds", "workers", "device_hours", "train_flops", "train_flops_6nd", "train_flops_paper",
-    "flops_per_second", "mfu", "best_valid_ppl", "bleu", "chrf", "greedy_bleu", "greedy_chrf", "beam_size",
+    "flops_per_second", "mfu", "best_valid_ppl", "best_valid_bleu", "bleu", "bleu_lc", "chrf", "greedy_bleu",
+    "greedy_bleu_lc", "greedy_chrf", "beam_size",
     "sentences_per_second", "tokens_per_second", "greedy_sentences_per_second", "test_sentences",
-    "sacrebleu_signature", "chrf_signature",
+    "sacrebleu_signature", "bleu_lc_signature", "chrf_signature",
     "precision", "device_name", "device_capability", "threads_per_worker", "peak_flops_per_worker", "peak_source",
     "peak_detail", "eval_precision", "eval_device_name",
 )
@@ -50,14 +51,17 @@ def model_record(name: str, train_config: dict, train_metrics: dict, eval_metric
         "train_flops_paper": train_metrics["train_seconds"] * training["workers"] * peak if peak else None,
         "flops_per_second": train_metrics["flops_per_second"], "mfu": train_metrics.get("mfu"),
         "best_valid_ppl": train_metrics.get("best_valid_ppl"),
-        "bleu": evaluation.get("bleu"), "chrf": evaluation.get("chrf"),
-        "greedy_bleu": evaluation.get("greedy_bleu"), "greedy_chrf": evaluation.get("greedy_chrf"),
+        "best_valid_bleu": train_metrics.get("best_valid_bleu"),
+        "bleu": evaluation.get("bleu"), "bleu_lc": evaluation.get("bleu_lc"), "chrf": evaluation.get("chrf"),
+        "greedy_bleu": evaluation.get("greedy_bleu"), "greedy_bleu_lc": evaluation.get("greedy_bleu_lc"),
+        "greedy_chrf": evaluation.get("greedy_chrf"),
         "beam_size": evaluation.get("beam_size"),
         "sentences_per_second": evaluation.get("sentences_per_second"),
         "tokens_per_second": evaluation.get("tokens_per_second"),
         "greedy_sentences_per_second": evaluation.get("greedy_sentences_per_second"),
         "test_sentences": evaluation.get("sentences"),
         "sacrebleu_signature": evaluation.get("bleu_signature"),
+        "bleu_lc_signature": evaluation.get("bleu_lc_signature"),
         "chrf_signature": evaluation.get("chrf_signature"),
         "precision": train_metrics.get("precision"), "device_name": train_metrics.get("device_name"),
         "device_capability": train_metrics.get("device_capability"),
@@ -68,10 +72,17 @@ def model_record(name: str, train_config: dict, train_metrics: dict, eval_metric
     return {field: record[field] for field in FIELDS}
 
 
+# What a validation point of the curve keeps: the loss every ``valid_every`` updates,
+# BLEU and chrF (valid split and the training sample) every ``valid_bleu_every``.
+CURVE_FIELDS = ("valid_loss", "valid_bleu", "valid_chrf", "train_bleu", "train_chrf")
+
+
 def validation_curve(rows: list[dict]) -> list[dict]:
-    """The validation points of a training curve: loss against FLOPs and seconds."""
+    """The validation points of a training curve against steps, FLOPs and seconds; a
+    point holds the loss, the BLEU scores, or both."""
     return [{"step": row["step"], "train_flops": row["train_flops"], "train_seconds": row["train_seconds"],
-             "valid_loss": row["valid_loss"]} for row in rows if "valid_loss" in row]
+             **{field: row[field] for field in CURVE_FIELDS if field in row}}
+            for row in rows if any(field in row for field in CURVE_FIELDS)]
 
 
 def parse_jsonl(text: str) -> list[dict]:

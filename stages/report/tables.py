@@ -52,8 +52,10 @@ COLUMNS: tuple[tuple[str, str, Callable], ...] = (
     ("peak from", "peak_source", str),
     ("MFU", "mfu", "{:.1%}".format),
     ("valid ppl", "best_valid_ppl", _fixed(2)),
+    ("valid BLEU", "best_valid_bleu", _fixed(2)),
     ("BLEU greedy", "greedy_bleu", _fixed(2)),
     ("BLEU beam", "bleu", _fixed(2)),
+    ("BLEU lc beam", "bleu_lc", _fixed(2)),
     ("chrF greedy", "greedy_chrf", _fixed(2)),
     ("chrF beam", "chrf", _fixed(2)),
     ("sent/s beam", "sentences_per_second", _fixed(1)),
@@ -62,7 +64,7 @@ COLUMNS: tuple[tuple[str, str, Callable], ...] = (
 
 # What a terminal shows (the files have every column).
 SUMMARY_COLUMNS = ("model", "precision", "params", "train tokens", "time", "FLOPs counted", "MFU", "valid ppl",
-                   "BLEU greedy", "BLEU beam", "chrF beam", "sent/s beam")
+                   "BLEU greedy", "BLEU beam", "BLEU lc beam", "chrF beam", "sent/s beam")
 
 
 def display_table(records: list[dict]) -> pd.DataFrame:
@@ -75,7 +77,9 @@ def display_table(records: list[dict]) -> pd.DataFrame:
 def signature_lines(records: list[dict]) -> list[str]:
     """The sacreBLEU signatures in use: one line each, with the models that share it."""
     lines = []
-    for metric, field in (("BLEU", "sacrebleu_signature"), ("chrF", "chrf_signature")):
+    for metric, field in (("BLEU", "sacrebleu_signature"),
+                          ("BLEU lc (lowercased, as the literature reports)", "bleu_lc_signature"),
+                          ("chrF", "chrf_signature")):
         signatures: dict[str, list[str]] = {}
         for record in records:
             if record.get(field):
@@ -135,7 +139,10 @@ def html_page(records: list[dict], title: str, plots: list[str]) -> str:
             f"<p>{html.escape(NOTES)}</p>{images}</body></html>\n")
 
 
-NOTES = ("FLOPs counted: matrix products of every update (stages/train/flops.py), 3 x forward; "
+NOTES = ("BLEU: cased, detokenized (the headline); BLEU lc: lowercased, the kind Multi30k papers report; "
+         "valid BLEU: the best BLEU on the validation split during training (greedy unless "
+         "train.valid_bleu_beam says otherwise). "
+         "FLOPs counted: matrix products of every update (stages/train/flops.py), 3 x forward; "
          "6ND: 6 x non-embedding parameters x source and target tokens (Kaplan et al. 2020); "
          "time x peak: training seconds x workers x peak FLOP/s per worker (Vaswani et al. 2017, table 2); "
          "the peak is measured on each worker by a matmul probe in the run's precision, taken from the "

@@ -34,7 +34,8 @@ __all__ = ["VERSION", "RUN_NAME", "SERVING_FILES", "run", "preflight", "weights_
 # 3: checkpoints but the newest are slimmed to their fp32 weights
 # 4: no dropout on attention weights by default, CPU dropout masks from uniform draws,
 #    fused Adam: the same config trains a different model
-VERSION = 4
+# 5: validation BLEU rows, best.pt and early stopping by train.best_metric
+VERSION = 5
 RUN_NAME = "train_run"
 # What translating with a trained model reads: the weights, the vocabulary and the
 # SentencePiece model(s). Evaluation and ``nmt translate`` fetch only these.

@@ -48,8 +48,9 @@ class TrainConfig(Section):
     eps: float = Field(default=1e-9, gt=0.0)
     weight_decay: float = Field(default=0.0, ge=0.0)
     # noam: lr = lr_scale * d_model^-0.5 * min(step^-0.5, step * warmup^-1.5) (section 5.3);
-    # cosine: linear warmup to lr, cosine decay to min_lr at max_steps.
-    schedule: Literal["noam", "cosine"] = "noam"
+    # cosine: linear warmup to lr, cosine decay to min_lr at max_steps;
+    # constant: linear warmup to lr, then lr (the RNN recipes' plain Adam).
+    schedule: Literal["noam", "cosine", "constant"] = "noam"
     lr: float = Field(default=5e-4, gt=0.0)
     lr_scale: float = Field(default=1.0, gt=0.0)
     min_lr: float = Field(default=0.0, ge=0.0)
@@ -63,7 +64,18 @@ class TrainConfig(Section):
     max_wall_time: float | None = Field(default=None, gt=0)  # seconds of training
 
     valid_every: int = Field(default=1000, gt=0)  # steps
-    early_stopping_patience: int | None = Field(default=None, gt=0)  # validations without improvement
+    # Validation BLEU: every N updates, decode the valid split (the first
+    # valid_bleu_sentences of it, or all) and a fixed random subset of train_bleu_sentences
+    # training pairs, and score both with sacreBLEU (BLEU and chrF). None: off.
+    valid_bleu_every: int | None = Field(default=None, gt=0)
+    valid_bleu_sentences: int | None = Field(default=None, gt=0)
+    train_bleu_sentences: int = Field(default=500, ge=0)
+    valid_bleu_beam: int = Field(default=1, gt=0)  # 1: greedy
+    valid_bleu_batch_size: int = Field(default=64, gt=0)  # sentences per decoding batch
+    # What picks best.pt and what early stopping watches: the valid loss (every
+    # valid_every updates) or the valid BLEU (every valid_bleu_every updates).
+    best_metric: Literal["valid_loss", "valid_bleu"] = "valid_loss"
+    early_stopping_patience: int | None = Field(default=None, gt=0)  # validations of best_metric without improvement
     checkpoint_every: int = Field(default=1000, gt=0)  # steps
     keep_checkpoints: int = Field(default=5, gt=0)
     # The final model averages the last N checkpoints (the paper averaged 5, section 6.1).
@@ -91,6 +103,12 @@ class TrainConfig(Section):
             raise ValueError("average_last cannot exceed keep_checkpoints")
         if self.precision == "fp16" and not self.use_gpu:
             raise ValueError("precision fp16 needs use_gpu: true; on a CPU use auto, bf16 or fp32")
+        if self.best_metric == "valid_bleu" and self.valid_bleu_every is None:
+            raise ValueError("best_metric 'valid_bleu' needs valid_bleu_every (updates between BLEU validations)")
+        if self.valid_bleu_every is not None and self.zero_stage == 3:
+            # Each worker decodes its own share, a different number of forward passes:
+            # ZeRO-3 gathers parameters collectively on every forward and would hang.
+            raise ValueError("valid_bleu_every cannot be used with zero_stage 3")
         if self.threads_per_worker is not None and self.threads_per_worker > self.cpus_per_worker:
             raise ValueError(f"threads_per_worker ({self.threads_per_worker}) exceeds cpus_per_worker "
                              f"({self.cpus_per_worker}): the threads would oversubscribe the CPUs Ray gives "

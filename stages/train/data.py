@@ -60,6 +60,11 @@ class TokenizedSplit:
         tgt_in = tgt_in.masked_fill(tgt_out == self.pad_id, self.pad_id)
         return Batch(src, tgt_in, tgt_out, src_lengths, tgt_lengths)
 
+    def token_ids(self, side: str, indices) -> list[list[int]]:
+        """The ``side`` ("src" or "tgt") sequences of the pairs at ``indices``, EOS included."""
+        values, offsets = self._src if side == "src" else self._tgt
+        return [values[offsets[index]:offsets[index + 1]].tolist() for index in indices]
+
     def _padded(self, flat: tuple[np.ndarray, np.ndarray], indices: np.ndarray, lengths: np.ndarray) -> Tensor:
         values, offsets = flat
         width = int(lengths.max(initial=1))

@@ -85,8 +85,14 @@ def train_worker(loop_config: dict) -> None:
         progress.restarts += 1
     progress.hardware = hardware  # this attempt's: a resumed run may land on other hardware
 
+    bleu = None
+    if training.valid_bleu_every is not None:
+        from stages.train.validation_bleu import BleuValidator
+
+        bleu = BleuValidator(tokenized, train_split, valid_split, training, str(engine.device),
+                             hardware["precision"], rank, world)
     loop = TrainLoop(engine, config, facts, train_split, valid_split, rank, world, progress, history, best,
-                     loop_config["metrics_sink"] if rank == 0 else None)
+                     loop_config["metrics_sink"] if rank == 0 else None, bleu)
     loop.run()
 
 
@@ -138,7 +144,7 @@ def _newest_checkpoint(run_dir: str, filesystem, world: int, zero_stage: int):
 class TrainLoop:
     def __init__(self, engine, config: TrainStageConfig, facts: dict, train_split: TokenizedSplit,
                  valid_split: TokenizedSplit, rank: int, world: int, progress: TrainingProgress,
-                 history: list[dict], best: dict | None, metrics_sink=None):
+                 history: list[dict], best: dict | None, metrics_sink=None, bleu=None):
         self.engine, self.model, self.config, self.training = engine, engine.module, config, config.train
         self.pad_id = facts["special_ids"]["pad"]
         self.train_split, self.valid_split = train_split, valid_split
@@ -148,6 +154,7 @@ class TrainLoop:
         self.device = engine.device
         self.window = _Window()
         self.metrics_sink = metrics_sink  # rank 0's live MLflow logging, when tracked
+        self.bleu = bleu  # validation_bleu.BleuValidator, when train.valid_bleu_every is set
 
     def _record(self, row: dict) -> None:
         """A logged row: kept for the checkpoint's history and sent to the tracker now.
@@ -173,6 +180,8 @@ class TrainLoop:
             bar.show(progress)
             if progress.step % training.valid_every == 0:
                 self._validate()
+            if self.bleu is not None and progress.step % training.valid_bleu_every == 0:
+                self._validate_bleu()
             progress.stop_reason = budget_reached(training, progress)
             if progress.step % training.checkpoint_every == 0 and not progress.stop_reason:
                 self._checkpoint()
@@ -181,6 +190,8 @@ class TrainLoop:
         # the stop reason are read from that last checkpoint.
         if progress.last_valid_step != progress.step:
             self._validate()
+        if self.bleu is not None and progress.last_bleu_step != progress.step:
+            self._validate_bleu()
         self._checkpoint()
 
     def _progress_bar(self) -> BudgetBar:
@@ -301,14 +312,38 @@ class TrainLoop:
         progress.last_valid_step = progress.step
         improved = valid_loss < progress.best_valid_loss
         if improved:
-            progress.best_valid_loss, progress.best_step = valid_loss, progress.step
+            progress.best_valid_loss = valid_loss
+        self._judge("valid_loss", improved)
+        self._record({"step": progress.step, "valid_loss": valid_loss,
+                      "valid_ppl": math.exp(min(valid_loss, 50)), "train_seconds": progress.seconds,
+                      "train_flops": progress.train_flops, "train_tokens": progress.train_tokens})
+
+    def _validate_bleu(self) -> None:
+        """BLEU and chrF on the valid split and a fixed sample of training pairs."""
+        progress = self.progress
+        with self._precision():
+            scores = self.bleu(self.model)
+        self.model.train()
+        progress.last_bleu_step = progress.step
+        improved = progress.best_valid_bleu is None or scores["valid_bleu"] > progress.best_valid_bleu
+        if improved:
+            progress.best_valid_bleu = scores["valid_bleu"]
+        self._judge("valid_bleu", improved)
+        self._record({"step": progress.step, **scores, "train_seconds": progress.seconds,
+                      "train_flops": progress.train_flops, "train_tokens": progress.train_tokens})
+
+    def _judge(self, metric: str, improved: bool) -> None:
+        """Keep the best weights and count validations without improvement, for the
+        metric that ``train.best_metric`` names (the other is only logged)."""
+        if metric != self.training.best_metric:
+            return
+        progress = self.progress
+        if improved:
+            progress.best_step = progress.step
             progress.validations_without_improvement = 0
             self.best = _full_state_dict(self.engine) if self.rank == 0 else None
         else:
             progress.validations_without_improvement += 1
-        self._record({"step": progress.step, "valid_loss": valid_loss,
-                             "valid_ppl": math.exp(min(valid_loss, 50)), "train_seconds": progress.seconds,
-                             "train_flops": progress.train_flops, "train_tokens": progress.train_tokens})
 
     def _checkpoint(self) -> None:
         import ray.train

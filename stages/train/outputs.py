@@ -45,7 +45,8 @@ def write_outputs(output: Path, config: TrainStageConfig, tokenized: Path, check
             slim(checkpoint, averaged_weights.get(checkpoint.step) or checkpoint_weights(checkpoint, training.zero_stage))
     progress = last.progress
     info = {"step": progress["step"], "averaged_steps": [c.step for c in averaged],
-            "best_step": progress["best_step"], "best_valid_loss": progress["best_valid_loss"]}
+            "best_step": progress["best_step"], "best_metric": training.best_metric,
+            "best_valid_loss": progress["best_valid_loss"], "best_valid_bleu": progress.get("best_valid_bleu")}
     save_model_file(weights_file(output), config.model, facts, weights, info)
     if (last.path / "best.pt").is_file():
         best = torch.load(last.path / "best.pt", weights_only=True)
@@ -82,6 +83,9 @@ def write_outputs(output: Path, config: TrainStageConfig, tokenized: Path, check
     if progress["best_valid_loss"] is not None:
         metrics["best_valid_loss"] = progress["best_valid_loss"]
         metrics["best_valid_ppl"] = math.exp(min(progress["best_valid_loss"], 50))
+    if progress.get("best_valid_bleu") is not None:
+        metrics["best_valid_bleu"] = progress["best_valid_bleu"]
+        metrics["best_step"] = progress["best_step"]
     if train_rows:
         metrics["final_train_loss"] = train_rows[-1]["train_loss"]
     report = {"model": config.model.model_dump(mode="json"), "stop_reason": progress["stop_reason"],

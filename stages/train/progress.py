@@ -21,10 +21,12 @@ class TrainingProgress:
     train_flops: float = 0.0  # counted (stages/train/flops.py), all workers
     seconds: float = 0.0  # wall time spent training, across restarts
     best_valid_loss: float = math.inf
-    best_step: int = 0
-    validations_without_improvement: int = 0
+    best_valid_bleu: float | None = None
+    best_step: int = 0  # of the best ``best_metric``
+    validations_without_improvement: int = 0  # of ``best_metric``
     last_checkpoint_step: int = -1
     last_valid_step: int = -1
+    last_bleu_step: int = -1
     stop_reason: str = ""
     restarts: int = 0
     skipped_updates: int = 0  # fp16: updates DeepSpeed skipped because gradients overflowed

@@ -106,9 +106,9 @@ def test_every_family_is_trained_evaluated_reported_and_tracked(pipeline_run):
     assert run.again.output.count("│ cached ") == 11  # four data stages, three x (train, evaluate), report
 
 
-def sacrebleu_cli(references: Path, hypotheses: Path) -> dict[str, float]:
+def sacrebleu_cli(references: Path, hypotheses: Path, *options: str) -> dict[str, float]:
     result = subprocess.run([sys.executable, "-m", "sacrebleu", str(references), "-i", str(hypotheses),
-                             "-m", "bleu", "chrf", "-w", "6", "--format", "json"],
+                             "-m", "bleu", "chrf", "-w", "6", "--format", "json", *options],
                             capture_output=True, text=True, check=True)
     scores = json.loads(result.stdout)
     return {entry["name"]: entry["score"] for entry in scores}
@@ -124,7 +124,10 @@ def test_stage_scores_equal_sacrebleu_run_on_the_written_files(pipeline_run, fam
         cli = sacrebleu_cli(directory / "reference.txt", directory / hypotheses)
         assert scores[f"{prefix}bleu"] == pytest.approx(cli["BLEU"], abs=1e-4)
         assert scores[f"{prefix}chrf"] == pytest.approx(cli["chrF2"], abs=1e-4)
+        lowercased = sacrebleu_cli(directory / "reference.txt", directory / hypotheses, "-lc")
+        assert scores[f"{prefix}bleu_lc"] == pytest.approx(lowercased["BLEU"], abs=1e-4)
     assert scores["bleu_signature"].startswith("nrefs:1|case:mixed|eff:no|tok:13a")
+    assert scores["bleu_lc_signature"].startswith("nrefs:1|case:lc|eff:no|tok:13a")
 
 
 def test_beam_four_finds_higher_scoring_translations_than_greedy(pipeline_run):
@@ -134,7 +137,7 @@ def test_beam_four_finds_higher_scoring_translations_than_greedy(pipeline_run):
     sources = (directory / "source.txt").read_text().splitlines()
     # In the precision the stage resolved (bf16 on an AMX CPU, fp32 elsewhere).
     precision = json.loads((directory / "scores.json").read_text())["precision"]
-    translator = Translator(artifact(pipeline_run, "train/rnn_tiny") / "model.pt", precision=precision)
+    translator = Translator.from_file(artifact(pipeline_run, "train/rnn_tiny") / "model.pt", precision=precision)
     beam = translator.translate(sources, SearchSettings(beam_size=4, max_length_b=20), batch_size=8)
     greedy = translator.translate(sources, SearchSettings(beam_size=1, max_length_b=20), batch_size=8)
     beam_mean = sum(line[0].hypothesis.score for line in beam) / len(beam)

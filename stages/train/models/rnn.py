@@ -44,14 +44,17 @@ class Attention(nn.Module):
     def precompute(self, annotations: Tensor) -> Tensor:
         return annotations if self.kind == "dot" else self.key(annotations)
 
-    def forward(self, state: Tensor, keys: Tensor, annotations: Tensor, src_valid: Tensor) -> Tensor:
-        """Context vector c_t (B, H) for decoder state s_t (B, H)."""
+    def weights(self, state: Tensor, keys: Tensor, src_valid: Tensor) -> Tensor:
+        """Attention weights alpha_t (B, S) over the annotations for decoder state s_t (B, H)."""
         if self.kind == "additive":
             scores = self.score(torch.tanh(self.query(state).unsqueeze(1) + keys)).squeeze(2)
         else:
             scores = torch.bmm(keys, state.unsqueeze(2)).squeeze(2)
-        scores = scores.masked_fill(~src_valid, float("-inf"))
-        weights = torch.softmax(scores, dim=1)
+        return torch.softmax(scores.masked_fill(~src_valid, float("-inf")), dim=1)
+
+    def forward(self, state: Tensor, keys: Tensor, annotations: Tensor, src_valid: Tensor) -> Tensor:
+        """Context vector c_t (B, H) for decoder state s_t (B, H)."""
+        weights = self.weights(state, keys, src_valid)
         return torch.bmm(weights.unsqueeze(1), annotations).squeeze(1)
 
 

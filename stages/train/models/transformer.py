@@ -82,6 +82,18 @@ class MultiHeadAttention(nn.Module):
                                                   dropout_p=self.dropout if self.training else 0.0)
         return self.out(attended.transpose(1, 2).reshape(x.shape))
 
+    def weights(self, x: Tensor, keys: Tensor, mask: Tensor | None = None, causal: bool = False) -> Tensor:
+        """(B, H, Tq, Tk): the attention probabilities ``forward`` applies, computed
+        explicitly (the fused kernels never materialize them), for inspection."""
+        query = self.split_heads(self.query(x))
+        scores = query @ keys.transpose(-2, -1) / math.sqrt(query.size(-1))
+        if causal:  # query i sees keys up to i (the last Tq of Tk positions are the queries')
+            allowed = torch.ones(scores.shape[-2:], dtype=torch.bool, device=x.device).tril(keys.size(2) - x.size(1))
+            scores = scores.masked_fill(~allowed, float("-inf"))
+        if mask is not None:
+            scores = scores.masked_fill(~mask, float("-inf"))
+        return scores.float().softmax(dim=-1)
+
 
 class FeedForward(nn.Module):
     def __init__(self, d_model: int, ff_dim: int, activation=F.relu):

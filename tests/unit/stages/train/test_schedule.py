@@ -23,3 +23,10 @@ def test_cosine_schedule_warms_up_then_decays_to_min_lr():
     assert learning_rate(10, config, 512) == pytest.approx(1e-3)
     assert learning_rate(60, config, 512) == pytest.approx((1e-3 + 1e-5) / 2)
     assert learning_rate(110, config, 512) == pytest.approx(1e-5)
+
+
+def test_constant_schedule_warms_up_then_holds_lr():
+    config = TrainConfig(schedule="constant", lr=4e-4, warmup_steps=100, max_epochs=1)
+    assert learning_rate(50, config, 256) == pytest.approx(2e-4)
+    assert learning_rate(100, config, 256) == pytest.approx(4e-4)
+    assert learning_rate(100_000, config, 256) == pytest.approx(4e-4)
