@@ -252,3 +252,46 @@ def test_translate_refuses_bf16_on_a_cpu_without_it(pipeline_run, monkeypatch):
     assert refused.exit_code == 2 and "--precision: bf16 is refused on this CPU" in refused.output
     auto = CliRunner().invoke(app, ["translate", str(model_dir)], input="A dog.\n")
     assert auto.exit_code == 0 and len(auto.stdout.splitlines()) == 1
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_translate_alignment_prints_one_line_per_input_line(pipeline_run, tmp_path, family):
+    run = pipeline_run
+    sources = (artifact(run, f"evaluate/{family}_tiny") / "source.txt").read_text().splitlines()
+    picked = [sources[2], "", sources[7], sources[11]]
+    (tmp_path / "input.en").write_text("\n".join(picked) + "\n")
+    common = ["translate", str(run.config), "--model", f"{family}_tiny", "--input", str(tmp_path / "input.en"),
+              "--max-length-b", "20"]
+    plain = CliRunner().invoke(app, common)
+    aligned = CliRunner().invoke(app, [*common, "--alignment"])
+    assert aligned.exit_code == 0, aligned.output
+    lines = aligned.stdout.removesuffix("\n").split("\n")
+    assert len(lines) == len(picked)
+    texts, alignments = zip(*(line.split(" ||| ") for line in lines))
+    assert list(texts) == plain.stdout.removesuffix("\n").split("\n")  # the same translations
+    assert alignments[1] == ""  # a blank line aligns nothing
+    for source, text, alignment in zip(picked, texts, alignments):
+        if not source:
+            continue
+        links = [tuple(map(int, link.split("-"))) for link in alignment.split()]
+        target_words = len(text.split())
+        # Every target word is aligned; indices stay inside both sentences (a source
+        # word of SentencePiece may be split from its punctuation, hence the slack).
+        assert {j for _, j in links} == set(range(target_words)) or not text
+        assert all(0 <= i < len(source.split()) + 3 for i, _ in links)
+    refused = CliRunner().invoke(app, [*common, "--alignment", "--beam", "4", "--nbest", "2"])
+    assert refused.exit_code == 2 and "--nbest 1" in refused.output
+
+
+@pytest.mark.parametrize("family, expected_maps", [("transformer", 2 * 4 * 3), ("rnn", 1), ("decoder_only", 4 * 4)])
+def test_nmt_attention_writes_a_heatmap_per_layer_and_head_and_one_page(pipeline_run, tmp_path, family,
+                                                                       expected_maps):
+    out = tmp_path / "maps"
+    result = CliRunner().invoke(app, ["attention", str(pipeline_run.config), "--model", f"{family}_tiny",
+                                      "--input", "Two dogs play in the snow.", "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    pngs = sorted(out.glob("*.png"))
+    assert len(pngs) == expected_maps
+    assert all(png.read_bytes().startswith(b"\x89PNG") for png in pngs)
+    page = (out / "index.html").read_text()
+    assert page.count("data:image/png;base64,") == expected_maps  # self-contained
