@@ -321,8 +321,7 @@ class TrainLoop:
     def _validate_bleu(self) -> None:
         """BLEU and chrF on the valid split and a fixed sample of training pairs."""
         progress = self.progress
-        with self._precision():
-            scores = self.bleu(self.model)
+        scores = self.bleu(self.model)  # decodes in the run's precision itself (Translator's autocast)
         self.model.train()
         progress.last_bleu_step = progress.step
         improved = progress.best_valid_bleu is None or scores["valid_bleu"] > progress.best_valid_bleu
