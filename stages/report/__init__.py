@@ -19,7 +19,8 @@ from stages.report import records, tables
 from stages.report.config import ReportStageConfig
 from stages.report.plots import write_plots
 
-VERSION = 3
+# 4: lowercased BLEU and best valid BLEU columns, BLEU curves during training
+VERSION = 4
 # The files of each upstream artifact a record reads (besides its manifest): never
 # the train stage's checkpoints.
 READS = {"train": ("metrics.jsonl",), "evaluate": ()}

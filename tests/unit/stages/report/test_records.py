@@ -44,3 +44,27 @@ def test_no_peak_at_all_leaves_the_columns_empty():
     record = model_record("bare", CONFIG, {**TRAIN, "mfu": None}, None)
     assert record["train_flops_paper"] is None and record["peak_source"] is None
     assert hardware_lines([record]) == []
+
+
+def test_the_curve_keeps_loss_and_bleu_points_and_the_report_plots_bleu_beside_the_loss(tmp_path):
+    from stages.report.plots import BLEU_CURVES, LOSS_VS_FLOPS, write_plots
+    from stages.report.records import validation_curve
+
+    rows = [{"step": 10, "train_loss": 5.0, "train_flops": 1e12, "train_seconds": 5.0},
+            {"step": 10, "valid_loss": 4.0, "train_flops": 1e12, "train_seconds": 5.0},
+            {"step": 20, "valid_loss": 3.5, "train_flops": 2e12, "train_seconds": 9.0},
+            {"step": 20, "valid_bleu": 12.5, "valid_chrf": 40.0, "train_bleu": 15.0, "train_chrf": 45.0,
+             "bleu_decode_seconds": 3.0, "train_flops": 2e12, "train_seconds": 9.0}]
+    curve = validation_curve(rows)
+    assert [point["step"] for point in curve] == [10, 20, 20]  # no training-loss row
+    assert curve[2] == {"step": 20, "train_flops": 2e12, "train_seconds": 9.0, "valid_bleu": 12.5,
+                        "valid_chrf": 40.0, "train_bleu": 15.0, "train_chrf": 45.0}
+    record = model_record("t", CONFIG, {**TRAIN, "best_valid_bleu": 12.5}, {"bleu": 11.0, "bleu_lc": 12.0})
+    assert display_table([record]).iloc[0][["valid BLEU", "BLEU beam", "BLEU lc beam"]].tolist() == \
+        ["12.50", "11.00", "12.00"]
+    written = write_plots([record], {"t": curve}, tmp_path, "title")
+    assert BLEU_CURVES in written and LOSS_VS_FLOPS in written
+    assert (tmp_path / BLEU_CURVES).read_bytes().startswith(b"\x89PNG")
+    # Without BLEU points there is no BLEU figure.
+    (tmp_path / "loss_only").mkdir()
+    assert BLEU_CURVES not in write_plots([record], {"t": curve[:2]}, tmp_path / "loss_only", "title")

@@ -49,3 +49,26 @@ def test_a_models_train_override_is_validated_and_applied(tmp_path):
     path.write_text(yaml.safe_dump(data))
     with pytest.raises(ConfigError, match=r"model 'rnn_tiny': train\.lr_scal: Extra inputs"):
         load_config(path)
+
+
+def test_best_by_bleu_needs_bleu_validations_and_zero_3_cannot_decode_per_worker(tmp_path):
+    with pytest.raises(ConfigError, match=r"train: .*best_metric 'valid_bleu' needs valid_bleu_every"):
+        load_config(_with({"max_steps": 1, "best_metric": "valid_bleu"}, tmp_path))
+    with pytest.raises(ConfigError, match=r"train: .*valid_bleu_every cannot be used with zero_stage 3"):
+        load_config(_with({"max_steps": 1, "valid_bleu_every": 10, "zero_stage": 3}, tmp_path))
+    assert TrainConfig(max_steps=1, valid_bleu_every=10, best_metric="valid_bleu").valid_bleu_beam == 1
+
+
+@pytest.mark.parametrize("name", ["multi30k_en_de_converged.yaml", "multi30k_en_de_wu2021.yaml",
+                                  "multi30k_decoder_only_losses.yaml"])
+def test_the_issue_14_configs_load(name):
+    from tests.helpers import REPO
+
+    config = load_config(REPO / "configs" / name)
+    assert config.train.valid_bleu_every is not None
+
+
+def test_the_ablation_shares_the_default_jobs_data_stages():
+    default, ablation = shipped_config("multi30k_en_de.yaml"), shipped_config("multi30k_decoder_only_losses.yaml")
+    for section in ("download", "clean", "bpe", "tokenize"):
+        assert ablation[section] == default[section], section
