@@ -76,7 +76,7 @@ def attention_files(model: Path, model_name: str | None, text: str, output: Path
         fail(str(error), 2)
     sentence = sentence_attention(translator, text, SearchSettings(beam_size=beam))
     pngs = write_heatmaps(sentence, output)
-    write_page(sentence, pngs, output / "index.html", text, model_name or str(model))
+    write_page(sentence, output / "index.html", text, model_name or str(model))
     console.print(f"translation: {sentence.translation.text}")
     console.print(f"alignment (source word - target word): {format_alignment(hard_alignment(sentence))}")
     console.print(f"{len(pngs)} heatmaps and {output / 'index.html'}")

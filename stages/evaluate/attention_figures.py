@@ -56,9 +56,10 @@ def _heatmap(attention_map: AttentionMap, head: int, tags: tuple[str, ...], path
     plt.close(figure)
 
 
-def write_page(sentence: SentenceAttention, pngs: list[Path], path: Path, source: str, model_name: str) -> None:
-    """One HTML file that needs nothing beside it: the heatmaps as data URIs, and
-    selectors for kind, layer and head (ids ``kind``, ``layer``, ``head``)."""
+def write_page(sentence: SentenceAttention, path: Path, source: str, model_name: str) -> None:
+    """One HTML file that needs nothing beside it: the heatmaps ``write_heatmaps`` wrote
+    into the same directory, inlined as data URIs, and selectors for kind, layer and head
+    (ids ``kind``, ``layer``, ``head``)."""
     images: dict[str, dict[str, dict[str, str]]] = {}
     for attention_map in sentence.maps:
         for head in range(attention_map.weights.size(0)):

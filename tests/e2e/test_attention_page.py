@@ -43,8 +43,8 @@ def test_page_loads_switches_head_and_shows_a_heatmap(browser, tokenized, tmp_pa
     translator = translator_for(tokenized, "transformer")
     sentence = sentence_attention(translator, "Two dogs play in the snow.", SearchSettings(beam_size=2,
                                                                                            max_length_b=6))
-    pngs = write_heatmaps(sentence, tmp_path)
-    write_page(sentence, pngs, tmp_path / "index.html", "Two dogs play in the snow.", "transformer")
+    write_heatmaps(sentence, tmp_path)
+    write_page(sentence, tmp_path / "index.html", "Two dogs play in the snow.", "transformer")
 
     page = browser.new_page(viewport={"width": 1000, "height": 900})
     errors = []
