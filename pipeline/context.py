@@ -86,20 +86,37 @@ class InlineTasks:
 
 
 class RayTasks:
-    """One Ray task per call, with one CPU (and ``gpus`` GPUs), spread over the nodes.
+    """One Ray task per call, with one CPU (and ``gpus`` GPUs), dealt out over the nodes.
 
-    Ray's default policy fills the driver's node before it uses others; a stage's
-    tasks are independent chunks of one job, so they are spread (SPREAD) to use every
-    node's CPUs and disk at once.
+    A stage's tasks are independent chunks of one job, so they should use every node's
+    CPUs and disk at once. Ray's default policy fills the driver's node first, and even
+    its SPREAD policy does not spread short tasks: the owner hands each next task of the
+    same kind to a worker it already leased, so the first node to start a worker can
+    drain the whole queue while the others are still starting theirs. Each task is
+    therefore given a node in turn, round robin over the nodes that have the resources
+    it asks for. The affinity is soft and spills: a task whose node died or is busy
+    runs on another one rather than wait.
 
     ``submit`` returns ObjectRefs; passing one to another ``submit`` hands the value
     over from node to node without passing through the caller. The caller's CPU is
     released while it waits in ``result``.
     """
 
+    def __init__(self) -> None:
+        self.submitted = 0
+
     def submit(self, fn: Callable, *args, num_returns: int = 1, gpus: float = 0) -> Any:
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        nodes = _nodes_with(cpus=1, gpus=gpus)
+        if nodes:
+            node = nodes[self.submitted % len(nodes)]
+            strategy = NodeAffinitySchedulingStrategy(node, soft=True, _spill_on_unavailable=True)
+        else:  # no node has them now (an autoscaler may add one): let Ray wait for it
+            strategy = "SPREAD"
+        self.submitted += 1
         return _remote(fn).options(num_cpus=1, num_gpus=gpus, num_returns=num_returns,
-                                   scheduling_strategy="SPREAD").remote(*args)
+                                   scheduling_strategy=strategy).remote(*args)
 
     def result(self, future: Any) -> Any:
         import ray
@@ -111,6 +128,15 @@ class RayTasks:
         import ray
 
         return max(1, int(ray.cluster_resources().get("CPU", 1)))
+
+
+def _nodes_with(cpus: float, gpus: float) -> list[str]:
+    """The IDs of the live nodes that offer at least these resources, in a fixed order."""
+    import ray
+
+    return sorted(node["NodeID"] for node in ray.nodes()
+                  if node["Alive"] and node["Resources"].get("CPU", 0) >= cpus
+                  and node["Resources"].get("GPU", 0) >= gpus)
 
 
 @functools.cache
