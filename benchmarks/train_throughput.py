@@ -20,7 +20,6 @@ On a GPU two more rows show the pipeline's own paths for our model: ``ours, Deep
 is the train stage's engine (stages/train/loop.py ``build_engine``: bf16 weights, fp32
 master weights, fused Adam), and ``--compile`` adds ``ours, compiled`` (torch.compile).
 
-    pip install -e '.[bench]'          # transformers, for the peer model
     python benchmarks/train_throughput.py                      # CPU: small and base; GPU: base and big
     python benchmarks/train_throughput.py --shapes base --tokens 25000 --device cuda --compile --json out.json
 """

@@ -1,5 +1,6 @@
 """The ``nmt`` command: parses arguments and hands each command to its module in
-``pipeline/commands/`` (run, status and verify, report, translate, inspect)."""
+``pipeline/commands/`` (run, status and verify, report, translate, attention, inspect,
+export, serve)."""
 
 from __future__ import annotations
 
@@ -134,3 +135,65 @@ def attention(
     from pipeline.commands.translate import attention_files
 
     attention_files(model, model_name, text, output, beam, device, artifact_root)
+
+
+@app.command()
+def export(
+    model: Path = typer.Argument(..., help="A model file, a train artifact directory, or an experiment YAML "
+                                           "with --model."),
+    format: str = typer.Option(..., "--format", "-f", help="ctranslate2 or huggingface (a MarianMTModel)."),
+    output: Path = typer.Option(..., "--output", "-o", help="The directory to write."),
+    model_name: Optional[str] = typer.Option(None, "--model", help="Which model of the experiment YAML."),
+    quantization: Optional[str] = typer.Option(
+        None, "--quantization", help="ctranslate2 weights: int8, int8_float32, int8_float16, int8_bfloat16, "
+                                     "int16, float16, bfloat16 or float32 (default: float32)."),
+    force: bool = typer.Option(False, "--force", help="Replace the output directory if it exists."),
+    artifact_root: Optional[str] = RootOpt,
+) -> None:
+    """Export a trained model for CTranslate2 or Hugging Face Transformers, with its SentencePiece model(s)."""
+    from pipeline.commands.export import export_files
+
+    export_files(model, model_name, format, output, quantization, force, artifact_root)
+
+
+@app.command()
+def serve(
+    model: Path = typer.Argument(..., help="A model file, a train artifact directory, or an experiment YAML "
+                                           "with --model."),
+    model_name: Optional[str] = typer.Option(None, "--model", help="Which model of the experiment YAML."),
+    host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on (0.0.0.0: every interface)."),
+    port: int = typer.Option(8000, "--port", min=1, max=65535),
+    backend: str = typer.Option("ours", "--backend", help="ours (the pipeline's beam search) or ctranslate2 "
+                                                          "(the model exported to CTranslate2 in each replica)."),
+    quantization: Optional[str] = typer.Option(None, "--quantization",
+                                               help="ctranslate2 backend's weights: int8, float16, ..."),
+    replicas: int = typer.Option(1, "--replicas", min=1, help="Ray Serve replicas of the model."),
+    cpus_per_replica: float = typer.Option(1.0, "--cpus-per-replica", min=0.0,
+                                           help="Ray CPUs per replica; also its decoding threads."),
+    gpus_per_replica: float = typer.Option(0.0, "--gpus-per-replica", min=0.0, help="GPUs per replica."),
+    max_sentences: int = typer.Option(64, "--max-sentences", min=1, help="Sentences a request may hold."),
+    max_input_tokens: int = typer.Option(256, "--max-input-tokens", min=1,
+                                         help="SentencePiece tokens a sentence may have (longer: HTTP 413)."),
+    max_batch_sentences: int = typer.Option(64, "--max-batch-sentences", min=1,
+                                            help="Sentences of concurrent requests decoded as one batch."),
+    batch_wait_ms: float = typer.Option(10.0, "--batch-wait-ms", min=0.0,
+                                        help="How long a request waits for others to batch with."),
+    address: Optional[str] = typer.Option(None, "--address", envvar="RAY_ADDRESS",
+                                          help="Ray cluster to join; default: start a local instance."),
+    artifact_root: Optional[str] = RootOpt,
+) -> None:
+    """Serve a trained model over HTTP (POST /translate, GET /health, /docs) with Ray Serve."""
+    from pipeline.commands.serve import serve_model
+    from pipeline.serving.app import ServiceSettings
+
+    if backend not in ("ours", "ctranslate2"):
+        from pipeline.commands.output import fail
+
+        fail(f"--backend {backend}: choose ours or ctranslate2", 2)
+    device = "cuda" if gpus_per_replica > 0 else "cpu"
+    settings = ServiceSettings(backend=backend, quantization=quantization, device=device,
+                               threads=max(1, int(cpus_per_replica)), max_sentences=max_sentences,
+                               max_input_tokens=max_input_tokens, max_batch_sentences=max_batch_sentences,
+                               batch_wait_s=batch_wait_ms / 1000)
+    serve_model(model, model_name, host, port, replicas, cpus_per_replica, gpus_per_replica, settings, address,
+                artifact_root)

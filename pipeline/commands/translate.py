@@ -86,17 +86,35 @@ def model_file(model: Path, model_name: str | None, artifact_root: str | None) -
     """The model file that a translate argument names."""
     if model.suffix not in (".yaml", ".yml"):
         return model  # a file or a train artifact directory: Translator takes either
+    return TrainedModel(*trained_artifact(model, model_name, artifact_root))()
+
+
+def trained_artifact(config_file: Path, model_name: str | None, artifact_root: str | None):
+    """(store, stage name, key) of the train artifact of ``model_name`` in an experiment
+    YAML; a clear exit if there is no such model or it is not trained yet."""
     from pipeline.artifacts import ArtifactState
     from pipeline.graph import find_stage, plan
     from stages.names import train_stage
-    from stages.train import SERVING_FILES, weights_file
 
-    experiment = load_experiment(model, [])
+    experiment = load_experiment(config_file, [])
     names = [spec.name for spec in experiment.models]
     if model_name not in names:
-        fail(f"{model}: pick a model with --model: {', '.join(names)}", 2)
+        fail(f"{config_file}: pick a model with --model: {', '.join(names)}", 2)
     store = open_store(experiment, artifact_root)
     trained = find_stage(plan(experiment, store), train_stage(model_name))
     if trained.status.state != ArtifactState.CACHED:
-        fail(f"{model}: {model_name} is not trained yet (nmt run {model} first)", 1)
-    return weights_file(store.local_path(trained.stage.name, trained.key, SERVING_FILES))
+        fail(f"{config_file}: {model_name} is not trained yet (nmt run {config_file} first)", 1)
+    return store, trained.stage.name, trained.key
+
+
+class TrainedModel:
+    """A train artifact's model file, fetched from the store onto the node that calls it
+    (a service replica may run on another node than the command)."""
+
+    def __init__(self, store, stage: str, key: str):
+        self.store, self.stage, self.key = store, stage, key
+
+    def __call__(self) -> Path:
+        from stages.train import SERVING_FILES, weights_file
+
+        return weights_file(self.store.local_path(self.stage, self.key, SERVING_FILES))

@@ -39,6 +39,31 @@ class Translation:
     hypothesis: Hypothesis  # tokens, log-probability and length-penalized score
 
 
+@dataclass(frozen=True)
+class ModelFiles:
+    """What a trained model is served from: its weights file and SentencePiece model(s)."""
+
+    weights: Path
+    src_spm: Path
+    tgt_spm: Path
+
+    @classmethod
+    def find(cls, model_file: Path) -> ModelFiles:
+        """``model_file``: a model file (``model.pt``, ``best.pt``) or a train artifact
+        directory, with the artifact's ``vocab.json`` and SentencePiece model(s) beside it."""
+        model_file = Path(model_file)
+        if model_file.is_dir():
+            model_file = model_file / "model.pt"
+        if not model_file.is_file():
+            raise FileNotFoundError(f"{model_file}: no model file (a train artifact holds model.pt and best.pt)")
+        vocab_file = model_file.parent / "vocab.json"
+        if not vocab_file.is_file():
+            raise FileNotFoundError(f"{vocab_file}: missing; a model file is read with the vocab.json and "
+                                    "SentencePiece models of its train artifact beside it")
+        models = json.loads(vocab_file.read_text())["models"]
+        return cls(model_file, model_file.parent / models["src"], model_file.parent / models["tgt"])
+
+
 class Translator:
     def __init__(self, model: torch.nn.Module, src_spm: spm.SentencePieceProcessor,
                  tgt_spm: spm.SentencePieceProcessor, special_ids: dict, device: str = "cpu",
@@ -54,15 +79,10 @@ class Translator:
     def from_file(cls, model_file: Path, device: str = "cpu", precision: str = "fp32") -> Translator:
         """``model_file``: a train artifact's ``model.pt`` (or ``best.pt``), or the artifact
         directory, with the artifact's ``vocab.json`` and SentencePiece model(s) beside it."""
-        model_file = Path(model_file)
-        if model_file.is_dir():
-            model_file = model_file / "model.pt"
-        if not model_file.is_file():
-            raise FileNotFoundError(f"{model_file}: no model file (a train artifact holds model.pt and best.pt)")
-        model, data = load_model_file(model_file, device)
-        vocab = json.loads((model_file.parent / "vocab.json").read_text())
-        return cls(model, spm.SentencePieceProcessor(model_file=str(model_file.parent / vocab["models"]["src"])),
-                   spm.SentencePieceProcessor(model_file=str(model_file.parent / vocab["models"]["tgt"])),
+        files = ModelFiles.find(model_file)
+        model, data = load_model_file(files.weights, device)
+        return cls(model, spm.SentencePieceProcessor(model_file=str(files.src_spm)),
+                   spm.SentencePieceProcessor(model_file=str(files.tgt_spm)),
                    data["vocabulary"]["special_ids"], device, precision)
 
     def encode(self, lines: list[str]) -> list[list[int]]:

@@ -1,0 +1,160 @@
+"""The translation service: a Ray Serve deployment behind a FastAPI app.
+
+- ``POST /translate`` takes ``{"sentences": [...], "beam": 4, "nbest": 1, ...}`` and
+  answers ``{"translations": [{"text", "score", "nbest": [{"text", "score"}, ...]}]}``,
+  one entry per sentence, in order;
+- ``GET /health`` answers once the model is loaded;
+- ``/openapi.json`` and ``/docs`` describe the API (FastAPI writes them).
+
+Dynamic batching: concurrent requests wait up to ``batch_wait_s`` to be decoded
+together, up to ``max_batch_sentences`` sentences a batch (``serve.batch`` counts
+sentences, not requests). A batch is decoded in a worker thread, so the replica keeps
+accepting the requests that will form the next one. Requests with different search
+options share the wait but are decoded apart.
+
+Bad requests get a 4xx with a message and never reach the model: malformed JSON and
+unknown or out-of-range options (422, FastAPI's validation), too many sentences (413),
+a sentence over the length limit (413, naming its index).
+"""
+
+# No ``from __future__ import annotations``: FastAPI reads the endpoint annotations as
+# classes to tell a JSON body from query parameters.
+import asyncio
+from dataclasses import dataclass
+from typing import Callable
+
+from fastapi import FastAPI, HTTPException
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+from ray import serve
+
+from pipeline.serving.backends import CTranslate2Backend, OurBackend, SearchOptions
+
+MAX_BEAM = 16
+
+
+@dataclass(frozen=True)
+class ServiceSettings:
+    backend: str = "ours"  # or "ctranslate2"
+    quantization: str | None = None  # ctranslate2 weights (int8, ...)
+    device: str = "cpu"
+    threads: int = 1  # intra-op threads per replica
+    max_sentences: int = 64  # per request
+    max_input_tokens: int = 256  # SentencePiece tokens per sentence, EOS included
+    max_batch_sentences: int = 64
+    batch_wait_s: float = 0.01
+
+
+class TranslateRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")  # a misspelt option is an error, not a default
+
+    sentences: list[str] = Field(min_length=1, description="The sentences to translate.")
+    beam: int = Field(4, ge=1, le=MAX_BEAM, description="Beam size; 1 is greedy.")
+    nbest: int = Field(1, ge=1, le=MAX_BEAM, description="Hypotheses per sentence (at most beam).")
+    length_penalty: float = Field(0.6, ge=0.0, le=10.0, description="GNMT's alpha (CTranslate2: the exponent).")
+    max_length_b: int = Field(50, ge=1, le=512, description="At most source length + this many output tokens.")
+
+    @model_validator(mode="after")
+    def nbest_within_beam(self) -> "TranslateRequest":
+        if self.nbest > self.beam:
+            raise ValueError(f"nbest ({self.nbest}) cannot exceed beam ({self.beam})")
+        return self
+
+
+class Hypothesis(BaseModel):
+    text: str
+    score: float
+
+
+class Translation(BaseModel):
+    text: str
+    score: float
+    nbest: list[Hypothesis]
+
+
+class TranslateResponse(BaseModel):
+    translations: list[Translation]
+
+
+class Health(BaseModel):
+    status: str
+    backend: str
+    model: str
+
+
+api = FastAPI(title="nmt-pipeline translation service",
+              description="Translate sentences with a model trained by nmt-pipeline.")
+
+
+@dataclass(frozen=True)
+class Job:
+    """One request's share of a batch."""
+
+    sources: list[list[int]]
+    options: SearchOptions
+
+
+@serve.deployment
+@serve.ingress(api)
+class TranslationService:
+    def __init__(self, fetch_model: Callable, model_name: str, settings: ServiceSettings):
+        model_dir = fetch_model()  # a local path, or the train artifact fetched from the store onto this node
+        if settings.backend == "ctranslate2":
+            self.backend = CTranslate2Backend(model_dir, settings.device, settings.threads, settings.quantization)
+        else:
+            self.backend = OurBackend(model_dir, settings.device, settings.threads)
+        self.settings, self.model_name = settings, model_name
+        self.translate_jobs.set_max_batch_size(settings.max_batch_sentences)
+        self.translate_jobs.set_batch_wait_timeout_s(settings.batch_wait_s)
+
+    @api.get("/health", response_model=Health)
+    def health(self) -> Health:
+        return Health(status="ok", backend=self.backend.name, model=self.model_name)
+
+    @api.post("/translate", response_model=TranslateResponse)
+    async def translate(self, request: TranslateRequest) -> TranslateResponse:
+        limit = self.settings.max_sentences
+        if len(request.sentences) > limit:
+            raise HTTPException(413, f"{len(request.sentences)} sentences: at most {limit} a request")
+        present = [i for i, sentence in enumerate(request.sentences) if sentence.strip()]
+        sources = self.backend.encode([request.sentences[i] for i in present])
+        for index, ids in zip(present, sources):
+            if len(ids) > self.settings.max_input_tokens:
+                raise HTTPException(413, f"sentences[{index}] is {len(ids)} tokens long: at most "
+                                         f"{self.settings.max_input_tokens}")
+        options = SearchOptions(request.beam, request.nbest, request.length_penalty, request.max_length_b)
+        found = await self.translate_jobs(Job(sources, options)) if sources else []
+        translations = [Translation(text="", score=0.0, nbest=[Hypothesis(text="", score=0.0)])
+                        for _ in request.sentences]  # a blank line translates to a blank line
+        for index, hypotheses in zip(present, found):
+            nbest = [Hypothesis(text=text, score=score) for text, score in hypotheses]
+            translations[index] = Translation(text=nbest[0].text, score=nbest[0].score, nbest=nbest)
+        return TranslateResponse(translations=translations)
+
+    @serve.batch(batch_size_fn=lambda jobs: sum(len(job.sources) for job in jobs))
+    async def translate_jobs(self, jobs: list[Job]) -> list[list[list[tuple[str, float]]]]:
+        return await asyncio.to_thread(self._decode, jobs)
+
+    def _decode(self, jobs: list[Job]) -> list[list[list[tuple[str, float]]]]:
+        """Each job's translations: the jobs that share options decoded as one batch."""
+        results: list = [None] * len(jobs)
+        for options in dict.fromkeys(job.options for job in jobs):
+            members = [i for i, job in enumerate(jobs) if job.options == options]
+            sources = [ids for i in members for ids in jobs[i].sources]
+            decoded = iter(self.backend.translate(sources, options))
+            for i in members:
+                results[i] = [next(decoded) for _ in jobs[i].sources]
+        return results
+
+
+def service_app(fetch_model: Callable, model_name: str, settings: ServiceSettings, replicas: int,
+                cpus_per_replica: float, gpus_per_replica: float):
+    """The deployment bound to its model and resources, ready for ``serve.run``."""
+    if settings.max_sentences > settings.max_batch_sentences:
+        raise ValueError(f"max_sentences ({settings.max_sentences}) cannot exceed max_batch_sentences "
+                         f"({settings.max_batch_sentences}): one request must fit in one batch")
+    # Enough requests in flight per replica for batches to fill.
+    ongoing = max(8, 2 * settings.max_batch_sentences)
+    return TranslationService.options(
+        num_replicas=replicas, max_ongoing_requests=ongoing,
+        ray_actor_options={"num_cpus": cpus_per_replica, "num_gpus": gpus_per_replica},
+    ).bind(fetch_model, model_name, settings)
