@@ -1,0 +1,143 @@
+"""nmt serve: a real ``nmt serve CONFIG --model NAME`` process (Ray Serve on a local Ray
+instance) over the train artifact of a real ``nmt run``, called over loopback HTTP."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+import requests
+
+from tests.helpers import slice_multi30k, small_config, write_config
+
+pytestmark = pytest.mark.slow
+MODEL = "transformer_tiny"
+MAX_SENTENCES, MAX_INPUT_TOKENS = 8, 64
+
+
+@pytest.fixture(scope="module")
+def experiment(multi30k, tmp_path_factory) -> tuple[Path, dict]:
+    """A config whose one Transformer is trained (``nmt run --until train``), and the
+    environment its commands run in."""
+    root = tmp_path_factory.mktemp("serve")
+    corpus = slice_multi30k(multi30k, root / "corpus", {"train": 1500, "val": 100, "test_2016_flickr": 100})
+    data = small_config(corpus, train={"max_steps": 150, "max_tokens": 1024, "warmup_steps": 50, "lr_scale": 2.0,
+                                       "valid_every": 150, "checkpoint_every": 150, "average_last": 1})
+    data["models"] = [{"name": MODEL, "family": "transformer", "preset": "tiny"}]
+    config = write_config(root / "serve.yaml", data)
+    env = {**os.environ, "NMT_CACHE_DIR": str(root / "cache"), "COLUMNS": "200"}
+    run = subprocess.run([sys.executable, "-m", "pipeline", "run", str(config), "--until", "train"], cwd=root,
+                         env=env, capture_output=True, text=True, timeout=900)
+    assert run.returncode == 0, run.stderr[-3000:]
+    return config, env
+
+
+@pytest.fixture(scope="module")
+def service(experiment) -> str:
+    config, env = experiment
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    log = config.parent / "serve.log"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "pipeline", "serve", str(config), "--model", MODEL, "--port", str(port),
+         "--max-sentences", str(MAX_SENTENCES), "--max-input-tokens", str(MAX_INPUT_TOKENS),
+         "--max-batch-sentences", "32", "--batch-wait-ms", "20"],
+        cwd=config.parent, env=env, stdout=subprocess.PIPE, stderr=open(log, "w"), text=True, start_new_session=True)
+    deadline = time.time() + 240
+    for line in process.stdout:
+        if line.startswith("ready"):
+            break
+        assert time.time() < deadline, log.read_text()[-3000:]
+    assert process.poll() is None, log.read_text()[-3000:]
+    yield f"http://127.0.0.1:{port}"
+    process.send_signal(signal.SIGINT)
+    try:
+        process.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+
+
+@pytest.fixture(scope="module")
+def sentences(experiment) -> list[str]:
+    corpus = experiment[0].parent / "corpus"
+    return (corpus / "test_2016_flickr.en").read_text(encoding="utf-8").splitlines()[:64]
+
+
+def translate(url: str, sentences: list[str], **options) -> list[str]:
+    response = requests.post(f"{url}/translate", json={"sentences": sentences, **options}, timeout=120)
+    assert response.status_code == 200, response.text
+    return [translation["text"] for translation in response.json()["translations"]]
+
+
+def test_health_and_the_openapi_document(service):
+    health = requests.get(f"{service}/health", timeout=30).json()
+    assert health == {"status": "ok", "backend": "ours", "model": MODEL}
+    document = requests.get(f"{service}/openapi.json", timeout=30).json()
+    assert {"/translate", "/health"} <= set(document["paths"])
+    request_schema = document["components"]["schemas"]["TranslateRequest"]
+    assert {"sentences", "beam", "nbest"} <= set(request_schema["properties"])
+
+
+def test_the_service_serves_what_nmt_translate_serves(service, experiment, sentences):
+    config, env = experiment
+    cli = subprocess.run([sys.executable, "-m", "pipeline", "translate", str(config), "--model", MODEL, "--beam", "4"],
+                         input="\n".join(sentences[:MAX_SENTENCES]) + "\n", cwd=config.parent, env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert cli.returncode == 0, cli.stderr[-2000:]
+    assert translate(service, sentences[:MAX_SENTENCES], beam=4) == cli.stdout.splitlines()
+
+
+def test_nbest_lists_are_ranked_and_blank_lines_stay_blank(service, sentences):
+    response = requests.post(f"{service}/translate", json={"sentences": [sentences[0], "", sentences[1]], "beam": 4,
+                                                           "nbest": 3}, timeout=120).json()
+    first, blank, second = response["translations"]
+    assert blank == {"text": "", "score": 0.0, "nbest": [{"text": "", "score": 0.0}]}
+    for translation in (first, second):
+        scores = [hypothesis["score"] for hypothesis in translation["nbest"]]
+        assert len(scores) == 3 and scores == sorted(scores, reverse=True)
+        assert translation["text"] == translation["nbest"][0]["text"]
+
+
+def test_concurrent_clients_each_get_their_own_translations_in_order(service, sentences):
+    """32 clients at once, each with its own 4 sentences: batched together by the
+    service, every answer must still be that client's, in its order."""
+    alone = {}
+    for start in range(0, len(sentences), MAX_SENTENCES):
+        chunk = sentences[start:start + MAX_SENTENCES]
+        alone.update(zip(chunk, translate(service, chunk, beam=1)))
+    by_client = [[sentences[(client + k * 7) % len(sentences)] for k in range(4)] for client in range(32)]
+    with ThreadPoolExecutor(32) as pool:
+        answers = list(pool.map(lambda batch: translate(service, batch, beam=1), by_client))
+    assert all(len(answer) == 4 for answer in answers)
+    mismatches = [(client, k) for client, (batch, answer) in enumerate(zip(by_client, answers))
+                  for k, (sentence, text) in enumerate(zip(batch, answer)) if alone[sentence] != text]
+    # Batched with other clients' sentences, a source is padded to another length, and
+    # sums of another shape may flip a near tie; mixed-up answers would differ nearly
+    # everywhere.
+    assert len(mismatches) <= 2, mismatches
+
+
+@pytest.mark.parametrize("body, status, message", [
+    ("{not json", 422, "JSON decode error"),
+    (json.dumps({"sentences": ["a"] * (MAX_SENTENCES + 1)}), 413, f"at most {MAX_SENTENCES} a request"),
+    (json.dumps({"sentences": ["fine", "word " * 200]}), 413, f"sentences[1] is"),
+    (json.dumps({"sentences": ["a"], "beem": 4}), 422, "Extra inputs are not permitted"),
+    (json.dumps({"sentences": ["a"], "beam": 2, "nbest": 3}), 422, "nbest (3) cannot exceed beam (2)"),
+    (json.dumps({"sentences": []}), 422, "at least 1 item"),
+    (json.dumps({"sentences": "a"}), 422, "valid list"),
+])
+def test_bad_requests_get_a_4xx_with_a_message_and_the_service_stays_up(service, body, status, message):
+    response = requests.post(f"{service}/translate", data=body, headers={"Content-Type": "application/json"},
+                             timeout=60)
+    assert response.status_code == status, response.text
+    assert message in response.text
+    assert requests.get(f"{service}/health", timeout=30).status_code == 200
