@@ -1,99 +1,196 @@
-"""Decoding speed of trained models: sentences and tokens per second for greedy and
-beam search, by batch size and precision, on the evaluate stage's source sentences.
+"""Decoding speed against the engines people ship with, side by side in one run: the
+same trained Transformer, the same sentences, beam 4, batches of 64, at 1 and 2 threads.
 
-Uses the same ``Translator`` the evaluate stage and ``nmt translate`` use, one thread
-by default (what one evaluate task gets under the runner). Each configuration decodes
-the same sentences once after a warm-up batch. BLEU is printed beside the speed so a
-faster setting that changes the output shows it.
+- ours: ``Translator``, what the evaluate stage, ``nmt translate`` and ``nmt serve`` use;
+- Hugging Face: the model exported as a ``MarianMTModel`` (``nmt export --format
+  huggingface``), ``generate(num_beams=4)``; post-LN models only (Marian's layout);
+- CTranslate2 float32 and int8: the model exported with ``nmt export --format
+  ctranslate2``, ``Translator.translate_batch``.
 
-    python benchmarks/decode_speed.py MODEL_DIR [MODEL_DIR ...] --sources source.txt --references reference.txt
-    python benchmarks/decode_speed.py --config configs/multi30k_en_de.yaml   # every trained model there
+Each engine translates the sentences once after a warm-up batch. Tokens/s counts output
+SentencePiece tokens (plus EOS) of every engine's text with the same model, so engines
+are counted alike. BLEU (sacreBLEU, cased) sits beside the speed: an engine that is
+faster because it searches less shows it. Length penalties differ in kind (ours: GNMT's
+alpha 0.6; Hugging Face and CTranslate2: length^1), so BLEU may differ a little.
+
+    python benchmarks/decode_speed.py MODEL_DIR --sources src.txt --references ref.txt
+    python benchmarks/decode_speed.py --config configs/multi30k_en_de.yaml --model transformer_small
+    python benchmarks/decode_speed.py ... --profile   # where our beam search spends a step's time
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import tempfile
 import time
 from pathlib import Path
 
+import sentencepiece as spm
 import torch
 from sacrebleu.metrics import BLEU
 
-from pipeline.hardware import detect_device, native_precisions
-from stages.evaluate.translator import SearchSettings, Translator
+from stages.evaluate.translator import ModelFiles, SearchSettings, Translator
+from stages.export import ExportError, export_model
+
+BEAM, BATCH, MAX_LENGTH_B = 4, 64, 50
 
 
-def trained_models(config_path: str, artifact_root: str | None) -> tuple[list[tuple[str, Path]], Path, Path]:
-    """(name, train artifact) of every trained model of a config, and the cleaned test split as files."""
-    import tempfile
+class Ours:
+    name = "ours"
 
+    def __init__(self, model: Path, scratch: Path):
+        self.translator = Translator.from_file(model)
+
+    def translate(self, lines: list[str], threads: int) -> list[str]:
+        torch.set_num_threads(threads)
+        search = SearchSettings(beam_size=BEAM, max_length_b=MAX_LENGTH_B)
+        return [t[0].text for t in self.translator.translate(lines, search, BATCH)]
+
+
+class HuggingFace:
+    name = "Hugging Face generate"
+
+    def __init__(self, model: Path, scratch: Path):
+        from transformers import AutoTokenizer, MarianMTModel
+
+        exported = export_model(model, "huggingface", scratch / "hf")
+        self.tokenizer = AutoTokenizer.from_pretrained(exported)
+        self.model = MarianMTModel.from_pretrained(exported).eval()
+
+    def translate(self, lines: list[str], threads: int) -> list[str]:
+        torch.set_num_threads(threads)
+        order = sorted(range(len(lines)), key=lambda i: -len(lines[i]))  # batches of similar length, as ours
+        texts: list[str] = [""] * len(lines)
+        for start in range(0, len(order), BATCH):
+            chunk = order[start:start + BATCH]
+            batch = self.tokenizer([lines[i] for i in chunk], return_tensors="pt", padding=True)
+            with torch.inference_mode():
+                generated = self.model.generate(**batch, num_beams=BEAM, do_sample=False,
+                                                max_new_tokens=batch["input_ids"].size(1) + MAX_LENGTH_B)
+            for i, text in zip(chunk, self.tokenizer.batch_decode(generated, skip_special_tokens=True)):
+                texts[i] = text
+        return texts
+
+
+class CTranslate2:
+    def __init__(self, model: Path, scratch: Path, quantization: str):
+        self.name, self.quantization = f"CTranslate2 {quantization}", quantization
+        self.exported = export_model(model, "ctranslate2", scratch / f"ct2-{quantization}", quantization)
+        files = ModelFiles.find(model)
+        self.src_spm = spm.SentencePieceProcessor(model_file=str(files.src_spm))
+        self.tgt_spm = spm.SentencePieceProcessor(model_file=str(files.tgt_spm))
+        self.engines: dict = {}
+
+    def translate(self, lines: list[str], threads: int) -> list[str]:
+        import ctranslate2
+
+        if threads not in self.engines:
+            self.engines[threads] = ctranslate2.Translator(str(self.exported), intra_threads=threads,
+                                                           compute_type=self.quantization)
+        tokens = self.src_spm.encode(lines, out_type=str)
+        results = self.engines[threads].translate_batch(tokens, beam_size=BEAM, max_batch_size=BATCH,
+                                                        max_decoding_length=max(map(len, tokens)) + MAX_LENGTH_B)
+        return [self.tgt_spm.decode_pieces(result.hypotheses[0]) for result in results]
+
+
+def engines(model: Path, scratch: Path) -> tuple[list, list[str]]:
+    """The engines this model can run on, and why the others are left out."""
+    made, skipped = [Ours(model, scratch)], []
+    for build in (lambda: HuggingFace(model, scratch), lambda: CTranslate2(model, scratch, "float32"),
+                  lambda: CTranslate2(model, scratch, "int8")):
+        try:
+            made.append(build())
+        except ExportError as error:
+            skipped.append(str(error))
+    return made, skipped
+
+
+def profile_ours(model: Path, lines: list[str], threads: int) -> None:
+    """Self CPU time by operator for one batch of our beam search: how much of a step is
+    matrix products (what a second thread can split) and how much is per-op overhead."""
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.set_num_threads(threads)
+    translator = Translator.from_file(model)
+    search = SearchSettings(beam_size=BEAM, max_length_b=MAX_LENGTH_B)
+    translator.translate(lines[:BATCH], search, BATCH)
+    with profile(activities=[ProfilerActivity.CPU]) as profiler:
+        translator.translate(lines[:BATCH], search, BATCH)
+    print(f"\nOur beam search, one batch of {BATCH}, {threads} thread(s), by self CPU time:\n")
+    print(profiler.key_averages().table(sort_by="self_cpu_time_total", row_limit=15))
+
+
+def config_model_and_test_split(config_path: str, name: str, artifact_root: str | None):
+    """The model file of ``name`` in an experiment, and its cleaned test split."""
     from pipeline.artifacts import ArtifactState, ArtifactStore
     from pipeline.config import load_config
     from pipeline.graph import find_stage, plan
     from stages.clean import read_split
-    from stages.names import train_stage, trained_model
+    from stages.names import train_stage
+    from stages.train import SERVING_FILES, weights_file
 
     config = load_config(config_path)
     store = ArtifactStore(artifact_root or config.artifact_root)
     planned = plan(config, store)
-    trained = [find_stage(planned, train_stage(spec.name)) for spec in config.models]
-    models = [(trained_model(item.stage.name), store.local_path(item.stage.name, item.key))
-              for item in trained if item.status.state == ArtifactState.CACHED]
+    trained = find_stage(planned, train_stage(name))
+    if trained.status.state != ArtifactState.CACHED:
+        raise SystemExit(f"{config_path}: {name} is not trained (nmt run {config_path} first)")
     clean = find_stage(planned, "clean")
     test = read_split(store.local_path("clean", clean.key), config.evaluate.split)
-    scratch = Path(tempfile.mkdtemp(prefix="decode-speed-"))
-    (scratch / "source.txt").write_text("\n".join(test.column("src").to_pylist()) + "\n")
-    (scratch / "reference.txt").write_text("\n".join(test.column("tgt").to_pylist()) + "\n")
-    return models, scratch / "source.txt", scratch / "reference.txt"
+    return (weights_file(store.local_path(trained.stage.name, trained.key, SERVING_FILES)),
+            test.column("src").to_pylist(), test.column("tgt").to_pylist())
+
+
+def sentences_of(args) -> tuple[Path, list[str], list[str]]:
+    if args.config:
+        model, sources, references = config_model_and_test_split(args.config, args.model, args.artifact_root)
+    else:
+        model, sources, references = args.model_dir, args.sources.read_text().splitlines(), \
+            args.references.read_text().splitlines()
+    return model, sources[:args.sentences], references[:args.sentences]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("models", nargs="*", type=Path, help="train artifact directories (model.pt inside)")
-    parser.add_argument("--config", help="benchmark every trained model of this experiment")
-    parser.add_argument("--artifact-root", default=os.environ.get("NMT_ARTIFACT_ROOT"),
-                        help="the config's store; default: NMT_ARTIFACT_ROOT, else the config's artifact_root")
+    parser.add_argument("model_dir", nargs="?", type=Path, help="a train artifact directory or model file")
+    parser.add_argument("--config", help="an experiment YAML: its trained --model, on its test split")
+    parser.add_argument("--model", help="which model of --config")
+    parser.add_argument("--artifact-root", default=os.environ.get("NMT_ARTIFACT_ROOT"))
     parser.add_argument("--sources", type=Path)
     parser.add_argument("--references", type=Path)
     parser.add_argument("--sentences", type=int, default=500)
-    parser.add_argument("--beams", type=int, nargs="+", default=[1, 4])
-    parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 16, 64])
-    parser.add_argument("--precisions", nargs="+", choices=["fp32", "bf16", "fp16"], default=None,
-                        help="default: fp32, and bf16 where the device runs it natively")
-    parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--profile", action="store_true", help="also profile our beam search at each thread count")
     args = parser.parse_args()
-    torch.set_num_threads(args.threads)
-    models = [(path.name, path) for path in args.models]
-    sources, references = args.sources, args.references
-    if args.config:
-        models, sources, references = trained_models(args.config, args.artifact_root)
-    if not models or sources is None or references is None:
-        parser.error("give MODEL_DIRs with --sources and --references, or --config")
-    lines = sources.read_text().splitlines()[:args.sentences]
-    refs = references.read_text().splitlines()[:args.sentences]
+    if not args.config and not (args.model_dir and args.sources and args.references):
+        parser.error("give MODEL_DIR with --sources and --references, or --config with --model")
+    model, lines, references = sentences_of(args)
 
-    found = detect_device(args.device)
-    precisions = args.precisions or native_precisions(found)
-    print(f"{len(lines)} sentences, {args.threads} thread(s), {found.describe()}"
-          + ("" if found.bf16 or "bf16" in precisions else f"; bf16 skipped: {found.why}") + "\n")
-    print("| model | precision | beam | batch | sentences/s | tokens/s | BLEU |")
-    print("|---|---|---:|---:|---:|---:|---:|")
-    for name, directory in models:
-        for precision in precisions:
-            translator = Translator.from_file(directory / "model.pt", args.device, precision)
-            for beam in args.beams:
-                for batch_size in args.batch_sizes:
-                    search = SearchSettings(beam_size=beam)
-                    translator.translate(lines[:batch_size], search, batch_size)  # warm-up
-                    started = time.perf_counter()
-                    results = translator.translate(lines, search, batch_size)
-                    seconds = time.perf_counter() - started
-                    tokens = sum(len(line[0].hypothesis.tokens) + 1 for line in results)
-                    bleu = BLEU().corpus_score([line[0].text for line in results], [refs]).score
-                    print(f"| {name} | {precision} | {beam} | {batch_size} | {len(lines) / seconds:,.1f} | "
-                          f"{tokens / seconds:,.0f} | {bleu:.2f} |", flush=True)
+    with tempfile.TemporaryDirectory(prefix="decode-speed-") as scratch:
+        made, skipped = engines(model, Path(scratch))
+        tgt_spm = spm.SentencePieceProcessor(model_file=str(ModelFiles.find(model).tgt_spm))
+        print(f"{len(lines)} sentences, beam {BEAM}, batches of {BATCH}, {model}")
+        for reason in skipped:
+            print(f"left out: {reason}")
+        print("\n| engine | threads | sentences/s | tokens/s | BLEU | ours / engine |")
+        print("|---|---:|---:|---:|---:|---:|")
+        for threads in args.threads:
+            ours_rate = None
+            for engine in made:
+                engine.translate(lines[:BATCH], threads)  # warm-up
+                started = time.perf_counter()
+                texts = engine.translate(lines, threads)
+                seconds = time.perf_counter() - started
+                tokens = sum(len(ids) + 1 for ids in tgt_spm.encode(texts))
+                bleu = BLEU().corpus_score(texts, [references]).score
+                rate = len(lines) / seconds
+                ours_rate = ours_rate or rate
+                print(f"| {engine.name} | {threads} | {rate:,.1f} | {tokens / seconds:,.0f} | {bleu:.2f} | "
+                      f"{ours_rate / rate:.2f}x |", flush=True)
+        if args.profile:
+            for threads in args.threads:
+                profile_ours(model, lines, threads)
 
 
 if __name__ == "__main__":

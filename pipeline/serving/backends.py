@@ -28,13 +28,17 @@ class SearchOptions:
 class OurBackend:
     name = "ours"
 
-    def __init__(self, model_dir: Path, device: str, threads: int, precision: str = "fp32"):
+    def __init__(self, model_dir: Path, device: str, threads: int, precision: str = "auto"):
+        """``precision``: auto (as nmt translate: bf16 where the replica's device runs it
+        natively, else fp32; fp16 on older GPUs), resolved on the replica's own device."""
         import torch
 
+        from pipeline.hardware import detect_device, resolve_precision
         from stages.evaluate.translator import Translator
 
         torch.set_num_threads(threads)
-        self.translator = Translator.from_file(model_dir, device, precision)
+        resolved = resolve_precision(precision, detect_device(device), "precision")
+        self.translator = Translator.from_file(model_dir, device, resolved)
         self.src_spm = self.translator.src_spm
 
     def encode(self, sentences: list[str]) -> list[list[int]]:

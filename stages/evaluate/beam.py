@@ -61,9 +61,10 @@ def beam_search(model: nn.Module, src: Tensor, beam_size: int, *, bos_id: int, e
     banned = list((pad_id, bos_id) if banned_ids is None else banned_ids)
     finished: list[list[Hypothesis]] = [[] for _ in range(batch)]
 
-    # Every sentence's encoding, repeated once per beam.
+    # k rows a sentence, one per beam (a family may keep what they share once a sentence).
     state = model.start_decoding(src)
-    state = model.reorder_state(state, torch.arange(batch, device=device).repeat_interleave(k))
+    every_sentence = torch.arange(batch, device=device)
+    state = model.reorder_state(state, every_sentence.repeat_interleave(k), every_sentence)
     # The bookkeeping of which sentence is where, and how long it may grow, is kept on
     # the host: on a GPU each value read back from the device makes the host wait, so
     # a step reads back one small tensor (the candidates), plus the finished
@@ -125,7 +126,7 @@ def beam_search(model: nn.Module, src: Tensor, beam_size: int, *, bos_id: int, e
         keep = keep_host.to(device)
         rows = (keep * k).unsqueeze(1) + next_beams[keep]  # the beams each kept sentence continues
         rows = rows.view(-1)
-        state = model.reorder_state(state, rows)
+        state = model.reorder_state(state, rows, keep)
         tokens = torch.cat([tokens[rows], next_tokens[keep].view(-1, 1)], dim=1)
         scores, sentence_ids, limits = next_scores[keep], sentence_ids[keep_host], limits[keep_host]
 

@@ -3,7 +3,9 @@
 - ``model(src, tgt_in) -> logits (B, T, V)``: the teacher-forced forward;
 - ``model.start_decoding(src) -> state``: encode the source once;
 - ``model.decode_step(state, tokens) -> (log_probs (B, V), state)``: one incremental step;
-- ``model.reorder_state(state, order) -> state``: follow the beams that survived.
+- ``model.reorder_state(state, order, sentences=None) -> state``: follow the beams that
+  survived: rows ``order`` of the state, which belong to its sentences ``sentences``
+  (a family may keep what all beams of a sentence share once per sentence).
 """
 
 from __future__ import annotations

@@ -159,5 +159,6 @@ class DecoderOnlyTranslator(nn.Module):
         return F.log_softmax(logits.float(), dim=-1), DecoderOnlyState(caches, key_valid, state.next_position + 1,
                                                                        state.step + 1)
 
-    def reorder_state(self, state: DecoderOnlyState, order: Tensor) -> DecoderOnlyState:
-        return state.reorder(order)
+    def reorder_state(self, state: DecoderOnlyState, order: Tensor, sentences: Tensor | None = None
+                      ) -> DecoderOnlyState:
+        return state.reorder(order)  # one state per row: the source is in each row's cache

@@ -146,5 +146,5 @@ class RnnTranslator(nn.Module):
         logits, state = self._step(state, tokens)
         return F.log_softmax(logits.float(), dim=-1), state
 
-    def reorder_state(self, state: RnnState, order: Tensor) -> RnnState:
-        return state.reorder(order)
+    def reorder_state(self, state: RnnState, order: Tensor, sentences: Tensor | None = None) -> RnnState:
+        return state.reorder(order)  # one state per row

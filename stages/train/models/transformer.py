@@ -11,7 +11,12 @@ with a final LayerNorm when ``pre_norm`` is set.
 
 Incremental decoding: ``start_decoding`` runs the encoder once and projects its
 output to each decoder layer's cross-attention keys and values; ``decode_step``
-appends the new token's self-attention keys and values to a per-layer cache.
+appends the new token's self-attention keys and values to a per-layer cache. In beam
+search the cross-attention keys and values stay once per sentence, not per beam: all
+of a sentence's beams attend to the same encoding, so they are its queries side by side
+(``DecoderLayer.forward``), and following the surviving beams copies only the
+self-attention caches. Copying per-beam encodings at every step cost more than the
+cross-attention itself.
 """
 
 from __future__ import annotations
@@ -152,8 +157,16 @@ class DecoderLayer(nn.Module):
             cache[:] = [keys, values]
             return self.self_attention(h, keys, values)
 
+        def cross_attend(h: Tensor) -> Tensor:
+            beams = h.size(0) // cross_kv[0].size(0)  # rows per sentence: > 1 in beam search
+            if beams == 1:
+                return self.cross_attention(h, *cross_kv, src_mask)
+            # (B * beams, 1, D) -> (B, beams, D): a sentence's beams as its query positions.
+            per_sentence = h.reshape(-1, beams * h.size(1), h.size(2))
+            return self.cross_attention(per_sentence, *cross_kv, src_mask).reshape(h.shape)
+
         x = self.self_residual(x, self_attend)
-        x = self.cross_residual(x, lambda h: self.cross_attention(h, *cross_kv, src_mask))
+        x = self.cross_residual(x, cross_attend)
         return self.feed_forward_residual(x, self.feed_forward)
 
 
@@ -161,18 +174,23 @@ class DecoderLayer(nn.Module):
 class TransformerState:
     """What ``decode_step`` needs: per-layer cross-attention K/V, self-attention caches."""
 
-    cross_kv: list[tuple[Tensor, Tensor]]
+    cross_kv: list[tuple[Tensor, Tensor]]  # per layer: (B, H, S, D/H), once per sentence in beam search
     src_mask: Tensor  # (B, 1, 1, S)
-    caches: list[list[Tensor]]
+    caches: list[list[Tensor]]  # per layer: keys, values (B * beams, H, T, D/H)
     step: int
 
-    def reorder(self, order: Tensor) -> TransformerState:
-        return TransformerState(
-            [(k.index_select(0, order), v.index_select(0, order)) for k, v in self.cross_kv],
-            self.src_mask.index_select(0, order),
-            [[t.index_select(0, order) for t in cache] for cache in self.caches],
-            self.step,
-        )
+    def reorder(self, order: Tensor, sentences: Tensor | None = None) -> TransformerState:
+        """Rows ``order`` of the caches. With ``sentences`` (which of the sentences the
+        rows belong to, in order), the encodings stay once per sentence and are copied
+        only when sentences leave; without, every row gets its own."""
+        per_sentence = order if sentences is None else sentences
+        if sentences is not None and len(sentences) == self.src_mask.size(0):
+            cross_kv, src_mask = self.cross_kv, self.src_mask  # the same sentences, in the same order
+        else:
+            cross_kv = [(k.index_select(0, per_sentence), v.index_select(0, per_sentence)) for k, v in self.cross_kv]
+            src_mask = self.src_mask.index_select(0, per_sentence)
+        return TransformerState(cross_kv, src_mask, [[t.index_select(0, order) for t in cache] for cache in self.caches],
+                                self.step)
 
 
 class Transformer(nn.Module):
@@ -244,5 +262,6 @@ class Transformer(nn.Module):
         return F.log_softmax(logits.float(), dim=-1), TransformerState(state.cross_kv, state.src_mask, caches,
                                                                        state.step + 1)
 
-    def reorder_state(self, state: TransformerState, order: Tensor) -> TransformerState:
-        return state.reorder(order)
+    def reorder_state(self, state: TransformerState, order: Tensor, sentences: Tensor | None = None
+                      ) -> TransformerState:
+        return state.reorder(order, sentences)

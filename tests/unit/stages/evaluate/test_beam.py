@@ -33,7 +33,7 @@ class PrefixModel(nn.Module):
         state = torch.cat([state, tokens.unsqueeze(1)], dim=1)
         return torch.stack([self.log_probs(tuple(row)) for row in state.tolist()]), state
 
-    def reorder_state(self, state: torch.Tensor, order: torch.Tensor) -> torch.Tensor:
+    def reorder_state(self, state: torch.Tensor, order: torch.Tensor, sentences=None) -> torch.Tensor:
         return state.index_select(0, order)
 
     def log_probs(self, history: tuple[int, ...]) -> torch.Tensor:

@@ -84,6 +84,23 @@ def test_reordering_the_state_reorders_the_next_step(kind):
     assert torch.allclose(reordered, expected[order], atol=1e-5)
 
 
+@pytest.mark.parametrize("kind", ["transformer_post_ln", "transformer_pre_ln_learned"])
+def test_beam_search_with_the_encoding_once_per_sentence_finds_what_one_per_beam_finds(kind):
+    """The Transformer keeps cross-attention keys and values once per sentence in beam
+    search; with a copy per beam row (``sentences`` not given) the search must be the same."""
+    from stages.evaluate.beam import beam_search
+
+    model = make(kind)
+    src, _ = batch(batch_size=5, src_len=9)
+    search = dict(bos_id=BOS, eos_id=EOS, pad_id=PAD, max_length_b=12, nbest=3)
+    once_per_sentence = beam_search(model, src, 4, **search)
+    model.reorder_state = lambda state, order, sentences=None: state.reorder(order)  # one per row
+    once_per_row = beam_search(model, src, 4, **search)
+    assert [[h.tokens for h in hs] for hs in once_per_sentence] == [[h.tokens for h in hs] for hs in once_per_row]
+    for mine, theirs in zip(once_per_sentence, once_per_row):
+        assert [h.score for h in mine] == pytest.approx([h.score for h in theirs], abs=1e-4)
+
+
 @pytest.mark.parametrize("kind", KINDS)
 def test_outputs_before_t_ignore_target_tokens_from_t_on(kind):
     model = make(kind)

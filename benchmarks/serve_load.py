@@ -1,0 +1,115 @@
+"""Load on ``nmt serve`` over loopback: requests/s and p50/p99 latency at 1, 8 and 32
+concurrent clients, against the offline batched throughput of the same backend.
+
+Offline first: the replica's own backend (``pipeline/serving/backends.py``) decodes the
+sentences in batches of ``--max-batch-sentences`` in this process, with the replica's
+thread count, the server not yet started. Then a real ``nmt serve`` process (one
+replica, one CPU) takes the load: each client sends its requests one after another,
+``--sentences-per-request`` sentences each, from its own thread. The service's
+sentences/s at each concurrency is set against the offline figure: dynamic batching is
+what lets concurrent single-sentence requests approach it.
+
+    python benchmarks/serve_load.py MODEL_DIR --sources src.txt
+    python benchmarks/serve_load.py MODEL_DIR --sources src.txt --backend ctranslate2
+"""
+
+from __future__ import annotations
+
+import argparse
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import requests
+
+from pipeline.serving.backends import CTranslate2Backend, OurBackend, SearchOptions
+
+
+def offline_rate(model: Path, backend: str, lines: list[str], beam: int, batch: int, threads: int) -> float:
+    engine = CTranslate2Backend(model, "cpu", threads) if backend == "ctranslate2" else OurBackend(model, "cpu",
+                                                                                                    threads)
+    options = SearchOptions(beam=beam)
+    sources = engine.encode(lines)
+    engine.translate(sources[:batch], options)  # warm-up
+    started = time.perf_counter()
+    for start in range(0, len(sources), batch):
+        engine.translate(sources[start:start + batch], options)
+    return len(lines) / (time.perf_counter() - started)
+
+
+def start_service(model: Path, backend: str, batch: int, wait_ms: float) -> tuple[subprocess.Popen, str]:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    process = subprocess.Popen([sys.executable, "-m", "pipeline", "serve", str(model), "--port", str(port),
+                                "--backend", backend, "--max-batch-sentences", str(batch),
+                                "--max-sentences", str(batch), "--batch-wait-ms", str(wait_ms)],
+                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    for line in process.stdout:
+        if line.startswith("ready"):
+            return process, f"http://127.0.0.1:{port}"
+    raise SystemExit("nmt serve ended before it was ready")
+
+
+def load(url: str, lines: list[str], clients: int, requests_per_client: int, per_request: int,
+         beam: int) -> tuple[float, list[float]]:
+    """(wall seconds, per-request latencies) of ``clients`` clients sending their requests."""
+    def client(index: int) -> list[float]:
+        session, latencies = requests.Session(), []
+        for r in range(requests_per_client):
+            start = (index * requests_per_client + r) * per_request % len(lines)
+            body = {"sentences": (lines + lines)[start:start + per_request], "beam": beam}
+            sent = time.perf_counter()
+            response = session.post(f"{url}/translate", json=body, timeout=600)
+            latencies.append(time.perf_counter() - sent)
+            response.raise_for_status()
+        return latencies
+
+    started = time.perf_counter()
+    with ThreadPoolExecutor(clients) as pool:
+        latencies = [latency for result in pool.map(client, range(clients)) for latency in result]
+    return time.perf_counter() - started, latencies
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("model", type=Path, help="a train artifact directory or model file")
+    parser.add_argument("--sources", type=Path, required=True)
+    parser.add_argument("--backend", choices=["ours", "ctranslate2"], default="ours")
+    parser.add_argument("--clients", type=int, nargs="+", default=[1, 8, 32])
+    parser.add_argument("--requests-per-client", type=int, default=0,
+                        help="default: enough for 256 sentences at each concurrency (at least 8 a client)")
+    parser.add_argument("--sentences-per-request", type=int, default=1)
+    parser.add_argument("--beam", type=int, default=4)
+    parser.add_argument("--max-batch-sentences", type=int, default=64)
+    parser.add_argument("--batch-wait-ms", type=float, default=10.0)
+    args = parser.parse_args()
+    lines = [line for line in args.sources.read_text().splitlines() if line.strip()]
+
+    offline = offline_rate(args.model, args.backend, lines[:256], args.beam, args.max_batch_sentences, 1)
+    process, url = start_service(args.model, args.backend, args.max_batch_sentences, args.batch_wait_ms)
+    try:
+        load(url, lines, 2, 2, args.sentences_per_request, args.beam)  # warm-up
+        print(f"{args.backend} backend, beam {args.beam}, {args.sentences_per_request} sentence(s) a request, "
+              f"one replica with 1 CPU; offline batched: {offline:.1f} sentences/s\n")
+        print("| clients | requests | requests/s | sentences/s | p50 ms | p99 ms | of offline |")
+        print("|---:|---:|---:|---:|---:|---:|---:|")
+        for clients in args.clients:
+            per_client = args.requests_per_client or max(8, 256 // (clients * args.sentences_per_request))
+            seconds, latencies = load(url, lines, clients, per_client, args.sentences_per_request, args.beam)
+            rate = len(latencies) / seconds
+            p50, p99 = statistics.quantiles(latencies, n=100)[49], statistics.quantiles(latencies, n=100)[98]
+            sentences = rate * args.sentences_per_request
+            print(f"| {clients} | {len(latencies)} | {rate:.1f} | {sentences:.1f} | {p50 * 1000:.0f} | "
+                  f"{p99 * 1000:.0f} | {sentences / offline:.0%} |", flush=True)
+    finally:
+        process.terminate()
+        process.wait(timeout=60)
+
+
+if __name__ == "__main__":
+    main()
