@@ -9,7 +9,7 @@ import signal
 import socket
 import subprocess
 import sys
-import time
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -40,6 +40,13 @@ def experiment(multi30k, tmp_path_factory) -> tuple[Path, dict]:
     return config, env
 
 
+def watch_for_ready(process: subprocess.Popen, ready: threading.Event) -> None:
+    """Sets ``ready`` at nmt serve's "ready" line; reads stdout to its end meanwhile."""
+    for line in process.stdout:
+        if line.startswith("ready"):
+            ready.set()
+
+
 @pytest.fixture(scope="module")
 def service(experiment) -> str:
     config, env = experiment
@@ -52,12 +59,11 @@ def service(experiment) -> str:
          "--max-sentences", str(MAX_SENTENCES), "--max-input-tokens", str(MAX_INPUT_TOKENS),
          "--max-batch-sentences", "32", "--batch-wait-ms", "20"],
         cwd=config.parent, env=env, stdout=subprocess.PIPE, stderr=open(log, "w"), text=True, start_new_session=True)
-    deadline = time.time() + 240
-    for line in process.stdout:
-        if line.startswith("ready"):
-            break
-        assert time.time() < deadline, log.read_text()[-3000:]
-    assert process.poll() is None, log.read_text()[-3000:]
+    ready = threading.Event()
+    threading.Thread(target=watch_for_ready, args=(process, ready), daemon=True).start()
+    if not ready.wait(timeout=300) or process.poll() is not None:
+        os.killpg(process.pid, signal.SIGKILL)
+        pytest.fail(f"nmt serve did not get ready: {log.read_text()[-3000:]}")
     yield f"http://127.0.0.1:{port}"
     process.send_signal(signal.SIGINT)
     try:
