@@ -15,8 +15,7 @@ appends the new token's self-attention keys and values to a per-layer cache. In 
 search the cross-attention keys and values stay once per sentence, not per beam: all
 of a sentence's beams attend to the same encoding, so they are its queries side by side
 (``DecoderLayer.forward``), and following the surviving beams copies only the
-self-attention caches. Copying per-beam encodings at every step cost more than the
-cross-attention itself.
+self-attention caches, not a copy of the encoding per beam at every step.
 """
 
 from __future__ import annotations
@@ -183,12 +182,12 @@ class TransformerState:
         """Rows ``order`` of the caches. With ``sentences`` (which of the sentences the
         rows belong to, in order), the encodings stay once per sentence and are copied
         only when sentences leave; without, every row gets its own."""
-        per_sentence = order if sentences is None else sentences
         if sentences is not None and len(sentences) == self.src_mask.size(0):
             cross_kv, src_mask = self.cross_kv, self.src_mask  # the same sentences, in the same order
         else:
-            cross_kv = [(k.index_select(0, per_sentence), v.index_select(0, per_sentence)) for k, v in self.cross_kv]
-            src_mask = self.src_mask.index_select(0, per_sentence)
+            kept = order if sentences is None else sentences  # without sentences: a copy per row
+            cross_kv = [(k.index_select(0, kept), v.index_select(0, kept)) for k, v in self.cross_kv]
+            src_mask = self.src_mask.index_select(0, kept)
         return TransformerState(cross_kv, src_mask, [[t.index_select(0, order) for t in cache] for cache in self.caches],
                                 self.step)
 
