@@ -21,9 +21,12 @@ alpha 0.6; Hugging Face and CTranslate2: length^1), so BLEU may differ a little.
 from __future__ import annotations
 
 import argparse
+import multiprocessing
 import os
 import tempfile
 import time
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 import sentencepiece as spm
@@ -39,11 +42,11 @@ BEAM, BATCH, MAX_LENGTH_B = 4, 64, 50
 class Ours:
     name = "ours"
 
-    def __init__(self, model: Path, scratch: Path):
+    def __init__(self, model: Path, threads: int):
+        torch.set_num_threads(threads)
         self.translator = Translator.from_file(model)
 
-    def translate(self, lines: list[str], threads: int) -> list[str]:
-        torch.set_num_threads(threads)
+    def translate(self, lines: list[str]) -> list[str]:
         search = SearchSettings(beam_size=BEAM, max_length_b=MAX_LENGTH_B)
         return [t[0].text for t in self.translator.translate(lines, search, BATCH)]
 
@@ -51,15 +54,14 @@ class Ours:
 class HuggingFace:
     name = "Hugging Face generate"
 
-    def __init__(self, model: Path, scratch: Path):
+    def __init__(self, exported: Path, threads: int):
         from transformers import AutoTokenizer, MarianMTModel
 
-        exported = export_model(model, "huggingface", scratch / "hf")
+        torch.set_num_threads(threads)
         self.tokenizer = AutoTokenizer.from_pretrained(exported)
         self.model = MarianMTModel.from_pretrained(exported).eval()
 
-    def translate(self, lines: list[str], threads: int) -> list[str]:
-        torch.set_num_threads(threads)
+    def translate(self, lines: list[str]) -> list[str]:
         order = sorted(range(len(lines)), key=lambda i: -len(lines[i]))  # batches of similar length, as ours
         texts: list[str] = [""] * len(lines)
         for start in range(0, len(order), BATCH):
@@ -74,51 +76,109 @@ class HuggingFace:
 
 
 class CTranslate2:
-    def __init__(self, model: Path, scratch: Path, quantization: str):
-        self.name, self.quantization = f"CTranslate2 {quantization}", quantization
-        self.exported = export_model(model, "ctranslate2", scratch / f"ct2-{quantization}", quantization)
+    def __init__(self, exported: Path, threads: int, quantization: str, model: Path):
+        import ctranslate2
+
+        self.name = f"CTranslate2 {quantization}"
+        self.engine = ctranslate2.Translator(str(exported), intra_threads=threads, compute_type=quantization)
         files = ModelFiles.find(model)
         self.src_spm = spm.SentencePieceProcessor(model_file=str(files.src_spm))
         self.tgt_spm = spm.SentencePieceProcessor(model_file=str(files.tgt_spm))
-        self.engines: dict = {}
 
-    def translate(self, lines: list[str], threads: int) -> list[str]:
-        import ctranslate2
-
-        if threads not in self.engines:
-            self.engines[threads] = ctranslate2.Translator(str(self.exported), intra_threads=threads,
-                                                           compute_type=self.quantization)
+    def translate(self, lines: list[str]) -> list[str]:
         tokens = self.src_spm.encode(lines, out_type=str)
-        results = self.engines[threads].translate_batch(tokens, beam_size=BEAM, max_batch_size=BATCH,
-                                                        max_decoding_length=max(map(len, tokens)) + MAX_LENGTH_B)
+        results = self.engine.translate_batch(tokens, beam_size=BEAM, max_batch_size=BATCH,
+                                              max_decoding_length=max(map(len, tokens)) + MAX_LENGTH_B)
         return [self.tgt_spm.decode_pieces(result.hypotheses[0]) for result in results]
 
 
-def engines(model: Path, scratch: Path) -> tuple[list, list[str]]:
-    """The engines this model can run on, and why the others are left out."""
-    made, skipped = [Ours(model, scratch)], []
-    for build in (lambda: HuggingFace(model, scratch), lambda: CTranslate2(model, scratch, "float32"),
-                  lambda: CTranslate2(model, scratch, "int8")):
+@dataclass(frozen=True)
+class EngineSpec:
+    """What a fresh process needs to build one engine: its kind and the files it runs."""
+    kind: str                 # "ours", "huggingface" or "ctranslate2"
+    model: Path               # our model file (ours; the SentencePiece models for CTranslate2)
+    exported: Path | None = None
+    quantization: str = ""
+
+    def build(self, threads: int):
+        if self.kind == "ours":
+            return Ours(self.model, threads)
+        if self.kind == "huggingface":
+            return HuggingFace(self.exported, threads)
+        return CTranslate2(self.exported, threads, self.quantization, self.model)
+
+
+def export_engines(model: Path, scratch: Path) -> tuple[list[EngineSpec], list[str]]:
+    """Each engine this model can run on, exported once; and why the others are left out."""
+    specs, skipped = [EngineSpec("ours", model)], []
+    for kind, quantization in (("huggingface", ""), ("ctranslate2", "float32"), ("ctranslate2", "int8")):
         try:
-            made.append(build())
+            exported = export_model(model, kind, scratch / f"{kind}-{quantization or 'float32'}",
+                                    quantization or None)
         except ExportError as error:
             skipped.append(str(error))
-    return made, skipped
+            continue
+        specs.append(EngineSpec(kind, model, exported, quantization))
+    return specs, skipped
 
 
-def profile_ours(model: Path, lines: list[str], threads: int) -> None:
-    """Self CPU time by operator for one batch of our beam search: how much of a step is
-    matrix products (what a second thread can split) and how much is per-op overhead."""
+def measure(spec: EngineSpec, threads: int, lines: list[str]) -> tuple[str, float, list[str]]:
+    """(engine name, seconds, translations): one warm-up batch, then every line, timed.
+    Runs in a process of its own (see ``run_alone``)."""
+    engine = spec.build(threads)
+    engine.translate(lines[:BATCH])
+    started = time.perf_counter()
+    texts = engine.translate(lines)
+    return engine.name, time.perf_counter() - started, texts
+
+
+def run_alone(function, threads: int, *args):
+    """``function(*args)`` in a fresh interpreter whose OpenMP pool is sized to
+    ``threads`` from the start. In one process, torch's OpenMP threads, left spin-waiting
+    by the engine measured before, take the core that CTranslate2's second thread needs
+    (its 2-thread rate fell below its 1-thread rate that way)."""
+    environment = {"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
+    saved = {name: os.environ.get(name) for name in environment}
+    os.environ.update(environment)  # a spawned child takes the parent's environment at start
+    try:
+        with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+            return pool.submit(function, *args).result()
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+def profile_ours(model: Path, lines: list[str], threads: int) -> dict[str, tuple[float, int]]:
+    """{operator: (self CPU ms, calls)} for one batch of our beam search at ``threads``
+    threads. Runs in a process of its own, as ``measure`` does."""
     from torch.profiler import ProfilerActivity, profile
 
-    torch.set_num_threads(threads)
-    translator = Translator.from_file(model)
-    search = SearchSettings(beam_size=BEAM, max_length_b=MAX_LENGTH_B)
-    translator.translate(lines[:BATCH], search, BATCH)
+    engine = Ours(model, threads)
+    engine.translate(lines[:BATCH])
     with profile(activities=[ProfilerActivity.CPU]) as profiler:
-        translator.translate(lines[:BATCH], search, BATCH)
-    print(f"\nOur beam search, one batch of {BATCH}, {threads} thread(s), by self CPU time:\n")
-    print(profiler.key_averages().table(sort_by="self_cpu_time_total", row_limit=15))
+        engine.translate(lines[:BATCH])
+    return {event.key: (event.self_cpu_time_total / 1000, event.count) for event in profiler.key_averages()}
+
+
+def print_profiles(model: Path, lines: list[str], thread_counts: list[int]) -> None:
+    """Where a second thread helps and where it does not: our beam search's operators by
+    self time at each thread count, side by side. An operator whose time does not fall
+    with more threads is per-op overhead or a kernel that runs on one thread."""
+    profiles = [run_alone(profile_ours, threads, model, lines, threads) for threads in thread_counts]
+    first = profiles[0]
+    top = sorted(first, key=lambda op: -first[op][0])[:14]
+    totals = [sum(ms for ms, _ in profile.values()) for profile in profiles]
+    print(f"\nOur beam search, one batch of {BATCH} sentences, self CPU time by operator (ms):\n")
+    print("| operator | calls | " + " | ".join(f"{t} thread(s)" for t in thread_counts) + " | speedup |")
+    print("|---|---:|" + "---:|" * (len(thread_counts) + 1))
+    for op in top + ["total"]:
+        times = totals if op == "total" else [profile.get(op, (0.0, 0))[0] for profile in profiles]
+        calls = "" if op == "total" else f"{first[op][1]:,}"
+        speedup = times[0] / times[-1] if times[-1] else float("nan")
+        print(f"| {op} | {calls} | " + " | ".join(f"{ms:,.1f}" for ms in times) + f" | {speedup:.2f}x |")
 
 
 def config_model_and_test_split(config_path: str, name: str, artifact_root: str | None):
@@ -168,29 +228,26 @@ def main() -> None:
     model, lines, references = sentences_of(args)
 
     with tempfile.TemporaryDirectory(prefix="decode-speed-") as scratch:
-        made, skipped = engines(model, Path(scratch))
+        specs, skipped = export_engines(model, Path(scratch))
         tgt_spm = spm.SentencePieceProcessor(model_file=str(ModelFiles.find(model).tgt_spm))
-        print(f"{len(lines)} sentences, beam {BEAM}, batches of {BATCH}, {model}")
+        print(f"{len(lines)} sentences, beam {BEAM}, batches of {BATCH}, {model}; "
+              f"each engine in a fresh process")
         for reason in skipped:
             print(f"left out: {reason}")
-        print("\n| engine | threads | sentences/s | tokens/s | BLEU | ours / engine |")
+        print("\n| engine | threads | sentences/s | tokens/s | BLEU | engine / ours |")
         print("|---|---:|---:|---:|---:|---:|")
         for threads in args.threads:
             ours_rate = None
-            for engine in made:
-                engine.translate(lines[:BATCH], threads)  # warm-up
-                started = time.perf_counter()
-                texts = engine.translate(lines, threads)
-                seconds = time.perf_counter() - started
+            for spec in specs:
+                name, seconds, texts = run_alone(measure, threads, spec, threads, lines)
                 tokens = sum(len(ids) + 1 for ids in tgt_spm.encode(texts))
                 bleu = BLEU().corpus_score(texts, [references]).score
                 rate = len(lines) / seconds
                 ours_rate = ours_rate or rate
-                print(f"| {engine.name} | {threads} | {rate:,.1f} | {tokens / seconds:,.0f} | {bleu:.2f} | "
-                      f"{ours_rate / rate:.2f}x |", flush=True)
-        if args.profile:
-            for threads in args.threads:
-                profile_ours(model, lines, threads)
+                print(f"| {name} | {threads} | {rate:,.1f} | {tokens / seconds:,.0f} | {bleu:.2f} | "
+                      f"{rate / ours_rate:.2f}x |", flush=True)
+    if args.profile:
+        print_profiles(model, lines, args.threads)
 
 
 if __name__ == "__main__":

@@ -92,10 +92,15 @@ def beam_search(model: nn.Module, src: Tensor, beam_size: int, *, bos_id: int, e
             log_probs[rows_at_limit] = float("-inf")
             log_probs[rows_at_limit, eos_id] = eos_scores[rows_at_limit]
 
-        live = scores.size(0)
-        totals = (scores.view(-1, 1) + log_probs).view(live, k * vocab)
-        top_scores, top_ids = totals.topk(min(2 * k, k * vocab), dim=1)
-        top_beams, top_tokens = top_ids // vocab, top_ids % vocab
+        # A sentence's 2k best continuations are among its beams' own 2k best each: take
+        # those first (B * k rows of the vocabulary), then the 2k best of their k * 2k.
+        # That reads the (B * k, V) log-probabilities once, where adding the beams'
+        # scores to every entry before one top-k wrote and read them again.
+        live, per_beam = scores.size(0), min(2 * k, vocab)
+        beam_scores, beam_tokens = log_probs.topk(per_beam, dim=1)
+        totals = (scores.view(-1, 1) + beam_scores).view(live, k * per_beam)
+        top_scores, top_ids = totals.topk(min(2 * k, k * per_beam), dim=1)
+        top_beams, top_tokens = top_ids // per_beam, beam_tokens.view(live, -1).gather(1, top_ids)
         ends = top_tokens == eos_id
 
         # Finished hypotheses: EOS among each sentence's first k candidates.
