@@ -134,9 +134,10 @@ def measure(spec: EngineSpec, threads: int, lines: list[str]) -> tuple[str, floa
 
 def run_alone(function, threads: int, *args):
     """``function(*args)`` in a fresh interpreter whose OpenMP pool is sized to
-    ``threads`` from the start. In one process, torch's OpenMP threads, left spin-waiting
-    by the engine measured before, take the core that CTranslate2's second thread needs
-    (its 2-thread rate fell below its 1-thread rate that way)."""
+    ``threads`` from the start, and no engine measured before it in the same process.
+    In one process CTranslate2 float32 ran slower at 2 threads than at 1, plausibly
+    because torch's OpenMP threads, left spin-waiting by the engine before, took its
+    second core."""
     environment = {"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
     saved = {name: os.environ.get(name) for name in environment}
     os.environ.update(environment)  # a spawned child takes the parent's environment at start
