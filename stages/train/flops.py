@@ -47,23 +47,23 @@ def decoder_only_forward_flops(model: DecoderOnlyTranslator, src_len: int, tgt_l
 def rnn_recurrent_flops(model: RnnTranslator, src_len: int, tgt_len: int) -> int:
     """The gate products of the encoder and decoder recurrences alone."""
     c = model.config
-    H, half, gates = c.hidden, c.hidden // 2, 4 if c.cell == "lstm" else 3
+    H, A, half, gates = c.hidden, model.attentional_dim, c.hidden // 2, 4 if c.cell == "lstm" else 3
     encoder = sum(2 * src_len * 2 * ((c.embed_dim if layer == 0 else H) + half) * gates * half  # two directions
                   for layer in range(c.encoder_layers))
-    decoder = sum(2 * tgt_len * ((c.embed_dim + H if layer == 0 else H) + H) * gates * H
+    decoder = sum(2 * tgt_len * ((c.embed_dim + A if layer == 0 else H) + H) * gates * H  # input feeding: A wide
                   for layer in range(c.decoder_layers))
     return encoder + decoder
 
 
 def rnn_forward_flops(model: RnnTranslator, src_len: int, tgt_len: int) -> int:
     c, vocab = model.config, model.output.out_features
-    H, S, T = c.hidden, src_len, tgt_len
+    H, A, S, T = c.hidden, model.attentional_dim, src_len, tgt_len
     bridge = c.encoder_layers * 2 * H * H * (2 if c.cell == "lstm" else 1)
     precompute = 0 if c.attention == "dot" else 2 * S * H * H
     per_step = 2 * S * H  # scores (dot, general) or v^T tanh(...) (additive)
     if c.attention == "additive":
         per_step += 2 * H * H  # query projection
-    per_step += 2 * S * H + 2 * 2 * H * H + 2 * H * vocab  # weighted sum, combine, output
+    per_step += 2 * S * H + 2 * 2 * H * A + 2 * A * vocab  # weighted sum, combine, output
     return rnn_recurrent_flops(model, S, T) + bridge + precompute + T * per_step
 
 

@@ -38,7 +38,11 @@ class RnnConfig:
     decoder_layers: int = 2
     attention: Literal["additive", "general", "dot"] = "additive"
     dropout: float = 0.2
-    tie_embeddings: bool = False  # decoder input and output embeddings (needs embed_dim == hidden)
+    # Width of the attentional vector h~_t that feeds the output layer and the next step;
+    # 0 means ``hidden``. Setting it to embed_dim is nmtpytorch's hid2out bottleneck, which
+    # lets the output layer share the target embedding and halves its cost at hidden = 2 x embed.
+    attentional_dim: int = 0
+    tie_embeddings: bool = False  # decoder input and output embeddings (needs the attentional vector embed_dim wide)
 
 
 @dataclass(frozen=True)

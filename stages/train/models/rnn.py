@@ -7,13 +7,15 @@ annotations h_j are ``hidden`` wide, Bahdanau section 3.2). Decoder, as Luong (s
 3): an LSTM or GRU whose input is the previous target embedding concatenated with the
 previous attentional vector (input feeding, section 3.3); attention over the
 annotations from the top decoder state s_t; attentional vector
-h~_t = tanh(W_c [c_t; s_t]); output softmax(W_o h~_t). Scores: additive
+h~_t = tanh(W_c [c_t; s_t]) (``attentional_dim`` wide: nmtpytorch narrows it to the
+embedding width so that W_o can be the target embedding); output softmax(W_o h~_t). Scores: additive
 v^T tanh(W s_t + U h_j) (Bahdanau), general s_t^T W_a h_j or dot s_t^T h_j (Luong).
 The initial decoder state is tanh(W [forward final; backward final]) per layer
 (Bahdanau, appendix A.2.2); layers beyond the encoder's depth start from the top one.
 
 The teacher-forced forward runs the same ``_step`` as incremental decoding, so the
-two agree exactly by construction.
+two agree by construction; it applies W_o once to all steps' attentional vectors, as
+one large product is cheaper than one per step (W_o is most of an update's FLOPs).
 """
 
 from __future__ import annotations
@@ -81,9 +83,11 @@ class RnnTranslator(nn.Module):
         super().__init__()
         if config.hidden % 2:
             raise ValueError("rnn hidden must be even: each encoder direction is hidden / 2 wide")
-        if config.tie_embeddings and config.embed_dim != config.hidden:
-            raise ValueError("tie_embeddings needs embed_dim == hidden")
-        self.config, self.pad_id = config, pad_id
+        attentional_dim = config.attentional_dim or config.hidden
+        if config.tie_embeddings and config.embed_dim != attentional_dim:
+            raise ValueError(f"tie_embeddings needs the attentional vector as wide as the embeddings: set "
+                             f"attentional_dim to embed_dim ({config.embed_dim}), it is {attentional_dim}")
+        self.config, self.pad_id, self.attentional_dim = config, pad_id, attentional_dim
         recurrent = nn.LSTM if config.cell == "lstm" else nn.GRU
         self.src_embedding = nn.Embedding(src_vocab, config.embed_dim, padding_idx=pad_id)
         self.tgt_embedding = nn.Embedding(tgt_vocab, config.embed_dim, padding_idx=pad_id)
@@ -91,12 +95,12 @@ class RnnTranslator(nn.Module):
                                  bidirectional=True, batch_first=True,
                                  dropout=config.dropout if config.encoder_layers > 1 else 0.0)
         self.bridge = nn.Linear(config.hidden, config.hidden)
-        self.decoder = recurrent(config.embed_dim + config.hidden, config.hidden, num_layers=config.decoder_layers,
+        self.decoder = recurrent(config.embed_dim + attentional_dim, config.hidden, num_layers=config.decoder_layers,
                                  batch_first=True, dropout=config.dropout if config.decoder_layers > 1 else 0.0)
         self.attention = Attention(config.attention, config.hidden)
-        self.combine = nn.Linear(2 * config.hidden, config.hidden, bias=False)
+        self.combine = nn.Linear(2 * config.hidden, attentional_dim, bias=False)
         self.dropout = Dropout(config.dropout)
-        self.output = nn.Linear(config.hidden, tgt_vocab)
+        self.output = nn.Linear(attentional_dim, tgt_vocab)
         if config.tie_embeddings:
             self.output.weight = self.tgt_embedding.weight
 
@@ -110,7 +114,7 @@ class RnnTranslator(nn.Module):
         final_hidden = final[0] if isinstance(final, tuple) else final
         hidden = self._initial_state(final_hidden)
         cell = self._initial_state(final[1]) if isinstance(final, tuple) else None
-        input_feed = annotations.new_zeros(src.size(0), self.config.hidden)
+        input_feed = annotations.new_zeros(src.size(0), self.attentional_dim)
         return RnnState(hidden, cell, input_feed, annotations, self.attention.precompute(annotations), src_valid)
 
     def _initial_state(self, final: Tensor) -> Tensor:
@@ -122,7 +126,8 @@ class RnnTranslator(nn.Module):
         extra = per_layer[-1:].expand(self.config.decoder_layers - self.config.encoder_layers, -1, -1)
         return torch.cat([per_layer, extra], dim=0).contiguous()
 
-    def _step(self, state: RnnState, tokens: Tensor) -> tuple[Tensor, RnnState]:
+    def _step(self, state: RnnState, tokens: Tensor) -> RnnState:
+        """One decoder step; the new state's input_feed is the attentional vector h~_t."""
         embedded = self.dropout(self.tgt_embedding(tokens))
         step_input = torch.cat([embedded, state.input_feed], dim=1).unsqueeze(1)
         recurrent_state = (state.hidden, state.cell) if state.cell is not None else state.hidden
@@ -131,20 +136,19 @@ class RnnTranslator(nn.Module):
         context = self.attention(top, state.keys, state.annotations, state.src_valid)
         attentional = self.dropout(torch.tanh(self.combine(torch.cat([context, top], dim=1))))
         hidden, cell = new_state if isinstance(new_state, tuple) else (new_state, None)
-        return self.output(attentional), RnnState(hidden, cell, attentional, state.annotations, state.keys,
-                                                  state.src_valid)
+        return RnnState(hidden, cell, attentional, state.annotations, state.keys, state.src_valid)
 
     def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:
         state = self.start_decoding(src)
-        logits = []
+        attentional = []
         for t in range(tgt_in.size(1)):
-            step_logits, state = self._step(state, tgt_in[:, t])
-            logits.append(step_logits)
-        return torch.stack(logits, dim=1)
+            state = self._step(state, tgt_in[:, t])
+            attentional.append(state.input_feed)
+        return self.output(torch.stack(attentional, dim=1))
 
     def decode_step(self, state: RnnState, tokens: Tensor) -> tuple[Tensor, RnnState]:
-        logits, state = self._step(state, tokens)
-        return F.log_softmax(logits.float(), dim=-1), state
+        state = self._step(state, tokens)
+        return F.log_softmax(self.output(state.input_feed).float(), dim=-1), state
 
     def reorder_state(self, state: RnnState, order: Tensor, sentences: Tensor | None = None) -> RnnState:
         return state.reorder(order)  # one state per row

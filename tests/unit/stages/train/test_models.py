@@ -36,6 +36,9 @@ def make(kind: str):
         "rnn_gru_general": lambda: RnnTranslator(replace(tiny_rnn, cell="gru", attention="general"), VOCAB, VOCAB),
         "rnn_lstm_dot_tied": lambda: RnnTranslator(replace(tiny_rnn, attention="dot", embed_dim=128,
                                                            tie_embeddings=True), VOCAB, VOCAB),
+        # nmtpytorch's hid2out bottleneck: the attentional vector as wide as the embeddings
+        "rnn_gru_bottleneck_tied": lambda: RnnTranslator(replace(tiny_rnn, cell="gru", attentional_dim=64,
+                                                                 tie_embeddings=True), VOCAB, VOCAB),
         "decoder_only": lambda: DecoderOnlyTranslator(tiny_decoder, VOCAB, SRC_TAG, TGT_TAG),
         "decoder_only_prefix": lambda: DecoderOnlyTranslator(replace(tiny_decoder, prefix_attention=True),
                                                              VOCAB, SRC_TAG, TGT_TAG),
@@ -44,7 +47,7 @@ def make(kind: str):
 
 
 KINDS = ["transformer_post_ln", "transformer_pre_ln_learned", "rnn_lstm_additive", "rnn_gru_general",
-         "rnn_lstm_dot_tied", "decoder_only", "decoder_only_prefix"]
+         "rnn_lstm_dot_tied", "rnn_gru_bottleneck_tied", "decoder_only", "decoder_only_prefix"]
 
 
 def batch(batch_size=3, src_len=9, tgt_len=7, seed=1):
