@@ -43,6 +43,9 @@ class StageContext:
     # kept there (training checkpoints) survives the node. None when the store is local,
     # where the stage's own output directory is already on the store.
     durable_staging: tuple[Any, str] | None = None
+    # A train stage's place in the order workers are placed in (``pipeline/start_order.py``);
+    # None outside ``nmt run``.
+    training_turn: Any = None
 
     def parallel_map(self, fn: Callable, items: list, gpus: float = 0) -> list:
         """``[fn(item) for item in items]``, one task per item, each with ``gpus`` GPUs."""

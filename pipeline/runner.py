@@ -14,7 +14,7 @@ import logging
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from pipeline.artifacts import ArtifactStore
 from pipeline.config import ExperimentConfig
@@ -22,6 +22,9 @@ from pipeline.context import RayTasks, StageContext, ray_progress
 from pipeline.graph import PlannedStage
 from pipeline.hardware import CPU_BF16_ENV
 from pipeline.stage import Stage
+
+if TYPE_CHECKING:
+    from pipeline.start_order import TrainingTurn
 
 log = logging.getLogger("nmt")
 
@@ -38,7 +41,8 @@ class StageResult:
 
 
 def execute_stage(stage: Stage, section, key: str, upstream_keys: dict[str, str], store: ArtifactStore,
-                  mirrors: list[str], metrics_sink: Callable | None, *upstream_results: StageResult) -> StageResult:
+                  mirrors: list[str], metrics_sink: Callable | None, training_turn: TrainingTurn | None,
+                  *upstream_results: StageResult) -> StageResult:
     """Run one stage and commit its artifact; the body of each stage's Ray task.
 
     ``upstream_results`` are not read: passing the upstream ObjectRefs as arguments is
@@ -51,7 +55,7 @@ def execute_stage(stage: Stage, section, key: str, upstream_keys: dict[str, str]
     fetchers = {name: functools.partial(store.local_path, name, upstream_key, stage.reads.get(name))
                 for name, upstream_key in upstream_keys.items()}
     ctx = StageContext(tasks=RayTasks(), progress=ray_progress, mirrors=mirrors, input_fetchers=fetchers,
-                       metrics_sink=metrics_sink,
+                       metrics_sink=metrics_sink, training_turn=training_turn,
                        durable_staging=store.durable_staging(stage.name, key) if stage.resumable else None)
     metrics = stage.run(inputs, section, staging, ctx)
     status = store.commit(stage.name, key, staging, {
@@ -94,7 +98,11 @@ def run_pipeline(config: ExperimentConfig, planned: list[PlannedStage], store: A
     included. ``on_submit`` may return a metrics sink the stage can log to as it runs."""
     import ray
 
+    from pipeline.start_order import StartOrder, TrainingTurn
+
     task = ray.remote(execute_stage)
+    training = [item.stage.name for item in planned if item.will_run and item.stage.group == "train"]
+    start_order = StartOrder.remote(training) if len(training) > 1 else None
     refs: dict[str, ray.ObjectRef] = {}
     pending: dict[ray.ObjectRef, PlannedStage] = {}
     results = []
@@ -109,8 +117,9 @@ def run_pipeline(config: ExperimentConfig, planned: list[PlannedStage], store: A
             continue
         upstream_refs = [refs[name] for name in item.stage.upstream if name in refs]
         section = item.stage.config_of(config)
+        turn = TrainingTurn(start_order, item.stage.name) if start_order and item.stage.name in training else None
         ref = task.options(name=f"stage:{item.stage.name}", num_cpus=item.stage.task_cpus).remote(
-            item.stage, section, item.key, item.upstream_keys, store, mirrors, on_submit(item), *upstream_refs)
+            item.stage, section, item.key, item.upstream_keys, store, mirrors, on_submit(item), turn, *upstream_refs)
         refs[item.stage.name] = ref
         pending[ref] = item
         log.info("%-9s submitted (key %s)", item.stage.name, item.key)

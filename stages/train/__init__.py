@@ -62,7 +62,9 @@ def run(inputs: dict[str, Path], config: TrainStageConfig, output: Path, ctx: St
                            # Where the workers look for the newest complete checkpoint when
                            # they start (loop.py, ``_newest_checkpoint``).
                            "run_dir": (run_dir, filesystem),
-                           "metrics_sink": ctx.metrics_sink},
+                           "metrics_sink": ctx.metrics_sink,
+                           # Rank 0 reports that the workers are placed: the next train stage may ask.
+                           "training_turn": ctx.training_turn},
         scaling_config=ScalingConfig(num_workers=world, use_gpu=training.use_gpu, resources_per_worker=resources,
                                      placement_strategy=training.placement_strategy),
         torch_config=TorchConfig(backend="nccl" if training.use_gpu else "gloo"),
@@ -71,8 +73,14 @@ def run(inputs: dict[str, Path], config: TrainStageConfig, output: Path, ctx: St
                              failure_config=FailureConfig(max_failures=training.max_failures),
                              checkpoint_config=CheckpointConfig(num_to_keep=training.keep_checkpoints)),
     )
+    if ctx.training_turn is not None:
+        ctx.training_turn.wait()  # the train stages before this one in the config ask for workers first
     started = time.time()
-    trainer.fit()
+    try:
+        trainer.fit()
+    finally:
+        if ctx.training_turn is not None:
+            ctx.training_turn.started()  # also when no worker ever started: the next may go
     stored = complete_checkpoints(run_dir, world, zero, filesystem)
     if ctx.durable_staging is not None:  # on an object store: bring them into the artifact
         download_checkpoints(stored, filesystem, output / RUN_NAME)

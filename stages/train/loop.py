@@ -57,6 +57,8 @@ def train_worker(loop_config: dict) -> None:
     training = config.train
     context = ray.train.get_context()
     rank, world = context.get_world_rank(), context.get_world_size()
+    if rank == 0 and loop_config.get("training_turn") is not None:
+        loop_config["training_turn"].started()
     # As many threads as the CPUs Ray gave this worker, never more (config.py checks).
     threads = training.threads_per_worker or training.cpus_per_worker
     torch.set_num_threads(threads)
