@@ -26,14 +26,13 @@ from pathlib import Path
 
 import requests
 
-from pipeline.serving.backends import CTranslate2Backend, OurBackend, SearchOptions
+from pipeline.serving.backends import SearchOptions, SourceEncoder, open_backend
 
 
 def offline_rate(model: Path, backend: str, lines: list[str], beam: int, batch: int, threads: int) -> float:
-    engine = CTranslate2Backend(model, "cpu", threads) if backend == "ctranslate2" else OurBackend(model, "cpu",
-                                                                                                    threads)
+    engine = open_backend(model, backend, "cpu", threads)
     options = SearchOptions(beam=beam)
-    sources = engine.encode(lines)
+    sources = SourceEncoder(model).encode(lines)
     engine.translate(sources[:batch], options)  # warm-up
     started = time.perf_counter()
     for start in range(0, len(sources), batch):

@@ -186,10 +186,12 @@ def serve(
     from pipeline.commands.serve import serve_model
     from pipeline.serving.app import ServiceSettings
 
-    if backend not in ("ours", "ctranslate2"):
-        from pipeline.commands.output import fail
+    from pipeline.commands.output import fail
 
+    if backend not in ("ours", "ctranslate2"):
         fail(f"--backend {backend}: choose ours or ctranslate2", 2)
+    if quantization is not None and backend != "ctranslate2":
+        fail(f"--quantization {quantization}: only the ctranslate2 backend quantizes (add --backend ctranslate2)", 2)
     device = "cuda" if gpus_per_replica > 0 else "cpu"
     settings = ServiceSettings(backend=backend, quantization=quantization, device=device,
                                threads=max(1, int(cpus_per_replica)), max_sentences=max_sentences,

@@ -8,9 +8,11 @@
 
 Dynamic batching: concurrent requests wait up to ``batch_wait_s`` to be decoded
 together, up to ``max_batch_sentences`` sentences a batch (``serve.batch`` counts
-sentences, not requests). A batch is decoded in a worker thread, so the replica keeps
-accepting the requests that will form the next one. Requests with different search
-options share the wait but are decoded apart.
+sentences, not requests). A batch is decoded in a child process of the replica
+(``decode_process.py`` says why not a thread), so the replica keeps accepting the
+requests that will form the next one. Requests with different search options share the
+wait but are decoded apart. Ray Serve's health check fails once the child has died,
+and Serve replaces the replica.
 
 Bad requests get a 4xx with a message and never reach the model: malformed JSON and
 unknown or out-of-range options (422, FastAPI's validation), too many sentences (413),
@@ -27,7 +29,8 @@ from fastapi import FastAPI, HTTPException
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from ray import serve
 
-from pipeline.serving.backends import CTranslate2Backend, OurBackend, SearchOptions
+from pipeline.serving.backends import SearchOptions, SourceEncoder
+from pipeline.serving.decode_process import DecodeProcess
 
 MAX_BEAM = 16
 
@@ -98,17 +101,27 @@ class Job:
 class TranslationService:
     def __init__(self, fetch_model: Callable, model_name: str, settings: ServiceSettings):
         model_dir = fetch_model()  # a local path, or the train artifact fetched from the store onto this node
-        if settings.backend == "ctranslate2":
-            self.backend = CTranslate2Backend(model_dir, settings.device, settings.threads, settings.quantization)
-        else:
-            self.backend = OurBackend(model_dir, settings.device, settings.threads)
+        self.encoder = SourceEncoder(model_dir)
+        self.decoder = DecodeProcess(model_dir, settings.backend, settings.device, settings.threads,
+                                     settings.quantization)
         self.settings, self.model_name = settings, model_name
         self.translate_jobs.set_max_batch_size(settings.max_batch_sentences)
         self.translate_jobs.set_batch_wait_timeout_s(settings.batch_wait_s)
 
+    def check_health(self) -> None:
+        """Ray Serve's periodic check: a replica whose decode process died is replaced."""
+        if not self.decoder.alive():
+            raise RuntimeError(f"the decode process (pid {self.decoder.pid}) has exited")
+
+    def __del__(self):  # Ray Serve's shutdown hook
+        if hasattr(self, "decoder"):  # not if the constructor failed before it
+            self.decoder.close()
+
     @api.get("/health", response_model=Health)
     def health(self) -> Health:
-        return Health(status="ok", backend=self.backend.name, model=self.model_name)
+        if not self.decoder.alive():
+            raise HTTPException(503, "the decode process has exited; Ray Serve will replace this replica")
+        return Health(status="ok", backend=self.decoder.name, model=self.model_name)
 
     @api.post("/translate", response_model=TranslateResponse)
     async def translate(self, request: TranslateRequest) -> TranslateResponse:
@@ -116,7 +129,7 @@ class TranslationService:
         if len(request.sentences) > limit:
             raise HTTPException(413, f"{len(request.sentences)} sentences: at most {limit} a request")
         present = [i for i, sentence in enumerate(request.sentences) if sentence.strip()]
-        sources = self.backend.encode([request.sentences[i] for i in present])
+        sources = self.encoder.encode([request.sentences[i] for i in present])
         for index, ids in zip(present, sources):
             if len(ids) > self.settings.max_input_tokens:
                 raise HTTPException(413, f"sentences[{index}] is {len(ids)} tokens long: at most "
@@ -140,7 +153,7 @@ class TranslationService:
         for options in dict.fromkeys(job.options for job in jobs):
             members = [i for i, job in enumerate(jobs) if job.options == options]
             sources = [ids for i in members for ids in jobs[i].sources]
-            decoded = iter(self.backend.translate(sources, options))
+            decoded = iter(self.decoder.translate(sources, options))
             for i in members:
                 results[i] = [next(decoded) for _ in jobs[i].sources]
         return results

@@ -1,5 +1,5 @@
 """What a service replica translates with: our own beam search, or the model exported
-to CTranslate2. Both take SentencePiece-encoded sources and the request's search
+to CTranslate2. Both take sources encoded by ``SourceEncoder`` and the request's search
 options, and give back the n best (text, score) per sentence, in order.
 
 Scores: ours is the length-penalized log-probability of GNMT (Wu et al. 2016, eq. 14,
@@ -10,11 +10,14 @@ not the same.
 
 from __future__ import annotations
 
+import json
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import sentencepiece as spm
+
+from stages.evaluate.translator import ModelFiles
 
 
 @dataclass(frozen=True)
@@ -23,6 +26,27 @@ class SearchOptions:
     nbest: int = 1
     length_penalty: float = 0.6
     max_length_b: int = 50  # at most source length + this many output tokens
+
+
+class SourceEncoder:
+    """Sentences to the token ids every backend reads (the source SentencePiece model's
+    ids, EOS appended): what the length limit counts. Apart from the backends so that the
+    replica's request handler encodes without loading a model."""
+
+    def __init__(self, model_dir: Path):
+        files = ModelFiles.find(model_dir)
+        self.spm = spm.SentencePieceProcessor(model_file=str(files.src_spm))
+        self.eos_id = json.loads((files.weights.parent / "vocab.json").read_text())["special_ids"]["eos"]
+
+    def encode(self, sentences: list[str]) -> list[list[int]]:
+        return [ids + [self.eos_id] for ids in self.spm.encode(sentences, out_type=int)]
+
+
+def open_backend(model_dir: Path, backend: str, device: str, threads: int, quantization: str | None = None):
+    """``backend``: "ours" or "ctranslate2" (``quantization`` is its weights' type)."""
+    if backend == "ctranslate2":
+        return CTranslate2Backend(model_dir, device, threads, quantization)
+    return OurBackend(model_dir, device, threads)
 
 
 class OurBackend:
@@ -39,11 +63,6 @@ class OurBackend:
         torch.set_num_threads(threads)
         resolved = resolve_precision(precision, detect_device(device), "precision")
         self.translator = Translator.from_file(model_dir, device, resolved)
-        self.src_spm = self.translator.src_spm
-
-    def encode(self, sentences: list[str]) -> list[list[int]]:
-        """Token ids as the model reads them (EOS included): what the length limit counts."""
-        return self.translator.encode(sentences)
 
     def translate(self, sources: list[list[int]], options: SearchOptions) -> list[list[tuple[str, float]]]:
         from stages.evaluate.translator import SearchSettings
@@ -61,8 +80,6 @@ class CTranslate2Backend:
     name = "ctranslate2"
 
     def __init__(self, model_dir: Path, device: str, threads: int, quantization: str | None = None):
-        import json
-
         import ctranslate2
 
         from stages.export import export_model
@@ -72,13 +89,9 @@ class CTranslate2Backend:
         self.info = json.loads((exported / "nmt_export.json").read_text())
         self.src_spm = spm.SentencePieceProcessor(model_file=str(exported / self.info["src_spm"]))
         self.tgt_spm = spm.SentencePieceProcessor(model_file=str(exported / self.info["tgt_spm"]))
-        self.eos_id = self.info["special_ids"]["eos"]
         device, _, index = device.partition(":")
         engine = ctranslate2.Generator if self.info["family"] == "decoder_only" else ctranslate2.Translator
         self.engine = engine(str(exported), device=device, device_index=int(index or 0), intra_threads=threads)
-
-    def encode(self, sentences: list[str]) -> list[list[int]]:
-        return [ids + [self.eos_id] for ids in self.src_spm.encode(sentences, out_type=int)]
 
     def translate(self, sources: list[list[int]], options: SearchOptions) -> list[list[tuple[str, float]]]:
         # Pieces without the EOS that add_source_eos (or the prompt) puts back.
