@@ -30,7 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from ray import serve
 
 from pipeline.serving.backends import SearchOptions, SourceEncoder
-from pipeline.serving.decode_process import DecodeProcess
+from pipeline.serving.decode_process import DecodeProcess, DecodeProcessExited
 
 MAX_BEAM = 16
 
@@ -135,7 +135,10 @@ class TranslationService:
                 raise HTTPException(413, f"sentences[{index}] is {len(ids)} tokens long: at most "
                                          f"{self.settings.max_input_tokens}")
         options = SearchOptions(request.beam, request.nbest, request.length_penalty, request.max_length_b)
-        found = await self.translate_jobs(Job(sources, options)) if sources else []
+        try:
+            found = await self.translate_jobs(Job(sources, options)) if sources else []
+        except DecodeProcessExited as error:  # Ray Serve's health check will replace this replica
+            raise HTTPException(503, f"{error}; retry: this replica is being replaced") from None
         translations = [Translation(text="", score=0.0, nbest=[Hypothesis(text="", score=0.0)])
                         for _ in request.sentences]  # a blank line translates to a blank line
         for index, hypotheses in zip(present, found):

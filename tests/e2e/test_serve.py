@@ -10,9 +10,11 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import psutil
 import pytest
 import requests
 
@@ -48,7 +50,7 @@ def watch_for_ready(process: subprocess.Popen, ready: threading.Event) -> None:
 
 
 @pytest.fixture(scope="module")
-def service(experiment) -> str:
+def serve_process(experiment) -> tuple[subprocess.Popen, str]:
     config, env = experiment
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -64,12 +66,17 @@ def service(experiment) -> str:
     if not ready.wait(timeout=300) or process.poll() is not None:
         os.killpg(process.pid, signal.SIGKILL)
         pytest.fail(f"nmt serve did not get ready: {log.read_text()[-3000:]}")
-    yield f"http://127.0.0.1:{port}"
+    yield process, f"http://127.0.0.1:{port}"
     process.send_signal(signal.SIGINT)
     try:
         process.wait(timeout=60)
     except subprocess.TimeoutExpired:
         os.killpg(process.pid, signal.SIGKILL)
+
+
+@pytest.fixture(scope="module")
+def service(serve_process) -> str:
+    return serve_process[1]
 
 
 @pytest.fixture(scope="module")
@@ -147,3 +154,34 @@ def test_bad_requests_get_a_4xx_with_a_message_and_the_service_stays_up(service,
     assert response.status_code == status, response.text
     assert message in response.text
     assert requests.get(f"{service}/health", timeout=30).status_code == 200
+
+
+def decode_process(serve_pid: int) -> psutil.Process:
+    """The replica's decode process: a spawned child of the Ray Serve replica, itself a
+    descendant of the nmt serve process (which started the local Ray instance)."""
+    found = [child for child in psutil.Process(serve_pid).children(recursive=True)
+             if "spawn_main" in " ".join(child.cmdline()) and "ServeReplica" in child.parent().name()
+             + " ".join(child.parent().cmdline())]
+    assert len(found) == 1, found
+    return found[0]
+
+
+# Last in this module: it kills the replica's decode process.
+def test_a_replica_whose_decode_process_dies_answers_503_and_is_replaced(serve_process, sentences):
+    process, url = serve_process
+    expected = translate(url, sentences[:3])
+    killed = decode_process(process.pid)
+    killed.kill()
+    killed.wait(timeout=30)
+    response = requests.post(f"{url}/translate", json={"sentences": sentences[:3]}, timeout=60)
+    assert response.status_code == 503, response.text
+    assert f"pid {killed.pid}) exited with code -9" in response.text
+    deadline = time.monotonic() + 240  # Serve checks health every 10 s, then starts a new replica
+    while time.monotonic() < deadline:
+        response = requests.post(f"{url}/translate", json={"sentences": sentences[:3]}, timeout=60)
+        if response.status_code == 200:
+            break
+        time.sleep(2)
+    assert response.status_code == 200, response.text
+    assert [t["text"] for t in response.json()["translations"]] == expected
+    assert decode_process(process.pid).pid != killed.pid
