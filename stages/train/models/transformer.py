@@ -79,24 +79,37 @@ class MultiHeadAttention(nn.Module):
         return self.split_heads(self.key(x)), self.split_heads(self.value(x))
 
     def forward(self, x: Tensor, keys: Tensor, values: Tensor, mask: Tensor | None = None,
-                causal: bool = False) -> Tensor:
-        """``mask``: boolean, True where a query may attend to a key, broadcast to (B, H, Tq, Tk)."""
+                causal: bool = False, fused: bool = True) -> Tensor:
+        """``mask``: boolean, True where a query may attend to a key, broadcast to (B, H, Tq, Tk).
+
+        ``fused=False`` computes softmax(q k^T / sqrt(d)) v as two batched products, for
+        incremental decoding: a step has one query per row (a sentence's beams in
+        cross-attention), and SDPA's CPU kernel, which splits its work by blocks of
+        queries, did not get faster with a second thread there (benchmarks/decode_speed.py
+        --profile)."""
         query = self.split_heads(self.query(x))
-        attended = F.scaled_dot_product_attention(query, keys, values, attn_mask=mask, is_causal=causal,
-                                                  dropout_p=self.dropout if self.training else 0.0)
+        if fused:
+            attended = F.scaled_dot_product_attention(query, keys, values, attn_mask=mask, is_causal=causal,
+                                                      dropout_p=self.dropout if self.training else 0.0)
+        else:
+            attended = self._scores(query, keys, mask, causal).softmax(dim=-1) @ values
         return self.out(attended.transpose(1, 2).reshape(x.shape))
 
     def weights(self, x: Tensor, keys: Tensor, mask: Tensor | None = None, causal: bool = False) -> Tensor:
         """(B, H, Tq, Tk): the attention probabilities ``forward`` applies, computed
         explicitly (the fused kernels never materialize them), for inspection."""
-        query = self.split_heads(self.query(x))
+        return self._scores(self.split_heads(self.query(x)), keys, mask, causal).float().softmax(dim=-1)
+
+    @staticmethod
+    def _scores(query: Tensor, keys: Tensor, mask: Tensor | None, causal: bool) -> Tensor:
         scores = query @ keys.transpose(-2, -1) / math.sqrt(query.size(-1))
         if causal:  # query i sees keys up to i (the last Tq of Tk positions are the queries')
-            allowed = torch.ones(scores.shape[-2:], dtype=torch.bool, device=x.device).tril(keys.size(2) - x.size(1))
+            allowed = torch.ones(scores.shape[-2:], dtype=torch.bool, device=query.device).tril(
+                keys.size(2) - query.size(2))
             scores = scores.masked_fill(~allowed, float("-inf"))
         if mask is not None:
             scores = scores.masked_fill(~mask, float("-inf"))
-        return scores.float().softmax(dim=-1)
+        return scores
 
 
 class FeedForward(nn.Module):
@@ -154,15 +167,16 @@ class DecoderLayer(nn.Module):
             if cache:
                 keys, values = torch.cat([cache[0], keys], dim=2), torch.cat([cache[1], values], dim=2)
             cache[:] = [keys, values]
-            return self.self_attention(h, keys, values)
+            return self.self_attention(h, keys, values, fused=False)
 
         def cross_attend(h: Tensor) -> Tensor:
+            incremental = cache is not None
             beams = h.size(0) // cross_kv[0].size(0)  # rows per sentence: > 1 in beam search
             if beams == 1:
-                return self.cross_attention(h, *cross_kv, src_mask)
+                return self.cross_attention(h, *cross_kv, src_mask, fused=not incremental)
             # (B * beams, 1, D) -> (B, beams, D): a sentence's beams as its query positions.
             per_sentence = h.reshape(-1, beams * h.size(1), h.size(2))
-            return self.cross_attention(per_sentence, *cross_kv, src_mask).reshape(h.shape)
+            return self.cross_attention(per_sentence, *cross_kv, src_mask, fused=not incremental).reshape(h.shape)
 
         x = self.self_residual(x, self_attend)
         x = self.cross_residual(x, cross_attend)
