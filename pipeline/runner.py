@@ -57,7 +57,11 @@ def execute_stage(stage: Stage, section, key: str, upstream_keys: dict[str, str]
     ctx = StageContext(tasks=RayTasks(), progress=ray_progress, mirrors=mirrors, input_fetchers=fetchers,
                        metrics_sink=metrics_sink, training_turn=training_turn,
                        durable_staging=store.durable_staging(stage.name, key) if stage.resumable else None)
-    metrics = stage.run(inputs, section, staging, ctx)
+    try:
+        metrics = stage.run(inputs, section, staging, ctx)
+    finally:
+        if training_turn is not None:  # its workers started, or never will: the next train stage may ask
+            training_turn.started()
     status = store.commit(stage.name, key, staging, {
         "version": stage.version, "config": section.model_dump(mode="json"),
         "upstream": upstream_keys, "metrics": metrics,

@@ -76,11 +76,7 @@ def run(inputs: dict[str, Path], config: TrainStageConfig, output: Path, ctx: St
     if ctx.training_turn is not None:
         ctx.training_turn.wait()  # the train stages before this one in the config ask for workers first
     started = time.time()
-    try:
-        trainer.fit()
-    finally:
-        if ctx.training_turn is not None:
-            ctx.training_turn.started()  # also when no worker ever started: the next may go
+    trainer.fit()
     stored = complete_checkpoints(run_dir, world, zero, filesystem)
     if ctx.durable_staging is not None:  # on an object store: bring them into the artifact
         download_checkpoints(stored, filesystem, output / RUN_NAME)
