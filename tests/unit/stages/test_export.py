@@ -180,12 +180,12 @@ def test_bad_quantization_and_format_are_named(tokenized, tmp_path):
 
 def test_nmt_serves_ctranslate2_backend_translates_as_its_own_backend(transformer, sentences):
     """What nmt serve --backend ctranslate2 runs: the export made in the replica."""
-    from pipeline.serving.backends import CTranslate2Backend, OurBackend, SearchOptions
+    from pipeline.serving.backends import CTranslate2Backend, OurBackend, SearchOptions, SourceEncoder
 
     greedy = SearchOptions(beam=1, nbest=1, max_length_b=40)
     ours_backend, ct2_backend = OurBackend(transformer, "cpu", 1, "fp32"), CTranslate2Backend(transformer, "cpu", 1)
-    sources = ours_backend.encode(sentences)
-    assert ct2_backend.encode(sentences) == sources
+    sources = SourceEncoder(transformer).encode(sentences)  # what a replica encodes with, for either backend
+    assert sources == Translator.from_file(transformer).encode(sentences)  # what nmt translate reads
     mine = [hypotheses[0][0] for hypotheses in ours_backend.translate(sources, greedy)]
     theirs = [hypotheses[0][0] for hypotheses in ct2_backend.translate(sources, greedy)]
     # Where ours stopped at the length cap, CTranslate2's cap (the batch's longest source
