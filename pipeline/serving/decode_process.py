@@ -4,9 +4,11 @@ Why not a thread of the replica: our beam search runs Python between its torch
 operators, so while it decodes it holds the GIL nearly all the time. The replica's
 event loop, which takes in the requests that will make up the next batch, then gets the
 GIL only when it forces a switch (every 5 ms, ``sys.getswitchinterval``), a few times a
-request. Measured at 32 clients with decoding in a thread: batches of 1 to 4 sentences,
-15 requests/s, 13% of offline throughput. In a child process the event loop has a GIL
-of its own and batches fill while the previous one decodes.
+request. Measured at 32 clients, one replica with 1 CPU, a 10 ms batch wait
+(benchmarks/serve_load.py, 2-core AMD EPYC): in a thread, batches of 1 to 4 sentences
+and 14.8 requests/s; in this child process, 22.7. The rest of the gap to offline
+throughput is not the GIL: on that machine the decoder has one core and the Serve
+proxy, the event loop and the load generator share the other.
 
 The child is started with ``spawn``: forking a process that runs Ray's and torch's
 threads can copy locks held by threads that do not exist in the child.
