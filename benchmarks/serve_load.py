@@ -7,7 +7,10 @@ thread count, the server not yet started. Then a real ``nmt serve`` process (one
 replica, one CPU) takes the load: each client sends its requests one after another,
 ``--sentences-per-request`` sentences each, from its own thread. The service's
 sentences/s at each concurrency is set against the offline figure: dynamic batching is
-what lets concurrent single-sentence requests approach it.
+what lets concurrent single-sentence requests approach it. Two more columns say where
+a shortfall comes from: the replica's mean batch (its ``/stats``) with the offline rate
+at a batch of that many clients, the most that batching their requests could reach;
+and how busy the decoder was (a low figure means requests reach it too slowly).
 
     python benchmarks/serve_load.py MODEL_DIR --sources src.txt
     python benchmarks/serve_load.py MODEL_DIR --sources src.txt --backend ctranslate2
@@ -54,6 +57,10 @@ def start_service(model: Path, backend: str, batch: int, wait_ms: float) -> tupl
     raise SystemExit("nmt serve ended before it was ready")
 
 
+def replica_stats(url: str) -> dict:
+    return requests.get(f"{url}/stats", timeout=30).json()
+
+
 def load(url: str, lines: list[str], clients: int, requests_per_client: int, per_request: int,
          beam: int) -> tuple[float, list[float]]:
     """(wall seconds, per-request latencies) of ``clients`` clients sending their requests."""
@@ -90,21 +97,32 @@ def main() -> None:
     lines = [line for line in args.sources.read_text().splitlines() if line.strip()]
 
     offline = offline_rate(args.model, args.backend, lines[:256], args.beam, args.max_batch_sentences, 1)
+    # The most that batching c single-sentence clients could give: batches of c, on the
+    # same 256 sentences (shorter ones decode faster: a subset would not compare).
+    offline_at_batch = {clients: offline_rate(args.model, args.backend, lines[:256], args.beam,
+                                              min(clients * args.sentences_per_request, args.max_batch_sentences), 1)
+                        for clients in args.clients}
     process, url = start_service(args.model, args.backend, args.max_batch_sentences, args.batch_wait_ms)
     try:
         load(url, lines, 2, 2, args.sentences_per_request, args.beam)  # warm-up
         print(f"{args.backend} backend, beam {args.beam}, {args.sentences_per_request} sentence(s) a request, "
               f"one replica with 1 CPU; offline batched: {offline:.1f} sentences/s\n")
-        print("| clients | requests | requests/s | sentences/s | p50 ms | p99 ms | of offline |")
-        print("|---:|---:|---:|---:|---:|---:|---:|")
+        print("| clients | requests | requests/s | sentences/s | p50 ms | p99 ms | of offline | mean batch | "
+              "offline at batch = clients | decoder busy |")
+        print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
         for clients in args.clients:
             per_client = args.requests_per_client or max(8, 256 // (clients * args.sentences_per_request))
+            before = replica_stats(url)
             seconds, latencies = load(url, lines, clients, per_client, args.sentences_per_request, args.beam)
+            after = replica_stats(url)
             rate = len(latencies) / seconds
             p50, p99 = statistics.quantiles(latencies, n=100)[49], statistics.quantiles(latencies, n=100)[98]
             sentences = rate * args.sentences_per_request
+            mean_batch = (after["sentences"] - before["sentences"]) / max(1, after["batches"] - before["batches"])
+            busy = (after["decode_seconds"] - before["decode_seconds"]) / seconds
             print(f"| {clients} | {len(latencies)} | {rate:.1f} | {sentences:.1f} | {p50 * 1000:.0f} | "
-                  f"{p99 * 1000:.0f} | {sentences / offline:.0%} |", flush=True)
+                  f"{p99 * 1000:.0f} | {sentences / offline:.0%} | {mean_batch:.1f} | "
+                  f"{offline_at_batch[clients]:.1f} | {busy:.0%} |", flush=True)
     finally:
         process.terminate()
         process.wait(timeout=60)

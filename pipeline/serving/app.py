@@ -4,11 +4,15 @@
   answers ``{"translations": [{"text", "score", "nbest": [{"text", "score"}, ...]}]}``,
   one entry per sentence, in order;
 - ``GET /health`` answers once the model is loaded;
+- ``GET /stats`` counts what this replica has decoded: batches, sentences, requests and
+  seconds in the decoder, so that a load test can tell small batches from an idle
+  decoder (with several replicas, each answer is one replica's);
 - ``/openapi.json`` and ``/docs`` describe the API (FastAPI writes them).
 
-Dynamic batching: concurrent requests wait up to ``batch_wait_s`` to be decoded
-together, up to ``max_batch_sentences`` sentences a batch (``serve.batch`` counts
-sentences, not requests). A batch is decoded in a child process of the replica
+Dynamic batching (``batcher.py``): while a batch decodes, the requests that arrive
+queue; once the decoder is free they form the next batch, up to
+``max_batch_sentences`` sentences, waiting up to ``batch_wait_s`` for more when that is
+not a full batch. A batch is decoded in a child process of the replica
 (``decode_process.py`` says why not a thread), so the replica keeps accepting the
 requests that will form the next one. Requests with different search options share the
 wait but are decoded apart. Ray Serve's health check fails once the child has died,
@@ -22,6 +26,7 @@ a sentence over the length limit (413, naming its index).
 # No ``from __future__ import annotations``: FastAPI reads the endpoint annotations as
 # classes to tell a JSON body from query parameters.
 import asyncio
+import time
 from dataclasses import dataclass
 from typing import Callable
 
@@ -30,6 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from ray import serve
 
 from pipeline.serving.backends import SearchOptions, SourceEncoder
+from pipeline.serving.batcher import DynamicBatcher
 from pipeline.serving.decode_process import DecodeProcess, DecodeProcessExited
 
 MAX_BEAM = 16
@@ -78,6 +84,13 @@ class TranslateResponse(BaseModel):
     translations: list[Translation]
 
 
+class Stats(BaseModel):
+    requests: int = 0
+    batches: int = 0  # decoder calls: jobs with different options in one wait are apart
+    sentences: int = 0
+    decode_seconds: float = 0.0  # wall time the decode process spent on them
+
+
 class Health(BaseModel):
     status: str
     backend: str
@@ -105,8 +118,9 @@ class TranslationService:
         self.decoder = DecodeProcess(model_dir, settings.backend, settings.device, settings.threads,
                                      settings.quantization)
         self.settings, self.model_name = settings, model_name
-        self.translate_jobs.set_max_batch_size(settings.max_batch_sentences)
-        self.translate_jobs.set_batch_wait_timeout_s(settings.batch_wait_s)
+        self.stats = Stats()
+        self.batcher = DynamicBatcher(self.translate_jobs, lambda job: len(job.sources),
+                                      settings.max_batch_sentences, settings.batch_wait_s)
 
     def check_health(self) -> None:
         """Ray Serve's periodic check: a replica whose decode process died is replaced."""
@@ -123,6 +137,10 @@ class TranslationService:
             raise HTTPException(503, "the decode process has exited; Ray Serve will replace this replica")
         return Health(status="ok", backend=self.decoder.name, model=self.model_name)
 
+    @api.get("/stats", response_model=Stats)
+    def statistics(self) -> Stats:
+        return self.stats
+
     @api.post("/translate", response_model=TranslateResponse)
     async def translate(self, request: TranslateRequest) -> TranslateResponse:
         limit = self.settings.max_sentences
@@ -136,7 +154,7 @@ class TranslationService:
                                          f"{self.settings.max_input_tokens}")
         options = SearchOptions(request.beam, request.nbest, request.length_penalty, request.max_length_b)
         try:
-            found = await self.translate_jobs(Job(sources, options)) if sources else []
+            found = await self.batcher.submit(Job(sources, options)) if sources else []
         except DecodeProcessExited as error:  # Ray Serve's health check will replace this replica
             raise HTTPException(503, f"{error}; retry: this replica is being replaced") from None
         translations = [Translation(text="", score=0.0, nbest=[Hypothesis(text="", score=0.0)])
@@ -146,7 +164,6 @@ class TranslationService:
             translations[index] = Translation(text=nbest[0].text, score=nbest[0].score, nbest=nbest)
         return TranslateResponse(translations=translations)
 
-    @serve.batch(batch_size_fn=lambda jobs: sum(len(job.sources) for job in jobs))
     async def translate_jobs(self, jobs: list[Job]) -> list[list[list[tuple[str, float]]]]:
         return await asyncio.to_thread(self._decode, jobs)
 
@@ -156,7 +173,12 @@ class TranslationService:
         for options in dict.fromkeys(job.options for job in jobs):
             members = [i for i, job in enumerate(jobs) if job.options == options]
             sources = [ids for i in members for ids in jobs[i].sources]
+            started = time.perf_counter()
             decoded = iter(self.decoder.translate(sources, options))
+            self.stats.decode_seconds += time.perf_counter() - started
+            self.stats.batches += 1
+            self.stats.sentences += len(sources)
+            self.stats.requests += len(members)
             for i in members:
                 results[i] = [next(decoded) for _ in jobs[i].sources]
         return results

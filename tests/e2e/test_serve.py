@@ -95,7 +95,7 @@ def test_health_and_the_openapi_document(service):
     health = requests.get(f"{service}/health", timeout=30).json()
     assert health == {"status": "ok", "backend": "ours", "model": MODEL}
     document = requests.get(f"{service}/openapi.json", timeout=30).json()
-    assert {"/translate", "/health"} <= set(document["paths"])
+    assert {"/translate", "/health", "/stats"} <= set(document["paths"])
     request_schema = document["components"]["schemas"]["TranslateRequest"]
     assert {"sentences", "beam", "nbest"} <= set(request_schema["properties"])
 
@@ -128,9 +128,16 @@ def test_concurrent_clients_each_get_their_own_translations_in_order(service, se
         chunk = sentences[start:start + MAX_SENTENCES]
         alone.update(zip(chunk, translate(service, chunk, beam=1)))
     by_client = [[sentences[(client + k * 7) % len(sentences)] for k in range(4)] for client in range(32)]
+    before = requests.get(f"{service}/stats", timeout=30).json()
     with ThreadPoolExecutor(32) as pool:
         answers = list(pool.map(lambda batch: translate(service, batch, beam=1), by_client))
+    after = requests.get(f"{service}/stats", timeout=30).json()
     assert all(len(answer) == 4 for answer in answers)
+    # The replica's counters: every request and sentence once, some of them batched together.
+    assert after["requests"] - before["requests"] == 32
+    assert after["sentences"] - before["sentences"] == 128
+    assert 1 <= after["batches"] - before["batches"] < 32
+    assert after["decode_seconds"] > before["decode_seconds"]
     mismatches = [(client, k) for client, (batch, answer) in enumerate(zip(by_client, answers))
                   for k, (sentence, text) in enumerate(zip(batch, answer)) if alone[sentence] != text]
     # Batched with other clients' sentences, a source is padded to another length, and

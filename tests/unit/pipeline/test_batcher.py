@@ -1,0 +1,91 @@
+"""DynamicBatcher (pipeline/serving/batcher.py): batches formed when the decoder is free."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from pipeline.serving.batcher import DynamicBatcher
+
+
+class SlowDecoder:
+    """Upper-cases each job's sentences after ``seconds``; records the batches it got."""
+
+    def __init__(self, seconds: float, fail_on: str | None = None):
+        self.seconds, self.fail_on, self.batches = seconds, fail_on, []
+
+    async def __call__(self, jobs: list[list[str]]) -> list[list[str]]:
+        self.batches.append(jobs)
+        await asyncio.sleep(self.seconds)
+        if self.fail_on is not None and any(self.fail_on in job for job in jobs):
+            raise RuntimeError(f"cannot decode {self.fail_on}")
+        return [[sentence.upper() for sentence in job] for job in jobs]
+
+
+def batcher_for(decoder: SlowDecoder, max_size: int = 8, wait_s: float = 0.01) -> DynamicBatcher:
+    return DynamicBatcher(decoder, len, max_size, wait_s)
+
+
+async def submit_later(batcher: DynamicBatcher, job: list[str], delay: float) -> list[str]:
+    await asyncio.sleep(delay)
+    return await batcher.submit(job)
+
+
+def test_requests_arriving_during_a_decode_form_one_batch_once_it_is_done():
+    """Three requests 50 ms apart while the first batch decodes for 300 ms, with a 10 ms
+    wait: serve.batch would have cut them into three batches; here they are one."""
+    async def scenario():
+        decoder = SlowDecoder(0.3)
+        batcher = batcher_for(decoder)
+        return decoder, await asyncio.gather(batcher.submit(["a"]), submit_later(batcher, ["b"], 0.05),
+                                             submit_later(batcher, ["c"], 0.10), submit_later(batcher, ["d"], 0.15))
+
+    decoder, results = asyncio.run(scenario())
+    assert decoder.batches == [[["a"]], [["b"], ["c"], ["d"]]]
+    assert results == [["A"], ["B"], ["C"], ["D"]]
+
+
+def test_batches_hold_at_most_max_size_sentences_in_arrival_order():
+    async def scenario():
+        decoder = SlowDecoder(0.05)
+        batcher = batcher_for(decoder, max_size=4)
+        jobs = [["a", "b"], ["c"], ["d", "e"], ["f"], ["g", "h", "i", "j"]]
+        return decoder, jobs, await asyncio.gather(*(batcher.submit(job) for job in jobs))
+
+    decoder, jobs, results = asyncio.run(scenario())
+    # ["d", "e"] would make 5: it starts the next batch, and nothing overtakes it.
+    assert decoder.batches == [[["a", "b"], ["c"]], [["d", "e"], ["f"]], [["g", "h", "i", "j"]]]
+    assert results == [[sentence.upper() for sentence in job] for job in jobs]
+
+
+def test_a_lone_request_waits_for_company_then_goes_alone():
+    async def scenario():
+        decoder = SlowDecoder(0.0)
+        batcher = batcher_for(decoder, wait_s=0.2)
+        first = asyncio.create_task(batcher.submit(["a"]))
+        late = asyncio.create_task(submit_later(batcher, ["b"], 0.05))  # within the wait: same batch
+        await asyncio.gather(first, late)
+        await batcher.submit(["c"])  # nobody else: decoded after the wait, alone
+        return decoder
+
+    assert asyncio.run(scenario()).batches == [[["a"], ["b"]], [["c"]]]
+
+
+def test_a_failed_batch_fails_its_callers_and_the_next_batch_is_decoded():
+    async def scenario():
+        batcher = batcher_for(SlowDecoder(0.05, fail_on="bad"))
+        failed = await asyncio.gather(batcher.submit(["bad"]), batcher.submit(["fine"]), return_exceptions=True)
+        return failed, await batcher.submit(["later"])
+
+    failed, later = asyncio.run(scenario())
+    assert all(isinstance(result, RuntimeError) and "cannot decode bad" in str(result) for result in failed)
+    assert later == ["LATER"]
+
+
+def test_a_job_larger_than_a_batch_is_refused():
+    async def scenario():
+        await batcher_for(SlowDecoder(0.0), max_size=2).submit(["a", "b", "c"])
+
+    with pytest.raises(ValueError, match="size 3 cannot fit in a batch of 2"):
+        asyncio.run(scenario())
