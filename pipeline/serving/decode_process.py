@@ -7,8 +7,7 @@ GIL only when it forces a switch (every 5 ms, ``sys.getswitchinterval``), a few 
 request. Measured at 32 clients, one replica with 1 CPU, a 10 ms batch wait
 (benchmarks/serve_load.py, 2-core AMD EPYC): in a thread, batches of 1 to 4 sentences
 and 14.8 requests/s; in this child process, 22.7. The rest of the gap to offline
-throughput is not the GIL: on that machine the decoder has one core and the Serve
-proxy, the event loop and the load generator share the other.
+throughput was not the GIL but how batches were formed (``batcher.py``).
 
 The child is started with ``spawn``: forking a process that runs Ray's and torch's
 threads can copy locks held by threads that do not exist in the child.
