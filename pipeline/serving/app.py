@@ -86,7 +86,7 @@ class TranslateResponse(BaseModel):
 
 class Stats(BaseModel):
     requests: int = 0
-    batches: int = 0  # decoder calls: jobs with different options in one wait are apart
+    batches: int = 0  # decoder calls: a batch whose requests differ in search options makes several
     sentences: int = 0
     decode_seconds: float = 0.0  # wall time the decode process spent on them
 
@@ -119,7 +119,8 @@ class TranslationService:
                                      settings.quantization)
         self.settings, self.model_name = settings, model_name
         self.stats = Stats()
-        self.batcher = DynamicBatcher(self.translate_jobs, lambda job: len(job.sources),
+        # The decoding waits on the child's pipe in a worker thread: the event loop goes on.
+        self.batcher = DynamicBatcher(lambda jobs: asyncio.to_thread(self._decode, jobs), lambda job: len(job.sources),
                                       settings.max_batch_sentences, settings.batch_wait_s)
 
     def check_health(self) -> None:
@@ -163,9 +164,6 @@ class TranslationService:
             nbest = [Hypothesis(text=text, score=score) for text, score in hypotheses]
             translations[index] = Translation(text=nbest[0].text, score=nbest[0].score, nbest=nbest)
         return TranslateResponse(translations=translations)
-
-    async def translate_jobs(self, jobs: list[Job]) -> list[list[list[tuple[str, float]]]]:
-        return await asyncio.to_thread(self._decode, jobs)
 
     def _decode(self, jobs: list[Job]) -> list[list[list[tuple[str, float]]]]:
         """Each job's translations: the jobs that share options decoded as one batch."""
