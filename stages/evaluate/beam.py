@@ -44,6 +44,34 @@ def max_output_lengths(src: Tensor, pad_id: int, a: float, b: int) -> Tensor:
     return ((src != pad_id).sum(dim=1).double() * a).floor().long() + b
 
 
+def row_top_k(values: Tensor, k: int, groups: int = 16) -> tuple[Tensor, Tensor]:
+    """``values.topk(k, dim=1)`` for (rows, V) rows of a vocabulary, 2-3x faster on a CPU.
+
+    torch's CPU top-k pays a few nanoseconds for each entry it reads into its per-row
+    queue; a column maximum is a vectorized pass. So the first ``groups * (V // groups)``
+    entries of a row are read as a (groups, V // groups) table, and the row's k best
+    entries are sought only in the k columns with the highest maxima: an entry outside
+    them is beaten by those k maxima, so it is not among the k best. That leaves a
+    top-k over ``groups * k`` entries (plus the V % groups left over at the end).
+    Ties may come out in another order than torch's.
+    """
+    rows, vocab = values.shape
+    width = vocab // groups
+    if width < 4 * k:  # a small vocabulary: nothing to gain
+        return values.topk(k, dim=1)
+    table = values[:, :groups * width].view(rows, groups, width)  # token g * width + c at [g, c]
+    _, columns = table.amax(dim=1).topk(k, dim=1)  # (rows, k)
+    candidates = table.gather(2, columns.unsqueeze(1).expand(rows, groups, k)).view(rows, groups * k)
+    left_over = values[:, groups * width:]
+    if left_over.size(1):
+        candidates = torch.cat([candidates, left_over], dim=1)
+    top, at = candidates.topk(k, dim=1)
+    in_table = at < groups * k
+    at_table = at.clamp(max=groups * k - 1)
+    token_in_table = (at_table // k) * width + columns.gather(1, at_table % k)
+    return top, torch.where(in_table, token_in_table, at - groups * k + groups * width)
+
+
 @torch.no_grad()
 def beam_search(model: nn.Module, src: Tensor, beam_size: int, *, bos_id: int, eos_id: int, pad_id: int,
                 alpha: float = 0.6, max_length_a: float = 1.0, max_length_b: int = 50, min_length: int = 1,
@@ -68,8 +96,10 @@ def beam_search(model: nn.Module, src: Tensor, beam_size: int, *, bos_id: int, e
     # The bookkeeping of which sentence is where, and how long it may grow, is kept on
     # the host: on a GPU each value read back from the device makes the host wait, so
     # a step reads back one small tensor (the candidates), plus the finished
-    # hypotheses' tokens on steps where some finish.
-    sentence_ids = torch.arange(batch)  # original index of each live sentence
+    # hypotheses' tokens on steps where some finish. Per-sentence values the loop reads
+    # one by one are Python lists: reading a tensor element costs microseconds of op
+    # dispatch, and that per-step overhead runs on one thread whatever the thread count.
+    sentence_ids = list(range(batch))  # original index of each live sentence
     limits = max_output_lengths(src, pad_id, max_length_a, max_length_b).cpu()
     tokens = torch.full((batch * k, 1), bos_id, dtype=torch.long, device=device)
     # Only the first beam is live at the start; the others would repeat it.
@@ -97,7 +127,7 @@ def beam_search(model: nn.Module, src: Tensor, beam_size: int, *, bos_id: int, e
         # That reads the (B * k, V) log-probabilities once, where adding the beams'
         # scores to every entry before one top-k wrote and read them again.
         live, per_beam = scores.size(0), min(2 * k, vocab)
-        beam_scores, beam_tokens = log_probs.topk(per_beam, dim=1)
+        beam_scores, beam_tokens = row_top_k(log_probs, per_beam)
         totals = (scores.view(-1, 1) + beam_scores).view(live, k * per_beam)
         top_scores, top_ids = totals.topk(min(2 * k, k * per_beam), dim=1)
         top_beams, top_tokens = top_ids // per_beam, beam_tokens.view(live, -1).gather(1, top_ids)
@@ -108,17 +138,18 @@ def beam_search(model: nn.Module, src: Tensor, beam_size: int, *, bos_id: int, e
         candidates = torch.stack([finishing.float(), top_scores, top_beams.float()]).cpu()  # the step's one read
         finishing_rows = candidates[0].nonzero().tolist()
         if finishing_rows:
-            at = torch.tensor([row * k + int(candidates[2, row, rank]) for row, rank in finishing_rows])
+            _, candidate_scores, candidate_beams = candidates.tolist()
+            at = torch.tensor([row * k + int(candidate_beams[row][rank]) for row, rank in finishing_rows])
             prefixes = tokens[at.to(device), 1:].tolist()
             for (row, rank), prefix in zip(finishing_rows, prefixes):
-                original = int(sentence_ids[row])
+                original = sentence_ids[row]
                 if len(finished[original]) == k:
                     continue
-                log_prob = float(candidates[1, row, rank])
+                log_prob = candidate_scores[row][rank]
                 finished[original].append(Hypothesis(tuple(prefix), log_prob,
                                                      log_prob / length_penalty(step + 1, alpha)))
 
-        done = torch.tensor([len(finished[int(i)]) == k for i in sentence_ids]) | at_limit
+        done = torch.tensor([len(finished[i]) == k for i in sentence_ids]) | at_limit
         if bool(done.all()):
             break
 
@@ -133,6 +164,7 @@ def beam_search(model: nn.Module, src: Tensor, beam_size: int, *, bos_id: int, e
         rows = rows.view(-1)
         state = model.reorder_state(state, rows, keep)
         tokens = torch.cat([tokens[rows], next_tokens[keep].view(-1, 1)], dim=1)
-        scores, sentence_ids, limits = next_scores[keep], sentence_ids[keep_host], limits[keep_host]
+        scores, limits = next_scores[keep], limits[keep_host]
+        sentence_ids = [sentence_ids[i] for i in keep_host.tolist()]
 
     return [sorted(hypotheses, key=lambda h: -h.score)[:nbest] for hypotheses in finished]

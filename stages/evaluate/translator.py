@@ -19,6 +19,7 @@ import sentencepiece as spm
 import torch
 from torch.nn.utils.rnn import pad_sequence
 
+from pipeline.host_memory import keep_freed_memory
 from stages.evaluate.beam import Hypothesis, beam_search
 from stages.train.model_file import load_model_file
 
@@ -78,8 +79,13 @@ class Translator:
     @classmethod
     def from_file(cls, model_file: Path, device: str = "cpu", precision: str = "fp32") -> Translator:
         """``model_file``: a train artifact's ``model.pt`` (or ``best.pt``), or the artifact
-        directory, with the artifact's ``vocab.json`` and SentencePiece model(s) beside it."""
+        directory, with the artifact's ``vocab.json`` and SentencePiece model(s) beside it.
+
+        A process that loads a model to translate keeps the memory it frees
+        (``pipeline.host_memory``): each search step's vocabulary-sized tensors then
+        reuse the last step's pages instead of faulting in new ones."""
         files = ModelFiles.find(model_file)
+        keep_freed_memory()
         model, data = load_model_file(files.weights, device)
         return cls(model, spm.SentencePieceProcessor(model_file=str(files.src_spm)),
                    spm.SentencePieceProcessor(model_file=str(files.tgt_spm)),

@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch import nn
 
-from stages.evaluate.beam import beam_search, length_penalty, max_output_lengths
+from stages.evaluate.beam import beam_search, length_penalty, max_output_lengths, row_top_k
 from stages.train.models import build_model
 
 PAD, UNK, BOS, EOS = 0, 1, 2, 3
@@ -186,3 +186,26 @@ def test_batched_beam_search_equals_decoding_each_sentence_alone(family):
 def test_nbest_cannot_exceed_the_beam():
     with pytest.raises(ValueError, match="nbest"):
         beam_search(PrefixModel(), torch.tensor([[5, EOS]]), 2, nbest=3, **SPECIAL)
+
+
+@pytest.mark.parametrize("vocab", [10_000, 10_007, 517, 40])
+@pytest.mark.parametrize("k", [1, 4, 8])
+def test_row_top_k_equals_torch_topk(vocab, k):
+    """The grouped top-k against torch's, on random rows and on rows built to catch a
+    shortcut: the best entries all in one column of the table, all in the entries left
+    over after the last full column, or rows of -inf but one (a sentence at its length
+    limit, where EOS is the only continuation)."""
+    generator = torch.Generator().manual_seed(vocab * 10 + k)
+    values = torch.randn(12, vocab, generator=generator)
+    width = vocab // 16
+    if width:
+        values[0, torch.arange(16) * width + 3] = 10.0 + torch.arange(16.0)  # one column
+    values[1, vocab - vocab % 16:] = 20.0 + torch.arange(float(vocab % 16))  # the left-over entries
+    values[2] = float("-inf")
+    values[2, EOS] = -0.5
+    top, ids = row_top_k(values, k)
+    expected_top, expected_ids = values.topk(k, dim=1)
+    assert torch.equal(top, expected_top)
+    finite = torch.isfinite(expected_top)  # -inf ties may come out in another order
+    assert torch.equal(ids[finite], expected_ids[finite])
+    assert torch.equal(values.gather(1, ids), top)
