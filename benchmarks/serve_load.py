@@ -43,13 +43,15 @@ def offline_rate(model: Path, backend: str, lines: list[str], beam: int, batch: 
     return len(lines) / (time.perf_counter() - started)
 
 
-def start_service(model: Path, backend: str, batch: int, wait_ms: float) -> tuple[subprocess.Popen, str]:
+def start_service(model: Path, backend: str, batch: int, wait_ms: float,
+                  max_wait_ms: float | None) -> tuple[subprocess.Popen, str]:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     process = subprocess.Popen([sys.executable, "-m", "pipeline", "serve", str(model), "--port", str(port),
                                 "--backend", backend, "--max-batch-sentences", str(batch),
-                                "--max-sentences", str(batch), "--batch-wait-ms", str(wait_ms)],
+                                "--max-sentences", str(batch), "--batch-wait-ms", str(wait_ms),
+                                *(["--batch-max-wait-ms", str(max_wait_ms)] if max_wait_ms is not None else [])],
                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     for line in process.stdout:
         if line.startswith("ready"):
@@ -93,6 +95,7 @@ def main() -> None:
     parser.add_argument("--beam", type=int, default=4)
     parser.add_argument("--max-batch-sentences", type=int, default=64)
     parser.add_argument("--batch-wait-ms", type=float, default=10.0)
+    parser.add_argument("--batch-max-wait-ms", type=float, default=None)
     args = parser.parse_args()
     lines = [line for line in args.sources.read_text().splitlines() if line.strip()]
 
@@ -102,7 +105,8 @@ def main() -> None:
     offline_at_batch = {clients: offline_rate(args.model, args.backend, lines[:256], args.beam,
                                               min(clients * args.sentences_per_request, args.max_batch_sentences), 1)
                         for clients in args.clients}
-    process, url = start_service(args.model, args.backend, args.max_batch_sentences, args.batch_wait_ms)
+    process, url = start_service(args.model, args.backend, args.max_batch_sentences, args.batch_wait_ms,
+                                 args.batch_max_wait_ms)
     try:
         load(url, lines, 2, 2, args.sentences_per_request, args.beam)  # warm-up
         print(f"{args.backend} backend, beam {args.beam}, {args.sentences_per_request} sentence(s) a request, "

@@ -177,7 +177,10 @@ def serve(
     max_batch_sentences: int = typer.Option(64, "--max-batch-sentences", min=1,
                                             help="Sentences of concurrent requests decoded as one batch."),
     batch_wait_ms: float = typer.Option(10.0, "--batch-wait-ms", min=0.0,
-                                        help="How long a request waits for others to batch with."),
+                                        help="A batch that is not full goes once no request came for this long."),
+    batch_max_wait_ms: Optional[float] = typer.Option(
+        None, "--batch-max-wait-ms", min=0.0,
+        help="The longest a batch that is not full waits for more (default: --batch-wait-ms, a fixed wait)."),
     address: Optional[str] = typer.Option(None, "--address", envvar="RAY_ADDRESS",
                                           help="Ray cluster to join; default: start a local instance."),
     artifact_root: Optional[str] = RootOpt,
@@ -190,12 +193,15 @@ def serve(
 
     if backend not in ("ours", "ctranslate2"):
         fail(f"--backend {backend}: choose ours or ctranslate2", 2)
+    if batch_max_wait_ms is not None and batch_max_wait_ms < batch_wait_ms:
+        fail(f"--batch-max-wait-ms {batch_max_wait_ms:g} is shorter than --batch-wait-ms {batch_wait_ms:g}", 2)
     if quantization is not None and backend != "ctranslate2":
         fail(f"--quantization {quantization}: only the ctranslate2 backend quantizes (add --backend ctranslate2)", 2)
     device = "cuda" if gpus_per_replica > 0 else "cpu"
     settings = ServiceSettings(backend=backend, quantization=quantization, device=device,
                                threads=max(1, int(cpus_per_replica)), max_sentences=max_sentences,
                                max_input_tokens=max_input_tokens, max_batch_sentences=max_batch_sentences,
-                               batch_wait_s=batch_wait_ms / 1000)
+                               batch_wait_s=batch_wait_ms / 1000,
+                               batch_max_wait_s=None if batch_max_wait_ms is None else batch_max_wait_ms / 1000)
     serve_model(model, model_name, host, port, replicas, cpus_per_replica, gpus_per_replica, settings, address,
                 artifact_root)

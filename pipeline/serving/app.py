@@ -50,7 +50,8 @@ class ServiceSettings:
     max_sentences: int = 64  # per request
     max_input_tokens: int = 256  # SentencePiece tokens per sentence, EOS included
     max_batch_sentences: int = 64
-    batch_wait_s: float = 0.01
+    batch_wait_s: float = 0.01  # a batch goes once no request came for this long
+    batch_max_wait_s: float | None = None  # and waits this long at most (None: batch_wait_s)
 
 
 class TranslateRequest(BaseModel):
@@ -121,7 +122,7 @@ class TranslationService:
         self.stats = Stats()
         # The decoding waits on the child's pipe in a worker thread: the event loop goes on.
         self.batcher = DynamicBatcher(lambda jobs: asyncio.to_thread(self._decode, jobs), lambda job: len(job.sources),
-                                      settings.max_batch_sentences, settings.batch_wait_s)
+                                      settings.max_batch_sentences, settings.batch_wait_s, settings.batch_max_wait_s)
 
     def check_health(self) -> None:
         """Ray Serve's periodic check: a replica whose decode process died is replaced."""

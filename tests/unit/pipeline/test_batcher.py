@@ -72,6 +72,51 @@ def test_a_lone_request_waits_for_company_then_goes_alone():
     assert asyncio.run(scenario()).batches == [[["a"], ["b"]], [["c"]]]
 
 
+def closed_loop_clients(batcher: DynamicBatcher, clients: int, rounds: int, think_s: float):
+    """Clients that each send ``rounds`` one-sentence requests, the next ``think_s`` after
+    the last answer (the answer's way back and the next request's way in), the first
+    client at once and the others while its first batch decodes."""
+    async def client(index: int) -> None:
+        await asyncio.sleep(0.0 if index == 0 else 0.05)
+        for r in range(rounds):
+            await batcher.submit([f"c{index}r{r}"])
+            await asyncio.sleep(think_s)
+    return asyncio.gather(*(client(index) for index in range(clients)))
+
+
+def test_the_clients_of_the_last_round_are_waited_for_up_to_the_longest_wait():
+    """Four clients whose next request comes 100 ms after each answer, a 10 ms wait: with
+    a fixed wait, the first client and the other three take turns for good; waiting up to
+    a second for those of the last round, all four meet from the second batch on."""
+    async def scenario(max_wait_s: float | None):
+        decoder = SlowDecoder(0.2)
+        await closed_loop_clients(DynamicBatcher(decoder, len, 8, 0.01, max_wait_s), 4, 3, 0.1)
+        return [len(batch) for batch in decoder.batches]
+
+    assert asyncio.run(scenario(None)) == [1, 3, 1, 3, 1, 3]
+    assert asyncio.run(scenario(1.0)) == [1, 4, 4, 3]
+
+
+def test_a_lone_client_does_not_wait_for_the_longest_wait():
+    """One client: the last round had one request in flight, so its next request goes
+    after the short wait, never the long one."""
+    async def scenario():
+        decoder = SlowDecoder(0.0)
+        batcher = DynamicBatcher(decoder, len, 8, 0.01, 5.0)
+        started = asyncio.get_running_loop().time()
+        await closed_loop_clients(batcher, 1, 3, 0.0)
+        return decoder, asyncio.get_running_loop().time() - started
+
+    decoder, seconds = asyncio.run(scenario())
+    assert [len(batch) for batch in decoder.batches] == [1, 1, 1]
+    assert seconds < 1.0
+
+
+def test_the_longest_wait_cannot_be_shorter_than_the_wait():
+    with pytest.raises(ValueError, match="longest wait"):
+        DynamicBatcher(SlowDecoder(0.0), len, 8, 0.2, 0.1)
+
+
 def test_a_failed_batch_fails_its_callers_and_the_next_batch_is_decoded():
     async def scenario():
         batcher = batcher_for(SlowDecoder(0.05, fail_on="bad"))
