@@ -180,7 +180,8 @@ def serve(
                                         help="A batch that is not full goes once no request came for this long."),
     batch_max_wait_ms: Optional[float] = typer.Option(
         None, "--batch-max-wait-ms", min=0.0,
-        help="The longest a batch that is not full waits for more (default: --batch-wait-ms, a fixed wait)."),
+        help="How long a batch that holds fewer sentences than the last round had in flight waits for "
+             "the rest (default: 150, or --batch-wait-ms if longer)."),
     address: Optional[str] = typer.Option(None, "--address", envvar="RAY_ADDRESS",
                                           help="Ray cluster to join; default: start a local instance."),
     artifact_root: Optional[str] = RootOpt,
@@ -202,6 +203,7 @@ def serve(
                                threads=max(1, int(cpus_per_replica)), max_sentences=max_sentences,
                                max_input_tokens=max_input_tokens, max_batch_sentences=max_batch_sentences,
                                batch_wait_s=batch_wait_ms / 1000,
-                               batch_max_wait_s=None if batch_max_wait_ms is None else batch_max_wait_ms / 1000)
+                               batch_max_wait_s=(max(150.0, batch_wait_ms) if batch_max_wait_ms is None
+                                                 else batch_max_wait_ms) / 1000)
     serve_model(model, model_name, host, port, replicas, cpus_per_replica, gpus_per_replica, settings, address,
                 artifact_root)

@@ -12,7 +12,8 @@
 Dynamic batching (``batcher.py``): while a batch decodes, the requests that arrive
 queue; once the decoder is free they form the next batch, up to
 ``max_batch_sentences`` sentences, waiting up to ``batch_wait_s`` for more when that is
-not a full batch. A batch is decoded in a child process of the replica
+not a full batch, and up to ``batch_max_wait_s`` while it holds fewer sentences than the
+last round had in flight (the clients of the last batch come back). A batch is decoded in a child process of the replica
 (``decode_process.py`` says why not a thread), so the replica keeps accepting the
 requests that will form the next one. Requests with different search options share the
 wait but are decoded apart. Ray Serve's health check fails once the child has died,
@@ -50,8 +51,8 @@ class ServiceSettings:
     max_sentences: int = 64  # per request
     max_input_tokens: int = 256  # SentencePiece tokens per sentence, EOS included
     max_batch_sentences: int = 64
-    batch_wait_s: float = 0.01  # a batch goes once no request came for this long
-    batch_max_wait_s: float | None = None  # and waits this long at most (None: batch_wait_s)
+    batch_wait_s: float = 0.01  # how long a batch that is not full waits for more
+    batch_max_wait_s: float = 0.15  # ... while it holds fewer than the last round had in flight (batcher.py)
 
 
 class TranslateRequest(BaseModel):

@@ -36,3 +36,11 @@ def test_inspect_tables_every_model_of_a_config(tmp_path, monkeypatch):
     assert set(rows) == {"rnn_base", "transformer_base", "transformer_big", "decoder_only_base"}
     assert "│ 63.08M " in rows["transformer_base"] and "│ 214.25M " in rows["transformer_big"]
     assert "bpe.vocab_size from the config" in result.output  # no artifacts yet: config sizes
+
+
+def test_serve_refuses_a_longest_batch_wait_shorter_than_the_wait(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(app, ["serve", str(tmp_path / "model.pt"), "--batch-wait-ms", "50",
+                                      "--batch-max-wait-ms", "20"])
+    assert result.exit_code == 2
+    assert "--batch-max-wait-ms 20 is shorter than --batch-wait-ms 50" in result.output
