@@ -177,7 +177,7 @@ def serve(
     max_batch_sentences: int = typer.Option(64, "--max-batch-sentences", min=1,
                                             help="Sentences of concurrent requests decoded as one batch."),
     batch_wait_ms: float = typer.Option(10.0, "--batch-wait-ms", min=0.0,
-                                        help="A batch that is not full goes once no request came for this long."),
+                                        help="How long a batch that is not full waits for more."),
     batch_max_wait_ms: Optional[float] = typer.Option(
         None, "--batch-max-wait-ms", min=0.0,
         help="How long a batch that holds fewer sentences than the last round had in flight waits for "

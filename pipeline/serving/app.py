@@ -12,10 +12,10 @@
 Dynamic batching (``batcher.py``): while a batch decodes, the requests that arrive
 queue; once the decoder is free they form the next batch, up to
 ``max_batch_sentences`` sentences, waiting up to ``batch_wait_s`` for more when that is
-not a full batch, and up to ``batch_max_wait_s`` while it holds fewer sentences than the
-last round had in flight (the clients of the last batch come back). A batch is decoded in a child process of the replica
-(``decode_process.py`` says why not a thread), so the replica keeps accepting the
-requests that will form the next one. Requests with different search options share the
+not a full batch, and up to ``batch_max_wait_s`` while it holds fewer sentences than
+the last round had in flight (the clients of the last batch come back). A batch is
+decoded in a child process of the replica (``decode_process.py`` says why not a
+thread), so the replica keeps accepting the requests that will form the next one. Requests with different search options share the
 wait but are decoded apart. Ray Serve's health check fails once the child has died,
 and Serve replaces the replica.
 

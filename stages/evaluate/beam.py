@@ -53,11 +53,12 @@ def row_top_k(values: Tensor, k: int, groups: int = 16) -> tuple[Tensor, Tensor]
     entries are sought only in the k columns with the highest maxima: an entry outside
     them is beaten by those k maxima, so it is not among the k best. That leaves a
     top-k over ``groups * k`` entries (plus the V % groups left over at the end).
-    Ties may come out in another order than torch's.
+    Ties may come out in another order than torch's. On a GPU, where torch's top-k is
+    one fast kernel and each extra operator is a launch, it is torch's.
     """
     rows, vocab = values.shape
     width = vocab // groups
-    if width < 4 * k:  # a small vocabulary: nothing to gain
+    if values.device.type != "cpu" or width < 4 * k:  # or a small vocabulary: nothing to gain
         return values.topk(k, dim=1)
     table = values[:, :groups * width].view(rows, groups, width)  # token g * width + c at [g, c]
     _, columns = table.amax(dim=1).topk(k, dim=1)  # (rows, k)
