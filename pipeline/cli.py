@@ -203,7 +203,7 @@ def serve(
                                threads=max(1, int(cpus_per_replica)), max_sentences=max_sentences,
                                max_input_tokens=max_input_tokens, max_batch_sentences=max_batch_sentences,
                                batch_wait_s=batch_wait_ms / 1000,
-                               batch_max_wait_s=(max(150.0, batch_wait_ms) if batch_max_wait_ms is None
-                                                 else batch_max_wait_ms) / 1000)
+                               batch_max_wait_s=(max(ServiceSettings.batch_max_wait_s, batch_wait_ms / 1000)
+                                                 if batch_max_wait_ms is None else batch_max_wait_ms / 1000))
     serve_model(model, model_name, host, port, replicas, cpus_per_replica, gpus_per_replica, settings, address,
                 artifact_root)

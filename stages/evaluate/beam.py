@@ -90,10 +90,10 @@ def beam_search(model: nn.Module, src: Tensor, beam_size: int, *, bos_id: int, e
     banned = list((pad_id, bos_id) if banned_ids is None else banned_ids)
     finished: list[list[Hypothesis]] = [[] for _ in range(batch)]
 
-    # k rows a sentence, one per beam (a family may keep what they share once a sentence).
+    # One row a sentence at the first step, where every beam would hold the same BOS; k
+    # rows a sentence, one per beam, once the first step's candidates have spread them (a
+    # family may keep what a sentence's beams share once a sentence).
     state = model.start_decoding(src)
-    every_sentence = torch.arange(batch, device=device)
-    state = model.reorder_state(state, every_sentence.repeat_interleave(k), every_sentence)
     # The bookkeeping of which sentence is where, and how long it may grow, is kept on
     # the host: on a GPU each value read back from the device makes the host wait, so
     # a step reads back one small tensor (the candidates), plus the finished
@@ -102,16 +102,14 @@ def beam_search(model: nn.Module, src: Tensor, beam_size: int, *, bos_id: int, e
     # dispatch, and that per-step overhead runs on one thread whatever the thread count.
     sentence_ids = list(range(batch))  # original index of each live sentence
     limits = max_output_lengths(src, pad_id, max_length_a, max_length_b).cpu()
-    tokens = torch.full((batch * k, 1), bos_id, dtype=torch.long, device=device)
-    # Only the first beam is live at the start; the others would repeat it.
-    scores = torch.full((batch, k), float("-inf"), device=device)
-    scores[:, 0] = 0.0
+    tokens = torch.full((batch, 1), bos_id, dtype=torch.long, device=device)
+    scores = torch.zeros((batch, 1), device=device)  # (sentences, live beams each)
     candidate_rank = torch.arange(2 * k, device=device)
 
     for step in range(int(limits.max())):
         log_probs, state = model.decode_step(state, tokens[:, -1])
         log_probs = log_probs.float()
-        vocab = log_probs.size(1)
+        live, beams, vocab = scores.size(0), scores.size(1), log_probs.size(1)
         eos_scores = log_probs[:, eos_id].clone()
         log_probs[:, banned] = float("-inf")
         if step < min_length:
@@ -119,18 +117,18 @@ def beam_search(model: nn.Module, src: Tensor, beam_size: int, *, bos_id: int, e
         at_limit = step + 1 >= limits
         if at_limit.any():  # the last allowed token: EOS
             rows_at_limit = at_limit.nonzero().squeeze(1).to(device)
-            rows_at_limit = (rows_at_limit.unsqueeze(1) * k + torch.arange(k, device=device)).view(-1)
+            rows_at_limit = (rows_at_limit.unsqueeze(1) * beams + torch.arange(beams, device=device)).view(-1)
             log_probs[rows_at_limit] = float("-inf")
             log_probs[rows_at_limit, eos_id] = eos_scores[rows_at_limit]
 
         # A sentence's 2k best continuations are among its beams' own 2k best each: take
-        # those first (B * k rows of the vocabulary), then the 2k best of their k * 2k.
-        # That reads the (B * k, V) log-probabilities once, where adding the beams'
-        # scores to every entry before one top-k wrote and read them again.
-        live, per_beam = scores.size(0), min(2 * k, vocab)
+        # those first (B * beams rows of the vocabulary), then the 2k best of their
+        # beams * 2k. That reads the (B * beams, V) log-probabilities once, where adding
+        # the beams' scores to every entry before one top-k wrote and read them again.
+        per_beam = min(2 * k, vocab)
         beam_scores, beam_tokens = row_top_k(log_probs, per_beam)
-        totals = (scores.view(-1, 1) + beam_scores).view(live, k * per_beam)
-        top_scores, top_ids = totals.topk(min(2 * k, k * per_beam), dim=1)
+        totals = (scores.view(-1, 1) + beam_scores).view(live, beams * per_beam)
+        top_scores, top_ids = totals.topk(min(2 * k, beams * per_beam), dim=1)
         top_beams, top_tokens = top_ids // per_beam, beam_tokens.view(live, -1).gather(1, top_ids)
         ends = top_tokens == eos_id
 
@@ -140,7 +138,7 @@ def beam_search(model: nn.Module, src: Tensor, beam_size: int, *, bos_id: int, e
         finishing_rows = candidates[0].nonzero().tolist()
         if finishing_rows:
             _, candidate_scores, candidate_beams = candidates.tolist()
-            at = torch.tensor([row * k + int(candidate_beams[row][rank]) for row, rank in finishing_rows])
+            at = torch.tensor([row * beams + int(candidate_beams[row][rank]) for row, rank in finishing_rows])
             prefixes = tokens[at.to(device), 1:].tolist()
             for (row, rank), prefix in zip(finishing_rows, prefixes):
                 original = sentence_ids[row]
@@ -154,14 +152,17 @@ def beam_search(model: nn.Module, src: Tensor, beam_size: int, *, bos_id: int, e
         if bool(done.all()):
             break
 
-        # The k best candidates that do not end in EOS, in score order.
-        order = (ends.long() * top_ids.size(1) + candidate_rank[:top_ids.size(1)]).argsort(dim=1)[:, :k]
+        # The k best candidates that do not end in EOS, in score order. At most one a beam
+        # ends in EOS, so there are k of them, but for a vocabulary smaller than the beam
+        # at the first step: then fewer beams go on, and the next step spreads to k.
+        next_count = min(k, top_ids.size(1) - beams)
+        order = (ends.long() * top_ids.size(1) + candidate_rank[:top_ids.size(1)]).argsort(dim=1)[:, :next_count]
         next_beams, next_tokens = top_beams.gather(1, order), top_tokens.gather(1, order)
         next_scores = top_scores.gather(1, order)
 
         keep_host = (~done).nonzero().squeeze(1)
         keep = keep_host.to(device)
-        rows = (keep * k).unsqueeze(1) + next_beams[keep]  # the beams each kept sentence continues
+        rows = (keep * beams).unsqueeze(1) + next_beams[keep]  # the beams each kept sentence continues
         rows = rows.view(-1)
         state = model.reorder_state(state, rows, keep)
         tokens = torch.cat([tokens[rows], next_tokens[keep].view(-1, 1)], dim=1)

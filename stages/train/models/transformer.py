@@ -14,8 +14,16 @@ output to each decoder layer's cross-attention keys and values; ``decode_step``
 appends the new token's self-attention keys and values to a per-layer cache. In beam
 search the cross-attention keys and values stay once per sentence, not per beam: all
 of a sentence's beams attend to the same encoding, so they are its queries side by side
-(``DecoderLayer.forward``), and following the surviving beams copies only the
+(``DecoderLayer.decode_step``), and following the surviving beams copies only the
 self-attention caches, not a copy of the encoding per beam at every step.
+
+A decoding step handles one token per row, so its cost on a CPU is as much the number
+of operators it calls (each a few microseconds of dispatch, on one thread whatever the
+thread count) as their arithmetic. ``start_decoding`` therefore prepares, once per
+batch, what every step would otherwise recompute (``DecodingWeights``): the query, key
+and value projections of self-attention stacked into one, the 1/sqrt(d) of attention
+folded into the query projections, the embedding scaled by sqrt(d_model), the
+cross-attention keys transposed and the source padding mask as an additive bias.
 """
 
 from __future__ import annotations
@@ -79,20 +87,12 @@ class MultiHeadAttention(nn.Module):
         return self.split_heads(self.key(x)), self.split_heads(self.value(x))
 
     def forward(self, x: Tensor, keys: Tensor, values: Tensor, mask: Tensor | None = None,
-                causal: bool = False, fused: bool = True) -> Tensor:
+                causal: bool = False) -> Tensor:
         """``mask``: boolean, True where a query may attend to a key, broadcast to (B, H, Tq, Tk).
-
-        ``fused=False`` computes softmax(q k^T / sqrt(d)) v as two batched products, for
-        incremental decoding: a step has one query per row (a sentence's beams in
-        cross-attention), and SDPA's CPU kernel, which splits its work by blocks of
-        queries, did not get faster with a second thread there (benchmarks/decode_speed.py
-        --profile)."""
+        Incremental decoding does not come here: ``DecoderLayer.decode_step``."""
         query = self.split_heads(self.query(x))
-        if fused:
-            attended = F.scaled_dot_product_attention(query, keys, values, attn_mask=mask, is_causal=causal,
-                                                      dropout_p=self.dropout if self.training else 0.0)
-        else:
-            attended = self._scores(query, keys, mask, causal).softmax(dim=-1) @ values
+        attended = F.scaled_dot_product_attention(query, keys, values, attn_mask=mask, is_causal=causal,
+                                                  dropout_p=self.dropout if self.training else 0.0)
         return self.out(attended.transpose(1, 2).reshape(x.shape))
 
     def weights(self, x: Tensor, keys: Tensor, mask: Tensor | None = None, causal: bool = False) -> Tensor:
@@ -129,9 +129,16 @@ class Residual(nn.Module):
         self.norm, self.dropout, self.pre_norm = nn.LayerNorm(d_model), Dropout(dropout), pre_norm
 
     def forward(self, x: Tensor, sublayer) -> Tensor:
+        return self.output(x, sublayer(self.input(x)))
+
+    def input(self, x: Tensor) -> Tensor:
+        """What the sublayer reads: LayerNorm(x) in pre-LN, x in post-LN."""
+        return self.norm(x) if self.pre_norm else x
+
+    def output(self, x: Tensor, sublayer_output: Tensor) -> Tensor:
         if self.pre_norm:
-            return x + self.dropout(sublayer(self.norm(x)))
-        return self.norm(x + self.dropout(sublayer(x)))
+            return x + self.dropout(sublayer_output)
+        return self.norm(x + self.dropout(sublayer_output))
 
 
 class EncoderLayer(nn.Module):
@@ -157,53 +164,118 @@ class DecoderLayer(nn.Module):
         self.cross_residual = Residual(config.d_model, config.dropout, config.pre_norm)
         self.feed_forward_residual = Residual(config.d_model, config.dropout, config.pre_norm)
 
-    def forward(self, x: Tensor, cross_kv: tuple[Tensor, Tensor], src_mask: Tensor,
-                cache: list[Tensor] | None = None) -> Tensor:
-        """Teacher-forced when ``cache`` is None (causal mask); else one step, extending the cache."""
-        def self_attend(h: Tensor) -> Tensor:
-            keys, values = self.self_attention.keys_values(h)
-            if cache is None:
-                return self.self_attention(h, keys, values, causal=True)
-            if cache:
-                keys, values = torch.cat([cache[0], keys], dim=2), torch.cat([cache[1], values], dim=2)
-            cache[:] = [keys, values]
-            return self.self_attention(h, keys, values, fused=False)
-
-        def cross_attend(h: Tensor) -> Tensor:
-            incremental = cache is not None
-            beams = h.size(0) // cross_kv[0].size(0)  # rows per sentence: > 1 in beam search
-            if beams == 1:
-                return self.cross_attention(h, *cross_kv, src_mask, fused=not incremental)
-            # (B * beams, 1, D) -> (B, beams, D): a sentence's beams as its query positions.
-            per_sentence = h.reshape(-1, beams * h.size(1), h.size(2))
-            return self.cross_attention(per_sentence, *cross_kv, src_mask, fused=not incremental).reshape(h.shape)
-
-        x = self.self_residual(x, self_attend)
-        x = self.cross_residual(x, cross_attend)
+    def forward(self, x: Tensor, cross_kv: tuple[Tensor, Tensor], src_mask: Tensor) -> Tensor:
+        """Teacher-forced: every target position at once, under a causal mask."""
+        x = self.self_residual(x, lambda h: self.self_attention(h, *self.self_attention.keys_values(h), causal=True))
+        x = self.cross_residual(x, lambda h: self.cross_attention(h, *cross_kv, src_mask))
         return self.feed_forward_residual(x, self.feed_forward)
 
+    def decode_step(self, x: Tensor, weights: LayerWeights, source: SourceMemory, cache: SelfAttentionCache
+                    ) -> tuple[Tensor, SelfAttentionCache]:
+        """One incremental step: ``x`` (rows, 1, D), one token per row, ``rows`` a
+        multiple of the sentences (their beams, side by side). The same arithmetic as
+        ``forward`` at the last position, in fewer operators (``DecodingWeights``).
+        Attention is two batched products rather than SDPA: with one query per row (a
+        sentence's beams in cross-attention), SDPA's CPU kernel, which splits its work
+        by blocks of queries, did not get faster with a second thread."""
+        rows, heads = x.size(0), self.self_attention.heads
 
-@dataclass
+        # Self-attention over the cache and this step: (rows, 1, 3D) -> three (rows, H, 1, D/H).
+        query, key, value = F.linear(self.self_residual.input(x), *weights.query_key_value
+                                     ).view(rows, 3, heads, 1, -1).unbind(1)
+        cache = SelfAttentionCache(torch.cat([cache.keys, key], dim=2), torch.cat([cache.values, value], dim=2))
+        attended = (query @ cache.keys.transpose(-2, -1)).softmax(dim=-1) @ cache.values  # (rows, H, 1, D/H)
+        x = self.self_residual.output(x, self.self_attention.out(attended.view(rows, 1, -1)))
+
+        # Cross-attention: a sentence's beams are its query positions, (B, H, beams, D/H).
+        sentences, head_dim = source.keys.size(0), source.keys.size(2)
+        query = F.linear(self.cross_residual.input(x), *weights.cross_query).view(sentences, -1, heads, head_dim)
+        scores = torch.matmul(query.transpose(1, 2), source.keys) + source.padding_bias
+        attended = scores.softmax(dim=-1) @ source.values
+        x = self.cross_residual.output(x, self.cross_attention.out(attended.transpose(1, 2).reshape(rows, 1, -1)))
+
+        return self.feed_forward_residual(x, self.feed_forward), cache
+
+
+@dataclass(frozen=True)
+class LayerWeights:
+    """A decoder layer's attention projections, prepared for decoding steps."""
+
+    query_key_value: tuple[Tensor, Tensor]  # weight (3D, D), bias (3D,); the query rows scaled by 1/sqrt(D/H)
+    cross_query: tuple[Tensor, Tensor]  # weight (D, D), bias (D,), scaled by 1/sqrt(D/H)
+
+
+@dataclass(frozen=True)
+class DecodingWeights:
+    """What every decoding step of a batch would otherwise recompute from the
+    parameters; made once per batch by ``start_decoding`` (the parameters may change
+    between batches, as in the validation decoding of training)."""
+
+    scaled_embedding: Tensor  # (V, D): the target embedding times sqrt(d_model)
+    positions: Tensor  # (max_positions, D): sinusoids or the learned table
+    layers: list[LayerWeights]
+
+    @classmethod
+    def of(cls, model: Transformer) -> DecodingWeights:
+        def scaled_query(attention: MultiHeadAttention) -> tuple[Tensor, Tensor]:
+            scale = (attention.query.out_features // attention.heads) ** -0.5
+            return attention.query.weight * scale, attention.query.bias * scale
+
+        layers = []
+        for layer in model.decoder:
+            attention = layer.self_attention
+            query_weight, query_bias = scaled_query(attention)
+            layers.append(LayerWeights(
+                (torch.cat([query_weight, attention.key.weight, attention.value.weight]),
+                 torch.cat([query_bias, attention.key.bias, attention.value.bias])),
+                scaled_query(layer.cross_attention)))
+        table = model.positions.table
+        return cls(model.tgt_embedding.weight * math.sqrt(model.config.d_model),
+                   table.weight if table is not None else model.positions.sinusoids, layers)
+
+
+@dataclass(frozen=True)
+class SourceMemory:
+    """A decoder layer's view of the encoded source, once per sentence (B rows)."""
+
+    keys: Tensor  # (B, H, D/H, S): transposed, ready for query @ keys
+    values: Tensor  # (B, H, S, D/H)
+    padding_bias: Tensor  # (B, 1, 1, S): 0 at source tokens, -inf at padding; shared by the layers
+
+    def select(self, sentences: Tensor) -> SourceMemory:
+        return SourceMemory(self.keys.index_select(0, sentences), self.values.index_select(0, sentences),
+                            self.padding_bias.index_select(0, sentences))
+
+
+@dataclass(frozen=True)
+class SelfAttentionCache:
+    keys: Tensor  # (rows, H, T, D/H): the T tokens decoded so far
+    values: Tensor
+
+    def select(self, rows: Tensor) -> SelfAttentionCache:
+        return SelfAttentionCache(self.keys.index_select(0, rows), self.values.index_select(0, rows))
+
+
+@dataclass(frozen=True)
 class TransformerState:
-    """What ``decode_step`` needs: per-layer cross-attention K/V, self-attention caches."""
+    """What ``decode_step`` needs: the prepared weights, each layer's view of the
+    source (once per sentence in beam search) and its self-attention cache (per row)."""
 
-    cross_kv: list[tuple[Tensor, Tensor]]  # per layer: (B, H, S, D/H), once per sentence in beam search
-    src_mask: Tensor  # (B, 1, 1, S)
-    caches: list[list[Tensor]]  # per layer: keys, values (B * beams, H, T, D/H)
+    weights: DecodingWeights
+    sources: list[SourceMemory]  # per layer
+    caches: list[SelfAttentionCache]  # per layer
     step: int
 
     def reorder(self, order: Tensor, sentences: Tensor | None = None) -> TransformerState:
         """Rows ``order`` of the caches. With ``sentences`` (which of the sentences the
         rows belong to, in order), the encodings stay once per sentence and are copied
         only when sentences leave; without, every row gets its own."""
-        if sentences is not None and len(sentences) == self.src_mask.size(0):
-            cross_kv, src_mask = self.cross_kv, self.src_mask  # the same sentences, in the same order
+        if sentences is not None and len(sentences) == self.sources[0].keys.size(0):
+            sources = self.sources  # the same sentences, in the same order
         else:
             kept = order if sentences is None else sentences  # without sentences: a copy per row
-            cross_kv = [(k.index_select(0, kept), v.index_select(0, kept)) for k, v in self.cross_kv]
-            src_mask = self.src_mask.index_select(0, kept)
-        return TransformerState(cross_kv, src_mask, [[t.index_select(0, order) for t in cache] for cache in self.caches],
-                                self.step)
+            sources = [source.select(kept) for source in self.sources]
+        return TransformerState(self.weights, sources, [cache.select(order) for cache in self.caches], self.step)
 
 
 class Transformer(nn.Module):
@@ -263,17 +335,25 @@ class Transformer(nn.Module):
 
     def start_decoding(self, src: Tensor) -> TransformerState:
         memory, mask = self.encode(src)
-        cross_kv = [layer.cross_attention.keys_values(memory) for layer in self.decoder]
-        return TransformerState(cross_kv, mask, [[] for _ in self.decoder], 0)
+        padding_bias = torch.zeros(mask.shape, dtype=memory.dtype, device=memory.device).masked_fill(~mask, -math.inf)
+        sources, caches = [], []
+        for layer in self.decoder:
+            keys, values = layer.cross_attention.keys_values(memory)
+            sources.append(SourceMemory(keys.transpose(-2, -1).contiguous(), values, padding_bias))
+            empty = keys[:, :, :0]  # (B, H, 0, D/H): nothing decoded yet
+            caches.append(SelfAttentionCache(empty, empty))
+        return TransformerState(DecodingWeights.of(self), sources, caches, 0)
 
     def decode_step(self, state: TransformerState, tokens: Tensor) -> tuple[Tensor, TransformerState]:
-        x = self._embed(self.tgt_embedding, tokens.unsqueeze(1), offset=state.step)
-        caches = [list(cache) for cache in state.caches]
-        for layer, cross_kv, cache in zip(self.decoder, state.cross_kv, caches):
-            x = layer(x, cross_kv, state.src_mask, cache)
+        weights = state.weights
+        # The embedding of _embed, from the prepared table; no dropout (decoding is eval mode).
+        x = (F.embedding(tokens, weights.scaled_embedding) + weights.positions[state.step]).unsqueeze(1)
+        caches = []
+        for layer, layer_weights, source, cache in zip(self.decoder, weights.layers, state.sources, state.caches):
+            x, cache = layer.decode_step(x, layer_weights, source, cache)
+            caches.append(cache)
         logits = self.output(self.decoder_norm(x)).squeeze(1)
-        return F.log_softmax(logits.float(), dim=-1), TransformerState(state.cross_kv, state.src_mask, caches,
-                                                                       state.step + 1)
+        return F.log_softmax(logits.float(), dim=-1), TransformerState(weights, state.sources, caches, state.step + 1)
 
     def reorder_state(self, state: TransformerState, order: Tensor, sentences: Tensor | None = None
                       ) -> TransformerState:

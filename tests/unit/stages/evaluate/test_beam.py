@@ -24,12 +24,14 @@ class PrefixModel(nn.Module):
         super().__init__()
         self.vocab, self.eos_bias, self.temperature = vocab, eos_bias, temperature
         self.steps = 0
+        self.rows: list[int] = []  # rows decoded at each step
 
     def start_decoding(self, src: torch.Tensor) -> torch.Tensor:
         return src[:, :1].clone()  # the state: the source's first token, then the tokens so far
 
     def decode_step(self, state: torch.Tensor, tokens: torch.Tensor):
         self.steps += 1
+        self.rows.append(tokens.size(0))
         state = torch.cat([state, tokens.unsqueeze(1)], dim=1)
         return torch.stack([self.log_probs(tuple(row)) for row in state.tolist()]), state
 
@@ -100,6 +102,14 @@ def test_a_sentence_stops_once_beam_size_hypotheses_have_finished():
     assert model.steps == 2
     assert sorted(len(h.tokens) + 1 for h in results[0]) == [1, 2]
     assert all(math.isfinite(h.score) for h in results[0])  # real hypotheses, not dead beams
+
+
+def test_the_first_step_decodes_one_row_a_sentence_and_the_next_one_a_beam():
+    # Every beam starts from the same BOS: decoding it k times would be the same work k times.
+    model = PrefixModel(vocab=12)
+    beam_search(model, torch.tensor([[5, 6, EOS], [7, EOS, PAD]]), 3, alpha=0.6, max_length_a=0.0, max_length_b=4,
+                **SPECIAL)
+    assert model.rows[:2] == [2, 2 * 3]
 
 
 def test_the_length_limit_ends_every_hypothesis_with_eos():
