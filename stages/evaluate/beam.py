@@ -87,7 +87,7 @@ def beam_search(model: nn.Module, src: Tensor, beam_size: int, *, bos_id: int, e
         raise ValueError(f"nbest must be between 1 and the beam size ({beam_size}), got {nbest}")
     batch, k = src.size(0), beam_size
     device = src.device
-    banned = list((pad_id, bos_id) if banned_ids is None else banned_ids)
+    banned = torch.tensor((pad_id, bos_id) if banned_ids is None else banned_ids, dtype=torch.long, device=device)
     finished: list[list[Hypothesis]] = [[] for _ in range(batch)]
 
     # One row a sentence at the first step, where every beam would hold the same BOS; k
@@ -110,16 +110,18 @@ def beam_search(model: nn.Module, src: Tensor, beam_size: int, *, bos_id: int, e
         log_probs, state = model.decode_step(state, tokens[:, -1])
         log_probs = log_probs.float()
         live, beams, vocab = scores.size(0), scores.size(1), log_probs.size(1)
-        eos_scores = log_probs[:, eos_id].clone()
-        log_probs[:, banned] = float("-inf")
-        if step < min_length:
-            log_probs[:, eos_id] = float("-inf")
         at_limit = step + 1 >= limits
-        if at_limit.any():  # the last allowed token: EOS
+        any_at_limit = bool(at_limit.any())
+        if any_at_limit:  # the last allowed token: EOS, with the log-probability the model gave it
             rows_at_limit = at_limit.nonzero().squeeze(1).to(device)
             rows_at_limit = (rows_at_limit.unsqueeze(1) * beams + torch.arange(beams, device=device)).view(-1)
+            eos_at_limit = log_probs[rows_at_limit, eos_id]
+        log_probs.index_fill_(1, banned, float("-inf"))
+        if step < min_length:
+            log_probs[:, eos_id] = float("-inf")
+        if any_at_limit:
             log_probs[rows_at_limit] = float("-inf")
-            log_probs[rows_at_limit, eos_id] = eos_scores[rows_at_limit]
+            log_probs[rows_at_limit, eos_id] = eos_at_limit
 
         # A sentence's 2k best continuations are among its beams' own 2k best each: take
         # those first (B * beams rows of the vocabulary), then the 2k best of their
