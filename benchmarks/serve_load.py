@@ -14,6 +14,7 @@ and how busy the decoder was (a low figure means requests reach it too slowly).
 
     python benchmarks/serve_load.py MODEL_DIR --sources src.txt
     python benchmarks/serve_load.py MODEL_DIR --sources src.txt --backend ctranslate2
+    python benchmarks/serve_load.py MODEL_DIR --sources src.txt --ingress haproxy
 """
 
 from __future__ import annotations
@@ -44,13 +45,14 @@ def offline_rate(model: Path, backend: str, lines: list[str], beam: int, batch: 
 
 
 def start_service(model: Path, backend: str, batch: int, wait_ms: float,
-                  max_wait_ms: float | None) -> tuple[subprocess.Popen, str]:
+                  max_wait_ms: float | None, ingress: str) -> tuple[subprocess.Popen, str]:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     process = subprocess.Popen([sys.executable, "-m", "pipeline", "serve", str(model), "--port", str(port),
                                 "--backend", backend, "--max-batch-sentences", str(batch),
                                 "--max-sentences", str(batch), "--batch-wait-ms", str(wait_ms),
+                                "--ingress", ingress,
                                 *(["--batch-max-wait-ms", str(max_wait_ms)] if max_wait_ms is not None else [])],
                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     for line in process.stdout:
@@ -96,6 +98,7 @@ def main() -> None:
     parser.add_argument("--max-batch-sentences", type=int, default=64)
     parser.add_argument("--batch-wait-ms", type=float, default=10.0)
     parser.add_argument("--batch-max-wait-ms", type=float, default=None)
+    parser.add_argument("--ingress", choices=["ray", "haproxy"], default="ray", help="nmt serve --ingress")
     args = parser.parse_args()
     lines = [line for line in args.sources.read_text().splitlines() if line.strip()]
 
@@ -106,11 +109,11 @@ def main() -> None:
                                               min(clients * args.sentences_per_request, args.max_batch_sentences), 1)
                         for clients in args.clients}
     process, url = start_service(args.model, args.backend, args.max_batch_sentences, args.batch_wait_ms,
-                                 args.batch_max_wait_ms)
+                                 args.batch_max_wait_ms, args.ingress)
     try:
         load(url, lines, 2, 2, args.sentences_per_request, args.beam)  # warm-up
         print(f"{args.backend} backend, beam {args.beam}, {args.sentences_per_request} sentence(s) a request, "
-              f"one replica with 1 CPU; offline batched: {offline:.1f} sentences/s\n")
+              f"one replica with 1 CPU, {args.ingress} ingress; offline batched: {offline:.1f} sentences/s\n")
         print("| clients | requests | requests/s | sentences/s | p50 ms | p99 ms | of offline | mean batch | "
               "offline at batch = clients | decoder busy |")
         print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")

@@ -182,12 +182,17 @@ def serve(
         None, "--batch-max-wait-ms", min=0.0,
         help="How long a batch that holds fewer sentences than the last round had in flight waits for "
              "the rest (default: 150, or --batch-wait-ms if longer)."),
+    ingress: str = typer.Option("ray", "--ingress",
+                                help="ray (Ray Serve's HTTP proxy) or haproxy (Ray Serve's HAProxy ingress: "
+                                     "less CPU a request; needs the haproxy binary)."),
     address: Optional[str] = typer.Option(None, "--address", envvar="RAY_ADDRESS",
                                           help="Ray cluster to join; default: start a local instance."),
     artifact_root: Optional[str] = RootOpt,
 ) -> None:
     """Serve a trained model over HTTP (POST /translate, GET /health, /docs) with Ray Serve."""
-    from pipeline.commands.serve import serve_model
+    from pipeline.commands.serve import choose_ingress, serve_model
+
+    choose_ingress(ingress, address)  # before Ray is imported or started
     from pipeline.serving.app import ServiceSettings
 
     from pipeline.commands.output import fail

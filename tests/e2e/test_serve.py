@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -49,8 +50,13 @@ def watch_for_ready(process: subprocess.Popen, ready: threading.Event) -> None:
             ready.set()
 
 
-@pytest.fixture(scope="module")
-def serve_process(experiment) -> tuple[subprocess.Popen, str]:
+@pytest.fixture(scope="module", params=["ray", "haproxy"])
+def serve_process(experiment, request) -> tuple[subprocess.Popen, str]:
+    """The service behind each ingress in turn (``nmt serve --ingress``): every test of
+    the API runs against both."""
+    ingress = request.param
+    if ingress == "haproxy" and shutil.which("haproxy") is None:
+        pytest.skip("no haproxy binary (tests/install_system_packages.sh installs it)")
     config, env = experiment
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -59,7 +65,7 @@ def serve_process(experiment) -> tuple[subprocess.Popen, str]:
     process = subprocess.Popen(
         [sys.executable, "-m", "pipeline", "serve", str(config), "--model", MODEL, "--port", str(port),
          "--max-sentences", str(MAX_SENTENCES), "--max-input-tokens", str(MAX_INPUT_TOKENS),
-         "--max-batch-sentences", "32", "--batch-wait-ms", "20"],
+         "--max-batch-sentences", "32", "--batch-wait-ms", "20", "--ingress", ingress],
         cwd=config.parent, env=env, stdout=subprocess.PIPE, stderr=open(log, "w"), text=True, start_new_session=True)
     ready = threading.Event()
     threading.Thread(target=watch_for_ready, args=(process, ready), daemon=True).start()
@@ -172,9 +178,15 @@ def test_bad_requests_get_a_4xx_with_a_message_and_the_service_stays_up(service,
 def decode_process(serve_pid: int) -> psutil.Process:
     """The replica's decode process: a spawned child of the Ray Serve replica, itself a
     descendant of the nmt serve process (which started the local Ray instance)."""
-    found = [child for child in psutil.Process(serve_pid).children(recursive=True)
-             if "spawn_main" in " ".join(child.cmdline()) and "ServeReplica" in child.parent().name()
-             + " ".join(child.parent().cmdline())]
+    def is_decode_process(child: psutil.Process) -> bool:
+        try:
+            parent = child.parent()
+            return "spawn_main" in " ".join(child.cmdline()) and \
+                "ServeReplica" in parent.name() + " ".join(parent.cmdline())
+        except psutil.Error:  # a short-lived process (HAProxy's reloads start some) already gone
+            return False
+
+    found = [child for child in psutil.Process(serve_pid).children(recursive=True) if is_decode_process(child)]
     assert len(found) == 1, found
     return found[0]
 

@@ -44,3 +44,20 @@ def test_serve_refuses_a_longest_batch_wait_shorter_than_the_wait(tmp_path, monk
                                       "--batch-max-wait-ms", "20"])
     assert result.exit_code == 2
     assert "--batch-max-wait-ms 20 is shorter than --batch-wait-ms 50" in result.output
+
+
+def test_serve_refuses_an_unknown_ingress_and_haproxy_on_a_cluster_started_without_it(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("RAY_SERVE_ENABLE_HA_PROXY", raising=False)
+    result = CliRunner().invoke(app, ["serve", str(tmp_path / "model.pt"), "--ingress", "nginx"])
+    assert result.exit_code == 2
+    assert "--ingress nginx: choose ray or haproxy" in result.output
+    monkeypatch.setattr("shutil.which", lambda name: f"/usr/sbin/{name}")  # as if haproxy were installed
+    result = CliRunner().invoke(app, ["serve", str(tmp_path / "model.pt"), "--ingress", "haproxy",
+                                      "--address", "127.0.0.1:6379"])
+    assert result.exit_code == 2
+    assert "start its nodes with RAY_SERVE_ENABLE_HA_PROXY=1" in result.output
+    monkeypatch.setattr("shutil.which", lambda name: None)
+    result = CliRunner().invoke(app, ["serve", str(tmp_path / "model.pt"), "--ingress", "haproxy"])
+    assert result.exit_code == 2
+    assert "no haproxy binary on PATH" in result.output
