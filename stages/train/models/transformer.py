@@ -214,6 +214,9 @@ class DecodingWeights:
     scaled_embedding: Tensor  # (V, D): the target embedding times sqrt(d_model)
     positions: Tensor  # (max_positions, D): sinusoids or the learned table
     layers: list[LayerWeights]
+    # (D, V): the output projection transposed, so that the step's largest product reads
+    # both operands row by row (x @ W^T with W as stored ran 8-10% slower on one core).
+    output_transposed: Tensor
 
     @classmethod
     def of(cls, model: Transformer) -> DecodingWeights:
@@ -231,7 +234,8 @@ class DecodingWeights:
                 scaled_query(layer.cross_attention)))
         table = model.positions.table
         return cls(model.tgt_embedding.weight * math.sqrt(model.config.d_model),
-                   table.weight if table is not None else model.positions.sinusoids, layers)
+                   table.weight if table is not None else model.positions.sinusoids, layers,
+                   model.output.weight.t().contiguous())
 
 
 @dataclass(frozen=True)
@@ -352,7 +356,7 @@ class Transformer(nn.Module):
         for layer, layer_weights, source, cache in zip(self.decoder, weights.layers, state.sources, state.caches):
             x, cache = layer.decode_step(x, layer_weights, source, cache)
             caches.append(cache)
-        logits = self.output(self.decoder_norm(x)).squeeze(1)
+        logits = self.decoder_norm(x).squeeze(1) @ weights.output_transposed
         return F.log_softmax(logits.float(), dim=-1), TransformerState(weights, state.sources, caches, state.step + 1)
 
     def reorder_state(self, state: TransformerState, order: Tensor, sentences: Tensor | None = None
