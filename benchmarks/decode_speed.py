@@ -16,6 +16,7 @@ alpha 0.6; Hugging Face and CTranslate2: length^1), so BLEU may differ a little.
     python benchmarks/decode_speed.py MODEL_DIR --sources src.txt --references ref.txt
     python benchmarks/decode_speed.py --config configs/multi30k_en_de.yaml --model transformer_small
     python benchmarks/decode_speed.py ... --profile   # where our beam search spends a step's time
+    python benchmarks/decode_speed.py ... --repeats 5  # median of 5 runs each, for a noisy machine
 """
 
 from __future__ import annotations
@@ -222,6 +223,8 @@ def main() -> None:
     parser.add_argument("--references", type=Path)
     parser.add_argument("--sentences", type=int, default=500)
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--repeats", type=int, default=1,
+                        help="runs of each engine, in turn with the others; the table shows the median")
     parser.add_argument("--profile", action="store_true", help="also profile our beam search at each thread count")
     args = parser.parse_args()
     if not args.config and not (args.model_dir and args.sources and args.references):
@@ -235,18 +238,29 @@ def main() -> None:
               f"each engine in a fresh process")
         for reason in skipped:
             print(f"left out: {reason}")
-        print("\n| engine | threads | sentences/s | tokens/s | BLEU | engine / ours |")
-        print("|---|---:|---:|---:|---:|---:|")
+        if args.repeats > 1:
+            print(f"each engine {args.repeats} times, in turn with the others; the median run, "
+                  "and every run's sentences/s")
+        print("\n| engine | threads | sentences/s | tokens/s | BLEU | engine / ours | runs |")
+        print("|---|---:|---:|---:|---:|---:|---|")
         for threads in args.threads:
+            # Engines in turn, round after round: a slow spell of a shared machine then
+            # falls on every engine rather than on one.
+            runs: dict[str, list] = {}
+            for _ in range(args.repeats):
+                for spec in specs:
+                    name, seconds, texts = run_alone(measure, threads, spec, threads, lines)
+                    runs.setdefault(name, []).append((seconds, texts))
             ours_rate = None
-            for spec in specs:
-                name, seconds, texts = run_alone(measure, threads, spec, threads, lines)
+            for name, measured in runs.items():
+                seconds, texts = sorted(measured, key=lambda run: run[0])[len(measured) // 2]  # the median
                 tokens = sum(len(ids) + 1 for ids in tgt_spm.encode(texts))
                 bleu = BLEU().corpus_score(texts, [references]).score
                 rate = len(lines) / seconds
                 ours_rate = ours_rate or rate
+                every = ", ".join(f"{len(lines) / run_seconds:,.1f}" for run_seconds, _ in measured)
                 print(f"| {name} | {threads} | {rate:,.1f} | {tokens / seconds:,.0f} | {bleu:.2f} | "
-                      f"{rate / ours_rate:.2f}x |", flush=True)
+                      f"{rate / ours_rate:.2f}x | {every} |", flush=True)
     if args.profile:
         print_profiles(model, lines, args.threads)
 
