@@ -106,6 +106,20 @@ def test_health_and_the_openapi_document(service):
     assert {"sentences", "beam", "nbest"} <= set(request_schema["properties"])
 
 
+def test_requests_come_in_through_the_ingress_asked_for(serve_process, request):
+    """--ingress haproxy runs HAProxy under the service; the Ray proxy alone runs none."""
+    process, url = serve_process
+    haproxies = []
+    for child in psutil.Process(process.pid).children(recursive=True):
+        try:
+            if child.name() == "haproxy":
+                haproxies.append(child)
+        except psutil.Error:  # gone meanwhile
+            pass
+    assert bool(haproxies) == (request.node.callspec.params["serve_process"] == "haproxy")
+    assert requests.get(f"{url}/health", timeout=30).status_code == 200
+
+
 def test_the_service_serves_what_nmt_translate_serves(service, experiment, sentences):
     config, env = experiment
     cli = subprocess.run([sys.executable, "-m", "pipeline", "translate", str(config), "--model", MODEL, "--beam", "4"],
