@@ -231,7 +231,12 @@ def test_translate_prints_one_line_per_input_line_in_order(pipeline_run, tmp_pat
                                       str(tmp_path / "input.en"), "--batch-size", "2", "--max-length-b", "20"])
     assert result.exit_code == 0, result.output
     output = result.stdout.removesuffix("\n").split("\n")
-    assert len(output) == len(picked) and output[:7] == expected and output[7]
+    assert len(output) == len(picked) and output[7]
+    # Blank lines stay blank, in place. In batches of 2 rather than the stage's, a near
+    # tie of this barely trained model may flip (with bf16, which auto picks on a CPU
+    # that has it, more often): at most one of the four translated lines may differ.
+    assert [i for i, line in enumerate(output[:7]) if not line] == [i for i, line in enumerate(expected) if not line]
+    assert sum(mine != theirs for mine, theirs in zip(output[:7], expected)) <= 1, (output, expected)
 
     model_dir = artifact(run, "train/transformer_tiny")
     from_stdin = CliRunner().invoke(app, ["translate", str(model_dir), "--beam", "4", "--nbest", "2"],
