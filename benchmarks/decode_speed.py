@@ -5,7 +5,10 @@ same trained Transformer, the same sentences, beam 4, batches of 64, at 1 and 2 
 - Hugging Face: the model exported as a ``MarianMTModel`` (``nmt export --format
   huggingface``), ``generate(num_beams=4)``; post-LN models only (Marian's layout);
 - CTranslate2 float32 and int8: the model exported with ``nmt export --format
-  ctranslate2``, ``Translator.translate_batch``.
+  ctranslate2``, ``Translator.translate_batch``;
+- at 2 threads and more, ours and CTranslate2 also as "N workers": N batches at a time,
+  one thread each (ours: ``DecodeWorkers`` processes; CTranslate2: ``inter_threads``),
+  besides one batch at a time on N threads.
 
 Each engine translates the sentences once after a warm-up batch. Tokens/s counts output
 SentencePiece tokens (plus EOS) of every engine's text with the same model, so engines
@@ -22,6 +25,7 @@ alpha 0.6; Hugging Face and CTranslate2: length^1), so BLEU may differ a little.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import multiprocessing
 import os
 import tempfile
@@ -34,6 +38,7 @@ import sentencepiece as spm
 import torch
 from sacrebleu.metrics import BLEU
 
+from stages.evaluate.decode_workers import DecodeWorkers
 from stages.evaluate.translator import ModelFiles, SearchSettings, Translator
 from stages.export import ExportError, export_model
 
@@ -41,15 +46,17 @@ BEAM, BATCH, MAX_LENGTH_B = 4, 64, 50
 
 
 class Ours:
-    name = "ours"
-
-    def __init__(self, model: Path, threads: int):
+    def __init__(self, model: Path, threads: int, workers: int = 1):
+        """``workers`` > 1: that many worker processes (``DecodeWorkers``), each with an
+        equal share of the threads, decode a batch each at a time."""
         torch.set_num_threads(threads)
+        self.name = "ours" if workers == 1 else f"ours, {workers} workers"
         self.translator = Translator.from_file(model)
+        self.workers = DecodeWorkers(model, workers, threads // workers) if workers > 1 else None
 
     def translate(self, lines: list[str]) -> list[str]:
         search = SearchSettings(beam_size=BEAM, max_length_b=MAX_LENGTH_B)
-        return [t[0].text for t in self.translator.translate(lines, search, BATCH)]
+        return [t[0].text for t in self.translator.translate(lines, search, BATCH, workers=self.workers)]
 
 
 class HuggingFace:
@@ -77,11 +84,14 @@ class HuggingFace:
 
 
 class CTranslate2:
-    def __init__(self, exported: Path, threads: int, quantization: str, model: Path):
+    def __init__(self, exported: Path, threads: int, quantization: str, model: Path, workers: int = 1):
+        """``workers`` > 1: CTranslate2's ``inter_threads``, each worker with an equal
+        share of the threads, a batch each at a time."""
         import ctranslate2
 
-        self.name = f"CTranslate2 {quantization}"
-        self.engine = ctranslate2.Translator(str(exported), intra_threads=threads, compute_type=quantization)
+        self.name = f"CTranslate2 {quantization}" + (f", {workers} workers" if workers > 1 else "")
+        self.engine = ctranslate2.Translator(str(exported), inter_threads=workers, intra_threads=threads // workers,
+                                             compute_type=quantization)
         files = ModelFiles.find(model)
         self.src_spm = spm.SentencePieceProcessor(model_file=str(files.src_spm))
         self.tgt_spm = spm.SentencePieceProcessor(model_file=str(files.tgt_spm))
@@ -100,13 +110,17 @@ class EngineSpec:
     model: Path               # our model file (ours; the SentencePiece models for CTranslate2)
     exported: Path | None = None
     quantization: str = ""
+    workers: int = 1          # batches decoded at a time, the threads shared among them
 
     def build(self, threads: int):
         if self.kind == "ours":
-            return Ours(self.model, threads)
+            return Ours(self.model, threads, self.workers)
         if self.kind == "huggingface":
             return HuggingFace(self.exported, threads)
-        return CTranslate2(self.exported, threads, self.quantization, self.model)
+        return CTranslate2(self.exported, threads, self.quantization, self.model, self.workers)
+
+    def with_workers(self, workers: int) -> EngineSpec:
+        return dataclasses.replace(self, workers=workers)
 
 
 def export_engines(model: Path, scratch: Path) -> tuple[list[EngineSpec], list[str]]:
@@ -127,7 +141,7 @@ def measure(spec: EngineSpec, threads: int, lines: list[str]) -> tuple[str, floa
     """(engine name, seconds, translations): one warm-up batch, then every line, timed.
     Runs in a process of its own (see ``run_alone``)."""
     engine = spec.build(threads)
-    engine.translate(lines[:BATCH])
+    engine.translate(lines[:BATCH * spec.workers])  # a batch for each worker
     started = time.perf_counter()
     texts = engine.translate(lines)
     return engine.name, time.perf_counter() - started, texts
@@ -213,6 +227,20 @@ def sentences_of(args) -> tuple[Path, list[str], list[str]]:
     return model, sources[:args.sentences], references[:args.sentences]
 
 
+def best_against_best(threads: int, rates: dict[str, float]) -> str:
+    """A line comparing the fastest way each engine has of using ``threads`` threads
+    (one batch on all of them, or one batch per thread), CTranslate2 float32 to ours."""
+    def fastest(prefix: str) -> tuple[str, float] | None:
+        mine = {name: rate for name, rate in rates.items() if name == prefix or name.startswith(prefix + ",")}
+        return max(mine.items(), key=lambda item: item[1]) if mine else None
+
+    ours, theirs = fastest("ours"), fastest("CTranslate2 float32")
+    if ours is None or theirs is None:
+        return f"{threads} thread(s): no CTranslate2 float32 to compare with"
+    return (f"{threads} thread(s), fastest of each: {theirs[0]} {theirs[1]:,.1f} sentences/s, {ours[0]} "
+            f"{ours[1]:,.1f}: CTranslate2 float32 / ours = {theirs[1] / ours[1]:.2f}x")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("model_dir", nargs="?", type=Path, help="a train artifact directory or model file")
@@ -241,26 +269,36 @@ def main() -> None:
         if args.repeats > 1:
             print(f"each engine {args.repeats} times, in turn with the others; the median run, "
                   "and every run's sentences/s")
+        summaries = []
         print("\n| engine | threads | sentences/s | tokens/s | BLEU | engine / ours | runs |")
         print("|---|---:|---:|---:|---:|---:|---|")
         for threads in args.threads:
             # Engines in turn, round after round: a slow spell of a shared machine then
             # falls on every engine rather than on one.
+            # With more than one thread, also one batch per thread at a time: ours in
+            # worker processes, CTranslate2 with inter_threads (Hugging Face has neither).
+            engines = specs + [spec.with_workers(threads) for spec in specs
+                               if threads > 1 and spec.kind in ("ours", "ctranslate2")]
             runs: dict[str, list] = {}
             for _ in range(args.repeats):
-                for spec in specs:
+                for spec in engines:
                     name, seconds, texts = run_alone(measure, threads, spec, threads, lines)
                     runs.setdefault(name, []).append((seconds, texts))
-            ours_rate = None
+            ours_rate, rates = None, {}
             for name, measured in runs.items():
                 seconds, texts = sorted(measured, key=lambda run: run[0])[len(measured) // 2]  # the median
                 tokens = sum(len(ids) + 1 for ids in tgt_spm.encode(texts))
                 bleu = BLEU().corpus_score(texts, [references]).score
                 rate = len(lines) / seconds
                 ours_rate = ours_rate or rate
+                rates[name] = rate
                 every = ", ".join(f"{len(lines) / run_seconds:,.1f}" for run_seconds, _ in measured)
                 print(f"| {name} | {threads} | {rate:,.1f} | {tokens / seconds:,.0f} | {bleu:.2f} | "
                       f"{rate / ours_rate:.2f}x | {every} |", flush=True)
+            summaries.append(best_against_best(threads, rates))
+        print()
+        for summary in summaries:
+            print(summary)
     if args.profile:
         print_profiles(model, lines, args.threads)
 

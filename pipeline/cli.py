@@ -104,6 +104,9 @@ def translate(
     max_length_b: int = typer.Option(50, "--max-length-b", min=1,
                                      help="At most source length + this many output tokens."),
     batch_size: int = typer.Option(32, "--batch-size", min=1, help="Sentences per batch."),
+    workers: int = typer.Option(1, "--workers", min=1,
+                                help="Decode this many batches at once, each in a process of its own with an equal "
+                                     "share of the CPU threads (CPU only; 2 on 2 cores decodes ~1.25x faster)."),
     device: str = typer.Option("cpu", "--device", help="cpu, cuda, cuda:1, ..."),
     precision: str = typer.Option("auto", "--precision",
                                   help="auto (bf16 where the device runs it natively, else fp32; fp16 on older "
@@ -117,7 +120,7 @@ def translate(
     from pipeline.commands.translate import translate_text
 
     translate_text(model, model_name, input_file, beam, nbest, length_penalty, max_length_b, batch_size, device,
-                   precision, artifact_root, alignment)
+                   precision, artifact_root, alignment, workers)
 
 
 @app.command()

@@ -11,21 +11,31 @@ from pipeline.commands.output import console, fail, load_experiment, open_store
 
 def translate_text(model: Path, model_name: str | None, input_file: Path | None, beam: int, nbest: int,
                    length_penalty: float, max_length_b: int, batch_size: int, device: str, precision: str,
-                   artifact_root: str | None, alignment: bool = False) -> None:
+                   artifact_root: str | None, alignment: bool = False, workers: int = 1) -> None:
+    import contextlib
+
+    import torch
     from tqdm import tqdm
 
     from pipeline.hardware import HardwareError, detect_device, resolve_precision
+    from stages.evaluate.decode_workers import DecodeWorkers
     from stages.evaluate.translator import SearchSettings, Translator
 
     if nbest > beam:
         fail(f"--nbest ({nbest}) cannot exceed --beam ({beam})", 2)
     if alignment and nbest > 1:
         fail("--alignment prints the best translation's alignment: use it with --nbest 1", 2)
+    if workers > 1 and not device.startswith("cpu"):
+        fail(f"--workers {workers}: decoding in several processes is for CPUs; on {device} use one", 2)
     try:
         resolved = resolve_precision(precision, detect_device(device), "--precision")
-        translator = Translator.from_file(model_file(model, model_name, artifact_root), device, resolved)
+        path = model_file(model, model_name, artifact_root)
+        translator = Translator.from_file(path, device, resolved)
     except (FileNotFoundError, RuntimeError, HardwareError) as error:
         fail(str(error), 2)
+    # Each worker gets an equal share of the threads this process would have used.
+    decode_workers = (DecodeWorkers(path, workers, max(1, torch.get_num_threads() // workers), device, resolved)
+                      if workers > 1 else contextlib.nullcontext())
     text = input_file.read_text(encoding="utf-8") if input_file else sys.stdin.read()
     # Lines end at "\n" only: str.splitlines would also split at U+2028 and friends
     # inside a sentence, and the output would no longer line up with the input.
@@ -34,9 +44,10 @@ def translate_text(model: Path, model_name: str | None, input_file: Path | None,
     started = time.time()
     # Chunks of many batches: output streams out while the rest translates, in input order.
     chunk = batch_size * 16
-    with tqdm(total=len(lines), unit="sent", desc="translate", disable=None, file=sys.stderr) as bar:
+    with decode_workers as pool, tqdm(total=len(lines), unit="sent", desc="translate", disable=None,
+                                      file=sys.stderr) as bar:
         for start in range(0, len(lines), chunk):
-            results = translator.translate(lines[start:start + chunk], search, batch_size, bar.update)
+            results = translator.translate(lines[start:start + chunk], search, batch_size, bar.update, pool)
             for index, translations in enumerate(results, start):
                 if alignment:
                     print(f"{translations[0].text} ||| {_alignment(translator, lines[index], translations[0])}")

@@ -21,6 +21,7 @@ from torch.nn.utils.rnn import pad_sequence
 
 from pipeline.host_memory import keep_freed_memory
 from stages.evaluate.beam import Hypothesis, beam_search
+from stages.evaluate.decode_workers import DecodeWorkers
 from stages.train.model_file import load_model_file
 
 
@@ -98,12 +99,15 @@ class Translator:
         return self.tgt_spm.decode(list(tokens))
 
     def translate(self, lines: list[str], search: SearchSettings = SearchSettings(), batch_size: int = 64,
-                  on_batch: Callable[[int], None] | None = None) -> list[list[Translation]]:
+                  on_batch: Callable[[int], None] | None = None,
+                  workers: DecodeWorkers | None = None) -> list[list[Translation]]:
         """The ``search.nbest`` best translations of every line, in input order;
-        ``on_batch`` is told how many lines each finished batch held (a progress bar)."""
+        ``on_batch`` is told how many lines each finished batch held (a progress bar).
+        With ``workers``, the batches decode there, several at a time."""
         results: list[list[Translation]] = [[Translation("", Hypothesis((), 0.0, 0.0))] for _ in lines]
         present = [index for index, line in enumerate(lines) if line.strip()]
-        translated = self.translate_ids(self.encode([lines[index] for index in present]), search, batch_size, on_batch)
+        translated = self.translate_ids(self.encode([lines[index] for index in present]), search, batch_size,
+                                        on_batch, workers)
         for index, translations in zip(present, translated):
             results[index] = translations
         if on_batch is not None and len(present) < len(lines):
@@ -111,19 +115,24 @@ class Translator:
         return results
 
     def translate_ids(self, sources: list[list[int]], search: SearchSettings = SearchSettings(),
-                      batch_size: int = 64, on_batch: Callable[[int], None] | None = None) -> list[list[Translation]]:
+                      batch_size: int = 64, on_batch: Callable[[int], None] | None = None,
+                      workers: DecodeWorkers | None = None) -> list[list[Translation]]:
         """The same for sources already encoded (token ids ending with EOS), none empty."""
         results: list[list[Translation]] = [[] for _ in sources]
         by_length = sorted(range(len(sources)), key=lambda index: -len(sources[index]))
-        for start in range(0, len(by_length), batch_size):
-            chunk = by_length[start:start + batch_size]
-            for index, hypotheses in zip(chunk, self._search([sources[index] for index in chunk], search)):
+        chunks = [by_length[start:start + batch_size] for start in range(0, len(by_length), batch_size)]
+        batches = ([sources[index] for index in chunk] for chunk in chunks)
+        searched = (workers.search(batches, search) if workers is not None
+                    else (self.search_batch(batch, search) for batch in batches))
+        for chunk, hypotheses_of_batch in zip(chunks, searched):
+            for index, hypotheses in zip(chunk, hypotheses_of_batch):
                 results[index] = [Translation(self.decode(h.tokens), h) for h in hypotheses]
             if on_batch is not None:
                 on_batch(len(chunk))
         return results
 
-    def _search(self, sources: list[list[int]], search: SearchSettings) -> list[list[Hypothesis]]:
+    def search_batch(self, sources: list[list[int]], search: SearchSettings) -> list[list[Hypothesis]]:
+        """Beam search over one batch of encoded sentences."""
         src = pad_sequence([torch.tensor(ids) for ids in sources], batch_first=True, padding_value=self.pad_id)
         with self._autocast():
             return beam_search(self.model, src.to(self.device), search.beam_size, bos_id=self.bos_id,

@@ -40,7 +40,13 @@ def save_model_file(path: Path, spec: ModelSpec, facts: dict, state_dict: dict, 
 
 def load_model_file(path: Path, device: str = "cpu") -> tuple[nn.Module, dict]:
     """The model in eval mode, and the file's contents besides the weights."""
-    data = torch.load(path, map_location=device, weights_only=True)
+    try:
+        data = torch.load(path, map_location=device, weights_only=True)
+    except FileNotFoundError:
+        raise
+    except Exception as error:  # torch raises what its unpickler met: name the file
+        raise RuntimeError(f"{path}: not a model file that nmt-pipeline wrote ({type(error).__name__}: "
+                           f"{error})") from error
     model = build_for_vocabulary(ModelSpec.model_validate(data["spec"]), data["vocabulary"])
     model.load_state_dict(data.pop("state_dict"))
     return model.to(device).eval(), data
