@@ -12,7 +12,9 @@ work the same way, one batch per worker.
 Each worker loads the model once, at the start (its memory is paid once per worker),
 and receives batches of token ids; the hypotheses come back in batch order.
 Workers are started with ``spawn``: forking a process that runs torch's OpenMP threads
-can copy locks held by threads that do not exist in the child.
+can copy locks held by threads that do not exist in the child. A spawned worker imports
+the main module again, so a script that starts workers needs the
+``if __name__ == "__main__":`` guard (``nmt`` and the benchmarks have it).
 """
 
 from __future__ import annotations
