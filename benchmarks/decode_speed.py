@@ -38,7 +38,7 @@ import sentencepiece as spm
 import torch
 from sacrebleu.metrics import BLEU
 
-from stages.evaluate.decode_workers import DecodeWorkers
+from stages.evaluate.decode_workers import DecodeWorkers, threads_of_spawned_children
 from stages.evaluate.translator import ModelFiles, SearchSettings, Translator
 from stages.export import ExportError, export_model
 
@@ -153,18 +153,10 @@ def run_alone(function, threads: int, *args):
     In one process CTranslate2 float32 ran slower at 2 threads than at 1, plausibly
     because torch's OpenMP threads, left spin-waiting by the engine before, took its
     second core."""
-    environment = {"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
-    saved = {name: os.environ.get(name) for name in environment}
-    os.environ.update(environment)  # a spawned child takes the parent's environment at start
-    try:
-        with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
-            return pool.submit(function, *args).result()
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        with threads_of_spawned_children(threads):
+            future = pool.submit(function, *args)  # the child starts here
+        return future.result()
 
 
 def profile_ours(model: Path, lines: list[str], threads: int) -> dict[str, tuple[float, int]]:

@@ -19,6 +19,7 @@ the main module again, so a script that starts workers needs the
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import multiprocessing
 import os
@@ -42,30 +43,21 @@ class DecodeWorkers:
         ModelFiles.find(model_file)  # a missing file is named here, not as a broken pool later
         self.workers = workers
         context = multiprocessing.get_context("spawn")
-        # A spawned child sizes its OpenMP pool from the environment it starts with.
-        environment = {"OMP_NUM_THREADS": str(threads_per_worker), "MKL_NUM_THREADS": str(threads_per_worker)}
-        saved = {name: os.environ.get(name) for name in environment}
-        os.environ.update(environment)
         try:
             # Every worker loads the model now. The pool starts processes only as tasks
             # find none idle, and a loading task waits at the barrier for the others:
             # the ``workers`` loads therefore run in ``workers`` processes.
             ready = context.Barrier(workers)
-            self._pool = ProcessPoolExecutor(workers, mp_context=context, initializer=_set_threads,
-                                             initargs=(threads_per_worker, ready))
-            loads = [self._pool.submit(_load, model_file, device, precision) for _ in range(workers)]
+            with threads_of_spawned_children(threads_per_worker):  # the workers start on the first submit
+                self._pool = ProcessPoolExecutor(workers, mp_context=context, initializer=_set_threads,
+                                                 initargs=(threads_per_worker, ready))
+                loads = [self._pool.submit(_load, model_file, device, precision) for _ in range(workers)]
             _raise_first_error(loads)
             self.pids = {load.result() for load in loads}
         except BaseException:
             if hasattr(self, "_pool"):
                 self._pool.shutdown(cancel_futures=True)
             raise
-        finally:
-            for name, value in saved.items():
-                if value is None:
-                    os.environ.pop(name, None)
-                else:
-                    os.environ[name] = value
 
     def search(self, batches: Iterable[list[list[int]]], settings) -> Iterator[list[list[Hypothesis]]]:
         """Each batch's hypotheses under ``settings`` (a ``SearchSettings``), in batch
@@ -81,6 +73,24 @@ class DecodeWorkers:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+@contextlib.contextmanager
+def threads_of_spawned_children(threads: int):
+    """Processes spawned inside the block size their OpenMP and MKL pools to ``threads``
+    from the start: a spawned child reads them from the environment it starts with, and
+    ``torch.set_num_threads`` there comes after the pool exists."""
+    environment = {"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
+    saved = {name: os.environ.get(name) for name in environment}
+    os.environ.update(environment)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 def _raise_first_error(loads) -> None:
