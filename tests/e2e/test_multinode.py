@@ -12,7 +12,7 @@ artifacts on the same S3 server. A one-model smoke graph runs end to end: clean'
 tokenize's tasks spread over the worker nodes, and the model is trained by two Ray
 Train workers on two different nodes (STRICT_SPREAD), while
   1. a worker node is killed (SIGKILL to all its processes) during training: Ray
-     Train restarts the worker group on the two nodes left, from the checkpoint in the
+     Train restarts the worker group on the spare node from the checkpoint in the
      store, and the run finishes;
   2. the driver is killed during training, and ``nmt run`` started again from
      another working directory resumes from the stored checkpoint, reuses every
