@@ -1,12 +1,8 @@
 """The pipeline on a real multi-node Ray cluster, all on this machine.
 
 The cluster (``tests/ray_cluster.py``): a head that offers no CPUs for work and three
-worker nodes with two CPUs each, started as separate processes with their own cache
-and temp directories and Ray's token authentication on. Two CPUs, not one: a stage's
-own task holds a CPU of the node it runs on while it deals out its tasks, and the node
-that ran the stage before may still look busy to the scheduler for a moment. With one
-CPU a node, a task dealt to such a node spilled elsewhere (``RayTasks`` lets a busy
-node's task run on another), and once all six of clean's tasks landed on one node. Artifacts live on an S3
+worker nodes with one CPU each, started as separate processes with their own cache
+and temp directories and Ray's token authentication on. Artifacts live on an S3
 server (SeaweedFS); MLflow is an ``mlflow server`` with a SQLite store and its
 artifacts on the same S3 server. A one-model smoke graph runs end to end: clean's and
 tokenize's tasks spread over the worker nodes, and the model is trained by two Ray
@@ -51,7 +47,7 @@ def cluster(s3):
     # Node deaths are noticed within seconds rather than the default half minute.
     fast_failure = {"RAY_health_check_period_ms": "1000", "RAY_health_check_timeout_ms": "1000",
                     "RAY_health_check_failure_threshold": "3"}
-    ray_cluster = LocalRayCluster(env={**s3.env(), **fast_failure}).start([2, 2, 2])
+    ray_cluster = LocalRayCluster(env={**s3.env(), **fast_failure}).start([1, 1, 1])
     yield ray_cluster
     ray_cluster.stop()
 
