@@ -20,6 +20,8 @@ alpha 0.6; Hugging Face and CTranslate2: length^1), so BLEU may differ a little.
     python benchmarks/decode_speed.py --config configs/multi30k_en_de.yaml --model transformer_small
     python benchmarks/decode_speed.py ... --profile   # where our beam search spends a step's time
     python benchmarks/decode_speed.py ... --repeats 5  # median of 5 runs each, for a noisy machine
+    python benchmarks/decode_speed.py ... --device cuda --batch-sizes 64 256   # on a GPU: ours in
+        # fp32 and bf16, Hugging Face, CTranslate2 float16 and int8_float16
 """
 
 from __future__ import annotations
@@ -46,35 +48,39 @@ BEAM, BATCH, MAX_LENGTH_B = 4, 64, 50
 
 
 class Ours:
-    def __init__(self, model: Path, threads: int, workers: int = 1):
+    def __init__(self, model: Path, threads: int, workers: int = 1, device: str = "cpu", precision: str = "fp32",
+                 batch: int = BATCH):
         """``workers`` > 1: that many worker processes (``DecodeWorkers``), each with an
         equal share of the threads, decode a batch each at a time."""
         torch.set_num_threads(threads)
-        self.name = "ours" if workers == 1 else f"ours, {workers} workers"
-        self.translator = Translator.from_file(model)
+        self.name = ("ours" if workers == 1 else f"ours, {workers} workers") + \
+            (f" {precision}" if device != "cpu" else "")
+        self.translator = Translator.from_file(model, device, precision)
         self.workers = DecodeWorkers(model, workers, threads // workers) if workers > 1 else None
+        self.batch = batch
 
     def translate(self, lines: list[str]) -> list[str]:
         search = SearchSettings(beam_size=BEAM, max_length_b=MAX_LENGTH_B)
-        return [t[0].text for t in self.translator.translate(lines, search, BATCH, workers=self.workers)]
+        return [t[0].text for t in self.translator.translate(lines, search, self.batch, workers=self.workers)]
 
 
 class HuggingFace:
     name = "Hugging Face generate"
 
-    def __init__(self, exported: Path, threads: int):
+    def __init__(self, exported: Path, threads: int, device: str = "cpu", batch: int = BATCH):
         from transformers import AutoTokenizer, MarianMTModel
 
         torch.set_num_threads(threads)
         self.tokenizer = AutoTokenizer.from_pretrained(exported)
-        self.model = MarianMTModel.from_pretrained(exported).eval()
+        self.model = MarianMTModel.from_pretrained(exported).eval().to(device)
+        self.device, self.batch = device, batch
 
     def translate(self, lines: list[str]) -> list[str]:
         order = sorted(range(len(lines)), key=lambda i: -len(lines[i]))  # batches of similar length, as ours
         texts: list[str] = [""] * len(lines)
-        for start in range(0, len(order), BATCH):
-            chunk = order[start:start + BATCH]
-            batch = self.tokenizer([lines[i] for i in chunk], return_tensors="pt", padding=True)
+        for start in range(0, len(order), self.batch):
+            chunk = order[start:start + self.batch]
+            batch = self.tokenizer([lines[i] for i in chunk], return_tensors="pt", padding=True).to(self.device)
             with torch.inference_mode():
                 generated = self.model.generate(**batch, num_beams=BEAM, do_sample=False,
                                                 max_new_tokens=batch["input_ids"].size(1) + MAX_LENGTH_B)
@@ -84,21 +90,23 @@ class HuggingFace:
 
 
 class CTranslate2:
-    def __init__(self, exported: Path, threads: int, quantization: str, model: Path, workers: int = 1):
+    def __init__(self, exported: Path, threads: int, quantization: str, model: Path, workers: int = 1,
+                 device: str = "cpu", batch: int = BATCH):
         """``workers`` > 1: CTranslate2's ``inter_threads``, each worker with an equal
-        share of the threads, a batch each at a time."""
+        share of the threads, a batch each at a time. ``quantization``: its compute type."""
         import ctranslate2
 
         self.name = f"CTranslate2 {quantization}" + (f", {workers} workers" if workers > 1 else "")
-        self.engine = ctranslate2.Translator(str(exported), inter_threads=workers, intra_threads=threads // workers,
-                                             compute_type=quantization)
+        self.engine = ctranslate2.Translator(str(exported), device=device.split(":")[0], inter_threads=workers,
+                                             intra_threads=threads // workers, compute_type=quantization)
+        self.batch = batch
         files = ModelFiles.find(model)
         self.src_spm = spm.SentencePieceProcessor(model_file=str(files.src_spm))
         self.tgt_spm = spm.SentencePieceProcessor(model_file=str(files.tgt_spm))
 
     def translate(self, lines: list[str]) -> list[str]:
         tokens = self.src_spm.encode(lines, out_type=str)
-        results = self.engine.translate_batch(tokens, beam_size=BEAM, max_batch_size=BATCH,
+        results = self.engine.translate_batch(tokens, beam_size=BEAM, max_batch_size=self.batch,
                                               max_decoding_length=max(map(len, tokens)) + MAX_LENGTH_B)
         return [self.tgt_spm.decode_pieces(result.hypotheses[0]) for result in results]
 
@@ -109,15 +117,18 @@ class EngineSpec:
     kind: str                 # "ours", "huggingface" or "ctranslate2"
     model: Path               # our model file (ours; the SentencePiece models for CTranslate2)
     exported: Path | None = None
-    quantization: str = ""
+    quantization: str = ""    # CTranslate2's compute type; ours: its precision on a GPU
     workers: int = 1          # batches decoded at a time, the threads shared among them
+    device: str = "cpu"
+    batch: int = BATCH
 
     def build(self, threads: int):
         if self.kind == "ours":
-            return Ours(self.model, threads, self.workers)
+            return Ours(self.model, threads, self.workers, self.device, self.quantization or "fp32", self.batch)
         if self.kind == "huggingface":
-            return HuggingFace(self.exported, threads)
-        return CTranslate2(self.exported, threads, self.quantization, self.model, self.workers)
+            return HuggingFace(self.exported, threads, self.device, self.batch)
+        return CTranslate2(self.exported, threads, self.quantization, self.model, self.workers, self.device,
+                           self.batch)
 
     def with_workers(self, workers: int) -> EngineSpec:
         return dataclasses.replace(self, workers=workers)
@@ -137,11 +148,59 @@ def export_engines(model: Path, scratch: Path) -> tuple[list[EngineSpec], list[s
     return specs, skipped
 
 
+def cuda_engines(model: Path, scratch: Path, device: str, batch: int) -> tuple[list[EngineSpec], list[str]]:
+    """On a GPU: ours in fp32 and bf16, Hugging Face (post-LN models), and
+    CTranslate2 in float16 and int8_float16, all from one export of the same weights
+    (CTranslate2 converts to its compute type when it loads)."""
+    specs = [EngineSpec("ours", model, quantization=precision, device=device, batch=batch)
+             for precision in ("fp32", "bf16")]
+    skipped = []
+    for kind, compute_types in (("huggingface", [""]), ("ctranslate2", ["float16", "int8_float16"])):
+        try:
+            exported = export_model(model, kind, scratch / kind, None)
+        except ExportError as error:
+            skipped.append(str(error))
+            continue
+        specs += [EngineSpec(kind, model, exported, compute_type, device=device, batch=batch)
+                  for compute_type in compute_types]
+    return specs, skipped
+
+
+def cuda_table(model: Path, lines: list[str], references: list[str], device: str, batch_sizes: list[int]) -> None:
+    """Sentences/s and BLEU of every engine on the GPU at each batch size, each engine in
+    a fresh process; an engine that cannot run here (a CTranslate2 build for another CUDA,
+    say) is a row that says why."""
+    tgt_spm = spm.SentencePieceProcessor(model_file=str(ModelFiles.find(model).tgt_spm))
+    print(f"{len(lines)} sentences, beam {BEAM}, on {torch.cuda.get_device_name(device)}, {model}; "
+          "each engine in a fresh process")
+    print("\n| engine | batch | sentences/s | tokens/s | BLEU | engine / ours fp32 |")
+    print("|---|---:|---:|---:|---:|---:|")
+    with tempfile.TemporaryDirectory(prefix="decode-speed-") as scratch:
+        for batch in batch_sizes:
+            specs, skipped = cuda_engines(model, Path(scratch) / str(batch), device, batch)
+            ours_rate = None
+            for spec in specs:
+                try:
+                    name, seconds, texts = run_alone(measure, 1, spec, 1, lines)
+                except Exception as error:  # noqa: BLE001 - a row that says why, then the next engine
+                    label = f"{spec.kind} {spec.quantization}".strip()
+                    print(f"| {label} | {batch} | failed: {str(error).splitlines()[0][:120]} | | | |", flush=True)
+                    continue
+                tokens = sum(len(ids) + 1 for ids in tgt_spm.encode(texts))
+                rate = len(lines) / seconds
+                ours_rate = ours_rate or rate
+                bleu = BLEU().corpus_score(texts, [references]).score
+                print(f"| {name} | {batch} | {rate:,.1f} | {tokens / seconds:,.0f} | {bleu:.2f} | "
+                      f"{rate / ours_rate:.2f}x |", flush=True)
+            for reason in skipped:
+                print(f"left out: {reason}")
+
+
 def measure(spec: EngineSpec, threads: int, lines: list[str]) -> tuple[str, float, list[str]]:
     """(engine name, seconds, translations): one warm-up batch, then every line, timed.
     Runs in a process of its own (see ``run_alone``)."""
     engine = spec.build(threads)
-    engine.translate(lines[:BATCH * spec.workers])  # a batch for each worker
+    engine.translate(lines[:spec.batch * spec.workers])  # a batch for each worker
     started = time.perf_counter()
     texts = engine.translate(lines)
     return engine.name, time.perf_counter() - started, texts
@@ -246,10 +305,15 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=1,
                         help="runs of each engine, in turn with the others; the table shows the median")
     parser.add_argument("--profile", action="store_true", help="also profile our beam search at each thread count")
+    parser.add_argument("--device", default="cpu", help="cuda: the GPU table (engines at --batch-sizes) instead")
+    parser.add_argument("--batch-sizes", type=int, nargs="+", default=[64, 256], help="on a GPU")
     args = parser.parse_args()
     if not args.config and not (args.model_dir and args.sources and args.references):
         parser.error("give MODEL_DIR with --sources and --references, or --config with --model")
     model, lines, references = sentences_of(args)
+    if args.device != "cpu":
+        cuda_table(model, lines, references, args.device, args.batch_sizes)
+        return
 
     with tempfile.TemporaryDirectory(prefix="decode-speed-") as scratch:
         specs, skipped = export_engines(model, Path(scratch))

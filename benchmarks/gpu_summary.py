@@ -1,47 +1,178 @@
-"""The summary that benchmarks/gpu_check.sh prints: each target of the GPU issue, the
-number measured against it, and whether it is met.
+"""The GPU campaign's summary: each target, the value measured against it, and whether
+it is met, from the files benchmarks/gpu_check.sh leaves in its results folder(s).
 
-    python benchmarks/gpu_summary.py RESULTS_DIR TESTS_EXIT_STATUS
+    python benchmarks/gpu_summary.py RESULTS_DIR [RESULTS_DIR ...]
+
+Several folders (one per call of the device tool) make one table; a step that did not
+run in any of them is "not run".
 """
 
 from __future__ import annotations
 
+import io
 import json
 import re
 import sys
+import tarfile
 from pathlib import Path
 
+WU_BLEU = 41.0  # Wu et al. (2021), Transformer-Tiny, test2016, lowercased
+WU_UPDATES = 8000
 # (shape, least MFU against the datasheet peak, least speed-up over MarianMTModel)
-TARGETS = (("base", 0.40, 1.2), ("big", 0.45, 1.2))
+THROUGHPUT = (("base", 0.40, 1.2), ("big", 0.45, 1.2))
+VARIANTS = ("ours", "ours, DeepSpeed", "ours, compiled")
+
+
+class Results:
+    """The files of one or more results folders, read as one."""
+
+    def __init__(self, folders: list[Path]):
+        self.folders = folders
+        self.steps: dict[str, dict] = {}
+        for folder in folders:
+            table = folder / "steps.tsv"
+            if table.is_file():
+                for line in table.read_text().splitlines()[1:]:
+                    phase, step, status, seconds = line.split("\t")
+                    self.steps[step] = {"phase": phase, "status": int(status), "seconds": int(seconds)}
+
+    def file(self, name: str) -> Path | None:
+        found = [folder / name for folder in self.folders if (folder / name).is_file()]
+        return found[-1] if found else None
+
+    def member(self, archive: str, name: str) -> str | None:
+        """A file inside one of the folders' tar archives (logs.tar.gz, wu_run.tar.gz)."""
+        for folder in reversed(self.folders):
+            path = folder / archive
+            if not path.is_file():
+                continue
+            with tarfile.open(path) as tar:
+                for member in tar.getmembers():
+                    if member.name.endswith("/" + name) or member.name == name:
+                        return tar.extractfile(member).read().decode("utf-8", "replace")
+        return None
+
+    def log(self, step: str) -> str:
+        return self.member("logs.tar.gz", f"{step}.log") or ""
+
+
+def step_row(results: Results, step: str, target: str, detail: str = "") -> tuple[str, str, str]:
+    found = results.steps.get(step)
+    if found is None:
+        return target, "not run", "-"
+    ok = found["status"] == 0
+    timed_out = found["status"] in (124, 137)
+    state = "ok" if ok else ("timed out" if timed_out else f"failed (exit {found['status']})")
+    return target, f"{state}, {found['seconds']} s" + (f"; {detail}" if detail else ""), "yes" if ok else "no"
+
+
+def test_counts(log: str) -> str:
+    counts = re.findall(r"(\d+) (passed|failed|skipped|errors?)", log.splitlines()[-1] if log.strip() else "")
+    return ", ".join(f"{n} {what}" for n, what in counts)
+
+
+def product_rows(results: Results) -> list[tuple[str, str, str]]:
+    rows = [step_row(results, "gpu_tests", "tests marked gpu pass", test_counts(results.log("gpu_tests")))]
+    rows.append(step_row(results, "product_run",
+                         "`nmt run` on CUDA: Ray Train, DeepSpeed bf16 over NCCL, checkpoints, evaluate on CUDA"))
+    rows.append(step_row(results, "tiny_throughput", "Transformer-Tiny step time, eager and compiled (for wu)"))
+    rows.append(step_row(results, "product_translate", "`nmt translate --device cuda`"))
+    serve = results.log("product_serve")
+    seconds = re.search(r'"request_seconds": ([\d.]+)', serve)
+    rows.append(step_row(results, "product_serve", "`nmt serve`, one GPU replica, answers a POST",
+                         f"request {float(seconds.group(1)):.2f} s" if seconds else ""))
+    rows.append(step_row(results, "product_mlflow", "every train stage a FINISHED MLflow run"))
+    return rows
+
+
+def wu_rows(results: Results) -> list[tuple[str, str, str]]:
+    if "wu_run" not in results.steps:
+        return [("Wu et al. (2021) recipe, lowercased BLEU on test2016", "not run", "-")]
+    hypotheses, references = results.member("wu_run.tar.gz", "hypotheses.txt"), \
+        results.member("wu_run.tar.gz", "reference.txt")
+    report = results.member("wu_run.tar.gz", "train_report.json")
+    updates = ""
+    if report:
+        data = json.loads(report)
+        totals = data.get("totals", data)
+        step, reason = totals.get("steps", totals.get("step")), data.get("stop_reason", totals.get("stop_reason"))
+        minutes = totals.get("train_seconds", totals.get("seconds", 0)) / 60
+        updates = f"{step} of {WU_UPDATES:,} updates ({reason}), {minutes:.1f} min training"
+    if not hypotheses or not references:
+        return [step_row(results, "wu_run", f"Wu et al. recipe: lowercased BLEU >= {WU_BLEU}", updates)]
+    from sacrebleu.metrics import BLEU
+
+    lines, refs = hypotheses.splitlines(), references.splitlines()
+    lowercased = BLEU(lowercase=True).corpus_score(lines, [refs]).score
+    cased = BLEU().corpus_score(lines, [refs]).score
+    return [(f"Wu et al. recipe on one GPU: lowercased BLEU >= {WU_BLEU} (test2016, beam 5)",
+             f"{lowercased:.2f} (cased {cased:.2f}); {updates}", "yes" if lowercased >= WU_BLEU else "no")]
+
+
+def throughput_rows(results: Results) -> list[tuple[str, str, str]]:
+    path = results.file("train_throughput.json")
+    if path is None:
+        return [("training throughput, base and big, bf16, 25k tokens", "not run", "-")]
+    data = json.loads(path.read_text())
+    rows = {(row["shape"], row["model"]): row for row in data["rows"]}
+    out = []
+    for shape, mfu, speedup in THROUGHPUT:
+        variants = {name: rows.get((shape, name)) for name in VARIANTS if rows.get((shape, name))}
+        if not variants or "mfu_datasheet" not in next(iter(variants.values())):
+            continue
+        best = max(variants.items(), key=lambda item: item[1]["mfu_datasheet"])
+        cells = ", ".join(f"{name} {row['mfu_datasheet']:.1%}" for name, row in variants.items())
+        out.append((f"{shape}: MFU >= {mfu:.0%} of the datasheet's bf16 peak", cells,
+                    "yes" if best[1]["mfu_datasheet"] >= mfu else "no"))
+        cells = ", ".join(f"{name} {row['vs_marian']:.2f}x" for name, row in variants.items())
+        fastest = max(row["vs_marian"] for row in variants.values())
+        out.append((f"{shape}: >= {speedup}x MarianMTModel's tokens/s", cells, "yes" if fastest >= speedup else "no"))
+    return out or [("training throughput", "no GPU rows (a CPU run)", "-")]
+
+
+def decode_rows(results: Results) -> list[tuple[str, str, str]]:
+    path = results.file("decode_speed.txt")
+    if path is None:
+        return [("decoding on CUDA: ours against CTranslate2", "not run", "-")]
+    rates: dict[tuple[str, int], float] = {}
+    failed = []
+    for line in path.read_text().splitlines():
+        cells = [cell.strip() for cell in line.strip("|").split("|")]
+        if len(cells) >= 3 and cells[1].isdigit():
+            if cells[2].startswith("failed"):
+                failed.append(f"{cells[0]}: {cells[2]}")
+                continue
+            rates[(cells[0], int(cells[1]))] = float(cells[2].replace(",", ""))
+    out = []
+    for batch in sorted({b for _, b in rates}):
+        ours = max((rate for (name, b), rate in rates.items() if b == batch and name.startswith("ours")), default=None)
+        theirs = {name: rate for (name, b), rate in rates.items() if b == batch and name.startswith("CTranslate2")}
+        cells = [f"ours (fastest) {ours:,.0f} sent/s" if ours else "ours: no row"]
+        cells += [f"{name} {rate:,.0f} ({rate / ours:.2f}x ours)" for name, rate in theirs.items() if ours]
+        out.append((f"decoding on CUDA, beam 4, batch {batch}", "; ".join(cells), "-"))
+    if failed:
+        out.append(("engines that could not run", "; ".join(sorted(set(failed)))[:300], "-"))
+    return out or [("decoding on CUDA", "no rows", "-")]
 
 
 def main() -> None:
-    results, tests_status = Path(sys.argv[1]), int(sys.argv[2])
-    tests = (results / "gpu_tests.txt").read_text() if (results / "gpu_tests.txt").is_file() else ""
-    counts = re.findall(r"(\d+) (passed|failed|skipped|error)", tests)
-    print(f"tests marked gpu: {', '.join(f'{n} {what}' for n, what in counts) or 'no result'} "
-          f"({'ok' if tests_status == 0 else 'FAILED'})")
-    throughput = results / "train_throughput.json"
-    if not throughput.is_file():
-        print("training throughput: no result")
-        return
-    data = json.loads(throughput.read_text())
-    rows = {(row["shape"], row["model"]): row for row in data["rows"]}
-    print(f"{data['device']}, torch {data['torch']}, {data['tokens']:,} target tokens a batch")
-    print("| shape | target | ours | ours, DeepSpeed | ours, compiled | met |")
-    print("|---|---|---:|---:|---:|---|")
-    for shape, mfu, speedup in TARGETS:
-        variants = [rows.get((shape, name)) for name in ("ours", "ours, DeepSpeed", "ours, compiled")]
-        if variants[0] is None:
-            continue
-        best_mfu = max(row["mfu_datasheet"] for row in variants if row)
-        best_speedup = max(row["vs_marian"] for row in variants if row)
-        cells = [f"{row['mfu_datasheet']:.1%}" if row else "-" for row in variants]
-        print(f"| {shape} | MFU >= {mfu:.0%} (datasheet) | {' | '.join(cells)} | "
-              f"{'yes' if best_mfu >= mfu else 'no'} |")
-        cells = [f"{row['vs_marian']:.2f}x" if row else "-" for row in variants]
-        print(f"| {shape} | >= {speedup}x MarianMTModel tokens/s | {' | '.join(cells)} | "
-              f"{'yes' if best_speedup >= speedup else 'no'} |")
+    folders = [Path(arg) for arg in sys.argv[1:]]
+    results = Results(folders)
+    environment = results.file("environment.txt")
+    if environment:
+        print("Machine: " + "; ".join(line.strip() for line in environment.read_text().splitlines()[:2]))
+        print()
+    rows = product_rows(results) + wu_rows(results) + throughput_rows(results) + decode_rows(results)
+    phases: dict[str, int] = {}
+    for step in results.steps.values():
+        phases[step["phase"]] = phases.get(step["phase"], 0) + step["seconds"]
+    rows.append(("the campaign's steps, in seconds per phase",
+                 ", ".join(f"{phase} {seconds} s" for phase, seconds in phases.items()) or "none", "-"))
+    out = io.StringIO()
+    out.write("| target | measured | met |\n|---|---|---|\n")
+    for target, measured, met in rows:
+        out.write(f"| {target} | {measured} | {met} |\n")
+    print(out.getvalue(), end="")
 
 
 if __name__ == "__main__":
