@@ -35,8 +35,8 @@ while [ $# -gt 0 ]; do
     esac
 done
 export PYTHONUNBUFFERED=1
-results=${OUT:-/tmp/gpu_check}
 work=${GPU_WORK:-/tmp/nmt-gpu-work}
+results=${OUT:-$([ "$dry_run" = 1 ] && echo "$work/results" || echo /tmp/gpu_check)}
 mkdir -p "$results" "$work/logs"
 
 if [ "$dry_run" = 1 ] && [ -z "${NMT_DRY_RUN_VENV:-}" ]; then
@@ -95,7 +95,7 @@ nmt=("$python" -m pipeline)
 # step runs past the command's deadline: GPU_CHECK_SECONDS (default 570) from the start.
 deadline=${GPU_CHECK_SECONDS:-570}
 steps=$results/steps.tsv
-[ -f "$steps" ] || printf 'phase\tstep\tstatus\tseconds\n' > "$steps"
+printf 'phase\tstep\tstatus\tseconds\n' > "$steps"
 step() {
     local name=$1 limit=$2; shift 2
     local begin=$SECONDS status left=$((deadline - SECONDS - 15))
@@ -246,3 +246,9 @@ esac
 echo; echo "== summary ($((SECONDS - begin)) s)"
 tar -czf "$results/logs.tar.gz" -C "$work" logs
 "$python" benchmarks/gpu_summary.py "$results" | tee "$results/summary.md"
+# Exit 1 when a step failed, so that CI's dry run fails with it.
+failed=$(awk -F'\t' 'NR > 1 && $3 != 0 {print $2}' "$steps")
+if [ -n "$failed" ]; then
+    echo "failed steps: $(echo $failed)"
+    exit 1
+fi

@@ -94,10 +94,9 @@ def wu_rows(results: Results) -> list[tuple[str, str, str]]:
     updates = ""
     if report:
         data = json.loads(report)
-        totals = data.get("totals", data)
-        step, reason = totals.get("steps", totals.get("step")), data.get("stop_reason", totals.get("stop_reason"))
-        minutes = totals.get("train_seconds", totals.get("seconds", 0)) / 60
-        updates = f"{step} of {WU_UPDATES:,} updates ({reason}), {minutes:.1f} min training"
+        metrics = data["metrics"]
+        updates = (f"{metrics['steps']:,} of {WU_UPDATES:,} updates ({data['stop_reason']}), "
+                   f"{metrics['train_seconds'] / 60:.1f} min training, {metrics['tokens_per_second']:,.0f} tokens/s")
     if not hypotheses or not references:
         return [step_row(results, "wu_run", f"Wu et al. recipe: lowercased BLEU >= {WU_BLEU}", updates)]
     from sacrebleu.metrics import BLEU
