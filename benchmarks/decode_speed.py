@@ -54,7 +54,7 @@ class Ours:
         equal share of the threads, decode a batch each at a time."""
         torch.set_num_threads(threads)
         self.name = ("ours" if workers == 1 else f"ours, {workers} workers") + \
-            (f" {precision}" if device != "cpu" else "")
+            (f" {precision}" if device != "cpu" or precision != "fp32" else "")
         self.translator = Translator.from_file(model, device, precision)
         self.workers = DecodeWorkers(model, workers, threads // workers) if workers > 1 else None
         self.batch = batch
@@ -171,7 +171,8 @@ def cuda_table(model: Path, lines: list[str], references: list[str], device: str
     a fresh process; an engine that cannot run here (a CTranslate2 build for another CUDA,
     say) is a row that says why."""
     tgt_spm = spm.SentencePieceProcessor(model_file=str(ModelFiles.find(model).tgt_spm))
-    print(f"{len(lines)} sentences, beam {BEAM}, on {torch.cuda.get_device_name(device)}, {model}; "
+    where = torch.cuda.get_device_name(device) if device.startswith("cuda") else "the CPU"
+    print(f"{len(lines)} sentences, beam {BEAM}, on {where}, {model}; "
           "each engine in a fresh process")
     print("\n| engine | batch | sentences/s | tokens/s | BLEU | engine / ours fp32 |")
     print("|---|---:|---:|---:|---:|---:|")
@@ -305,13 +306,14 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=1,
                         help="runs of each engine, in turn with the others; the table shows the median")
     parser.add_argument("--profile", action="store_true", help="also profile our beam search at each thread count")
-    parser.add_argument("--device", default="cpu", help="cuda: the GPU table (engines at --batch-sizes) instead")
+    parser.add_argument("--device", default=None,
+                        help="cuda (or cpu): the device table, engines at --batch-sizes, instead of the thread table")
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=[64, 256], help="on a GPU")
     args = parser.parse_args()
     if not args.config and not (args.model_dir and args.sources and args.references):
         parser.error("give MODEL_DIR with --sources and --references, or --config with --model")
     model, lines, references = sentences_of(args)
-    if args.device != "cpu":
+    if args.device is not None:
         cuda_table(model, lines, references, args.device, args.batch_sizes)
         return
 

@@ -132,7 +132,7 @@ def throughput_rows(results: Results) -> list[tuple[str, str, str]]:
 def decode_rows(results: Results) -> list[tuple[str, str, str]]:
     path = results.file("decode_speed.txt")
     if path is None:
-        return [("decoding on CUDA: ours against CTranslate2", "not run", "-")]
+        return [("decoding: ours against CTranslate2", "not run", "-")]
     rates: dict[tuple[str, int], float] = {}
     failed = []
     for line in path.read_text().splitlines():
@@ -148,7 +148,7 @@ def decode_rows(results: Results) -> list[tuple[str, str, str]]:
         theirs = {name: rate for (name, b), rate in rates.items() if b == batch and name.startswith("CTranslate2")}
         cells = [f"ours (fastest) {ours:,.0f} sent/s" if ours else "ours: no row"]
         cells += [f"{name} {rate:,.0f} ({rate / ours:.2f}x ours)" for name, rate in theirs.items() if ours]
-        out.append((f"decoding on CUDA, beam 4, batch {batch}", "; ".join(cells), "-"))
+        out.append((f"decoding, beam 4, batch {batch}", "; ".join(cells), "-"))
     if failed:
         out.append(("engines that could not run", "; ".join(sorted(set(failed)))[:300], "-"))
     return out or [("decoding on CUDA", "no rows", "-")]
