@@ -148,8 +148,8 @@ def export_engines(model: Path, scratch: Path) -> tuple[list[EngineSpec], list[s
     return specs, skipped
 
 
-def cuda_engines(model: Path, scratch: Path, device: str, batch: int) -> tuple[list[EngineSpec], list[str]]:
-    """On a GPU: ours in fp32 and bf16, Hugging Face (post-LN models), and
+def device_engines(model: Path, scratch: Path, device: str, batch: int) -> tuple[list[EngineSpec], list[str]]:
+    """On one device: ours in fp32 and bf16, Hugging Face (post-LN models), and
     CTranslate2 in float16 and int8_float16, all from one export of the same weights
     (CTranslate2 converts to its compute type when it loads)."""
     specs = [EngineSpec("ours", model, quantization=precision, device=device, batch=batch)
@@ -166,10 +166,10 @@ def cuda_engines(model: Path, scratch: Path, device: str, batch: int) -> tuple[l
     return specs, skipped
 
 
-def cuda_table(model: Path, lines: list[str], references: list[str], device: str, batch_sizes: list[int]) -> None:
-    """Sentences/s and BLEU of every engine on the GPU at each batch size, each engine in
-    a fresh process; an engine that cannot run here (a CTranslate2 build for another CUDA,
-    say) is a row that says why."""
+def device_table(model: Path, lines: list[str], references: list[str], device: str, batch_sizes: list[int]) -> None:
+    """Sentences/s and BLEU of every engine on ``device`` at each batch size, each engine
+    in a fresh process; an engine that cannot run there (CTranslate2's float16 on a CPU,
+    or a build for another CUDA) is a row that says why."""
     tgt_spm = spm.SentencePieceProcessor(model_file=str(ModelFiles.find(model).tgt_spm))
     where = torch.cuda.get_device_name(device) if device.startswith("cuda") else "the CPU"
     print(f"{len(lines)} sentences, beam {BEAM}, on {where}, {model}; "
@@ -178,7 +178,7 @@ def cuda_table(model: Path, lines: list[str], references: list[str], device: str
     print("|---|---:|---:|---:|---:|---:|")
     with tempfile.TemporaryDirectory(prefix="decode-speed-") as scratch:
         for batch in batch_sizes:
-            specs, skipped = cuda_engines(model, Path(scratch) / str(batch), device, batch)
+            specs, skipped = device_engines(model, Path(scratch) / str(batch), device, batch)
             ours_rate = None
             for spec in specs:
                 try:
@@ -308,13 +308,13 @@ def main() -> None:
     parser.add_argument("--profile", action="store_true", help="also profile our beam search at each thread count")
     parser.add_argument("--device", default=None,
                         help="cuda (or cpu): the device table, engines at --batch-sizes, instead of the thread table")
-    parser.add_argument("--batch-sizes", type=int, nargs="+", default=[64, 256], help="on a GPU")
+    parser.add_argument("--batch-sizes", type=int, nargs="+", default=[64, 256], help="the device table's")
     args = parser.parse_args()
     if not args.config and not (args.model_dir and args.sources and args.references):
         parser.error("give MODEL_DIR with --sources and --references, or --config with --model")
     model, lines, references = sentences_of(args)
     if args.device is not None:
-        cuda_table(model, lines, references, args.device, args.batch_sizes)
+        device_table(model, lines, references, args.device, args.batch_sizes)
         return
 
     with tempfile.TemporaryDirectory(prefix="decode-speed-") as scratch:

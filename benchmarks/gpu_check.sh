@@ -114,7 +114,13 @@ step() {
     tar -czf "$results/logs.tar.gz" -C "$work" logs
     return $status
 }
-newest() { ls -td "$work"/artifacts/train/"$1"/*/ 2>/dev/null | head -1; }
+# The newest artifact of a stage, made after the file $2 if given (so that a failed wu
+# run never hands on the product phase's model of the same name).
+newest() {
+    local found
+    found=$(ls -td "$work"/artifacts/$1/*/ 2>/dev/null | head -1)
+    [ -n "$found" ] && { [ -z "${2:-}" ] || [ "$found" -nt "$2" ]; } && echo "$found"
+}
 
 environment() {
     phase_now=environment
@@ -152,14 +158,15 @@ product() {
             --compile --steps 20 --rounds 2
     fi
     step product_run 420 "${nmt[@]}" run "$config" "${settings[@]}"
-    model=$(newest transformer_tiny)
+    model=$(newest train/transformer_tiny)
     if [ -z "$model" ]; then
         echo "no trained transformer_tiny: translate and serve skipped"
         return 1
     fi
     printf 'A dog runs on the beach.\nTwo men are playing soccer in a park.\n' > "$work/sentences.en"
-    step product_translate 120 "${nmt[@]}" translate "$model" --input "$work/sentences.en" --device "$device"
-    [ "$(grep -c . "$work/logs/product_translate.log")" -ge 2 ] || echo "translate printed fewer lines than it read"
+    # One output line per input line, or the step fails.
+    step product_translate 120 bash -c '"${@:2}" > "$1" && cat "$1" && [ "$(wc -l < "$1")" -eq 2 ]' _ \
+        "$work/translations.de" "${nmt[@]}" translate "$model" --input "$work/sentences.en" --device "$device"
     step product_serve 300 "$python" benchmarks/serve_probe.py "$model" \
         --gpus-per-replica "$([ "$dry_run" = 1 ] && echo 0 || echo 1)"
     step product_mlflow 60 "$python" - <<'PY'
@@ -190,10 +197,11 @@ wu() {
                   --set train.keep_checkpoints=2 --set train.average_last=2 --set evaluate.device=cpu
                   --set download.train.max_pairs=600 --set download.test.max_pairs=40 --set bpe.vocab_size=1000)
     fi
+    touch "$work/wu.started"
     step wu_run 560 "${nmt[@]}" run "$config" "${settings[@]}"
     local trained evaluated
-    trained=$(newest transformer_tiny)
-    evaluated=$(ls -td "$work"/artifacts/evaluate/transformer_tiny/*/ 2>/dev/null | head -1)
+    trained=$(newest train/transformer_tiny "$work/wu.started")
+    evaluated=$(newest evaluate/transformer_tiny "$work/wu.started")
     mkdir -p "$work/wu"
     [ -n "$trained" ] && cp "$trained"/metrics.jsonl "$trained"/train_report.json "$work/wu/" 2>/dev/null
     [ -n "$evaluated" ] && cp "$evaluated"/scores.json "$evaluated"/hypotheses*.txt "$evaluated"/reference.txt "$work/wu/" 2>/dev/null
@@ -211,7 +219,7 @@ bench() {
         model=$work/wu_model
         mkdir -p "$model" && tar -xf "$carry/data/wu_model.tar" -C "$model"
     fi
-    [ -f "$model/model.pt" ] || model=$(newest transformer_tiny)
+    [ -f "$model/model.pt" ] || model=$(newest train/transformer_tiny)
     if [ "$dry_run" = 1 ]; then
         step throughput 300 "$python" benchmarks/train_throughput.py --device cpu --shapes tiny --tokens 512 \
             --steps 1 --rounds 1 --json "$results/train_throughput.json"

@@ -23,7 +23,6 @@ the ones installed here (``cluster/install.sh``), so the packed set is the teste
 from __future__ import annotations
 
 import argparse
-import gzip
 import importlib.metadata as metadata
 import json
 import shutil
@@ -152,7 +151,7 @@ def compress(site: Path, archive: Path, preset: int = 6) -> None:
 
 
 def pack_data(dest: Path, corpora: Path, model: Path | None) -> None:
-    """The corpus, and a trained model with the test set's sides as plain text."""
+    """The corpus, and a trained model's serving files."""
     data = dest / "data"
     shutil.copytree(corpora / "multi30k", data / "corpora" / "multi30k")
     if model is None:
@@ -161,9 +160,6 @@ def pack_data(dest: Path, corpora: Path, model: Path | None) -> None:
     for pattern in ("model.pt", "vocab.json", "*.model"):
         for path in model.glob(pattern):
             shutil.copy2(path, data / "model" / path.name)
-    for side, name in (("en", "source.txt"), ("de", "reference.txt")):
-        with gzip.open(corpora / "multi30k" / f"test_2016_flickr.{side}.gz", "rt", encoding="utf-8") as handle:
-            (data / "model" / name).write_text(handle.read())
 
 
 def folder_bytes(path: Path) -> int:
