@@ -45,14 +45,15 @@ def offline_rate(model: Path, backend: str, lines: list[str], beam: int, batch: 
 
 
 def start_service(model: Path, backend: str, batch: int, wait_ms: float,
-                  max_wait_ms: float | None, ingress: str) -> tuple[subprocess.Popen, str]:
+                  max_wait_ms: float | None, ingress: str, gpus_per_replica: float = 0.0) -> tuple[subprocess.Popen, str]:
+    """``nmt serve`` for ``model`` on a free port, once it has printed its "ready" line."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     process = subprocess.Popen([sys.executable, "-m", "pipeline", "serve", str(model), "--port", str(port),
                                 "--backend", backend, "--max-batch-sentences", str(batch),
                                 "--max-sentences", str(batch), "--batch-wait-ms", str(wait_ms),
-                                "--ingress", ingress,
+                                "--ingress", ingress, "--gpus-per-replica", str(gpus_per_replica),
                                 *(["--batch-max-wait-ms", str(max_wait_ms)] if max_wait_ms is not None else [])],
                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     for line in process.stdout:
