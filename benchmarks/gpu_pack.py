@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import importlib.metadata as metadata
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -229,7 +230,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--dest", type=Path, default=ROOT / ".gpu_carry")
     parser.add_argument("--python-version", default="3.12", help="the GPU image's Python (default 3.12)")
-    parser.add_argument("--corpora", type=Path, default=ROOT.parent / "shared" / "corpora")
+    parser.add_argument("--corpora", type=Path, default=Path(os.environ.get("NMT_CORPORA") or ROOT.parent / "shared" / "corpora"),
+                        help="the folder holding multi30k/ (default: $NMT_CORPORA, else ../shared/corpora, as the tests)")
     parser.add_argument("--model", type=Path, default=None,
                         help="a train artifact directory for the decode table (default: the newest "
                              "Transformer in ./artifacts, if any)")
