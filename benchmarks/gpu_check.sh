@@ -36,6 +36,7 @@ while [ $# -gt 0 ]; do
 done
 export PYTHONUNBUFFERED=1
 work=${GPU_WORK:-/tmp/nmt-gpu-work}
+rm -rf "$work/logs"  # this command's logs only
 results=${OUT:-$([ "$dry_run" = 1 ] && echo "$work/results" || echo /tmp/gpu_check)}
 mkdir -p "$results" "$work/logs"
 
@@ -43,6 +44,8 @@ if [ "$dry_run" = 1 ] && [ -z "${NMT_DRY_RUN_VENV:-}" ]; then
     # The image's packages in a fresh virtual environment (torch: the CPU wheel), then
     # the packed parts for this Python, then this script again inside it.
     venv=$work/venv
+    # Nothing from an earlier run: every stage runs, none is a cache hit.
+    rm -rf "$work/artifacts" "$work/mlflow.db" "$work/wu" "$work/wu.started"
     version=$(python3 -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')
     echo "== CPU dry run: a virtual environment of the GPU image's packages (Python $version)"
     python3 -m venv --clear "$venv" || exit 1
