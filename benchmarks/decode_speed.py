@@ -40,9 +40,10 @@ import sentencepiece as spm
 import torch
 from sacrebleu.metrics import BLEU
 
-from stages.evaluate.decode_workers import DecodeWorkers, threads_of_spawned_children
-from stages.evaluate.translator import ModelFiles, SearchSettings, Translator
 from stages.export import ExportError, export_model
+from stages.inference.decode_pool import DecodeWorkers, threads_of_spawned_children
+from stages.inference.search import SearchSettings
+from stages.inference.translator import ModelFiles, Translator
 
 BEAM, BATCH, MAX_LENGTH_B = 4, 64, 50
 
@@ -255,8 +256,8 @@ def config_model_and_test_split(config_path: str, name: str, artifact_root: str 
     from pipeline.config import load_config
     from pipeline.graph import find_stage, plan
     from stages.clean import read_split
+    from stages.inference.model_file import MODEL_FILES, weights_file
     from stages.names import train_stage
-    from stages.train import SERVING_FILES, weights_file
 
     config = load_config(config_path)
     store = ArtifactStore(artifact_root or config.artifact_root)
@@ -266,7 +267,7 @@ def config_model_and_test_split(config_path: str, name: str, artifact_root: str 
         raise SystemExit(f"{config_path}: {name} is not trained (nmt run {config_path} first)")
     clean = find_stage(planned, "clean")
     test = read_split(store.local_path("clean", clean.key), config.evaluate.split)
-    return (weights_file(store.local_path(trained.stage.name, trained.key, SERVING_FILES)),
+    return (weights_file(store.local_path(trained.stage.name, trained.key, MODEL_FILES)),
             test.column("src").to_pylist(), test.column("tgt").to_pylist())
 
 

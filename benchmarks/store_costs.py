@@ -27,7 +27,8 @@ import pyarrow.fs as pafs
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from pipeline.artifacts import MANIFEST, ArtifactStore  # noqa: E402
-from stages.train import RUN_NAME, SERVING_FILES  # noqa: E402
+from stages.inference.model_file import MODEL_FILES  # noqa: E402
+from stages.train import RUN_NAME  # noqa: E402
 from stages.train.checkpoints import checkpoint_weights, complete_checkpoints, slim  # noqa: E402
 from tests.s3_server import SeaweedS3  # noqa: E402  (the same loopback server the tests start)
 
@@ -107,7 +108,7 @@ def main() -> None:
             before, after = slimmed_size(root / stage / key)
             files = ArtifactStore(str(root)).read_manifest(stage, key)["files"]
             serving = sum(entry["size"] for name, entry in files.items()
-                          if any(fnmatch.fnmatch(name, pattern) for pattern in SERVING_FILES))
+                          if any(fnmatch.fnmatch(name, pattern) for pattern in MODEL_FILES))
             print(f"| {stage} | {before / 2**20:,.1f} MiB | {after / 2**20:,.1f} MiB | {before / 2**20:,.1f} MiB "
                   f"| {serving / 2**20:,.1f} MiB |")
 

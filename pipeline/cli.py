@@ -12,6 +12,7 @@ import typer
 from rich.logging import RichHandler
 
 from pipeline.commands.output import console
+from stages.inference.search import DEFAULT_SEARCH
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Parallel corpus to trained, evaluated translation models, as a cached Ray task graph.")
@@ -98,17 +99,21 @@ def translate(
                                            "or an experiment YAML with --model."),
     model_name: Optional[str] = typer.Option(None, "--model", help="Which model of the experiment YAML."),
     input_file: Optional[Path] = typer.Option(None, "--input", "-i", help="Text to translate; default: stdin."),
-    beam: int = typer.Option(4, "--beam", min=1, help="Beam size; 1 is greedy."),
-    nbest: int = typer.Option(1, "--nbest", min=1, help="Print the N best as 'line ||| text ||| score'."),
-    length_penalty: float = typer.Option(0.6, "--length-penalty", min=0.0, help="GNMT alpha."),
-    max_length_b: int = typer.Option(50, "--max-length-b", min=1,
-                                     help="At most source length + this many output tokens."),
+    beam_size: int = typer.Option(DEFAULT_SEARCH.beam_size, "--beam-size", "--beam", help="Beam size; 1 is greedy."),
+    nbest: int = typer.Option(DEFAULT_SEARCH.nbest, "--nbest", help="Print the N best as 'line ||| text ||| score'."),
+    length_penalty: float = typer.Option(DEFAULT_SEARCH.length_penalty, "--length-penalty", help="GNMT alpha."),
+    max_length_a: float = typer.Option(DEFAULT_SEARCH.max_length_a, "--max-length-a",
+                                       help="At most a x source length + b output tokens."),
+    max_length_b: int = typer.Option(DEFAULT_SEARCH.max_length_b, "--max-length-b",
+                                     help="At most a x source length + b output tokens."),
+    min_length: int = typer.Option(DEFAULT_SEARCH.min_length, "--min-length",
+                                   help="Tokens before EOS may end a hypothesis."),
     batch_size: int = typer.Option(32, "--batch-size", min=1, help="Sentences per batch."),
     workers: int = typer.Option(1, "--workers", min=1,
                                 help="Decode this many batches at once, each in a process of its own with an equal "
                                      "share of the CPU threads (CPU only; 2 on 2 cores decodes ~1.25x faster)."),
-    device: str = typer.Option("cpu", "--device", help="cpu, cuda, cuda:1, ..."),
-    precision: str = typer.Option("auto", "--precision",
+    device: str = typer.Option(DEFAULT_SEARCH.device, "--device", help="cpu, cuda, cuda:1, ..."),
+    precision: str = typer.Option(DEFAULT_SEARCH.precision, "--precision",
                                   help="auto (bf16 where the device runs it natively, else fp32; fp16 on older "
                                        "GPUs), fp32, bf16 or fp16 (autocast)."),
     alignment: bool = typer.Option(False, "--alignment",
@@ -119,8 +124,9 @@ def translate(
     """Translate lines of text with a trained model: one output line per input line."""
     from pipeline.commands.translate import translate_text
 
-    translate_text(model, model_name, input_file, beam, nbest, length_penalty, max_length_b, batch_size, device,
-                   precision, artifact_root, alignment, workers)
+    search = dict(beam_size=beam_size, nbest=nbest, length_penalty=length_penalty, max_length_a=max_length_a,
+                  max_length_b=max_length_b, min_length=min_length, device=device, precision=precision)
+    translate_text(model, model_name, input_file, search, batch_size, artifact_root, alignment, workers)
 
 
 @app.command()
@@ -196,9 +202,8 @@ def serve(
     from pipeline.commands.serve import choose_ingress, serve_model
 
     choose_ingress(ingress, address)  # before Ray is imported or started
-    from pipeline.serving.app import ServiceSettings
-
     from pipeline.commands.output import fail
+    from pipeline.serving.app import ServiceSettings
 
     if backend not in ("ours", "ctranslate2"):
         fail(f"--backend {backend}: choose ours or ctranslate2", 2)

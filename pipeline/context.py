@@ -20,7 +20,6 @@ from tqdm.auto import tqdm
 
 from pipeline.artifacts import default_cache_dir
 
-
 MAX_TASKS_IN_FLIGHT = 64
 
 

@@ -26,17 +26,14 @@ from pipeline.config import ExperimentConfig
 from pipeline.hardware import HardwareError
 from pipeline.stage import Stage
 from stages import bpe, clean, download, evaluate, report, tokenize, train
+from stages.models.spec import ModelSpec
 from stages.names import evaluate_stage, train_stage
-from stages.train.config import ModelSpec
 
 DATA_STAGES = (
-    Stage(name="download", run=download.run, config_of=attrgetter("download"), version=download.VERSION,
-          fingerprint=download.local_file_fingerprints),
-    Stage(name="clean", run=clean.run, config_of=attrgetter("clean"), version=clean.VERSION,
-          upstream=("download",)),
-    Stage(name="bpe", run=bpe.run, config_of=attrgetter("bpe"), version=bpe.VERSION, upstream=("clean",)),
-    Stage(name="tokenize", run=tokenize.run, config_of=attrgetter("tokenize"), version=tokenize.VERSION,
-          upstream=("clean", "bpe")),
+    Stage.of(download, "download", attrgetter("download")),
+    Stage.of(clean, "clean", attrgetter("clean"), upstream=("download",)),
+    Stage.of(bpe, "bpe", attrgetter("bpe"), upstream=("clean",)),
+    Stage.of(tokenize, "tokenize", attrgetter("tokenize"), upstream=("clean", "bpe")),
 )
 
 
@@ -46,21 +43,14 @@ def pipeline_stages(config: ExperimentConfig) -> tuple[Stage, ...]:
     and joins again in the report."""
     if not config.models:
         return DATA_STAGES
-    training = tuple(
-        Stage(name=train_stage(model.name), run=train.run, config_of=functools.partial(_train_slice, model),
-              version=train.VERSION, upstream=("tokenize",), resumable=True, task_cpus=0,
-              mlflow_files=("train_report.json", "metrics.jsonl"), preflight=train.preflight)
-        for model in config.models)
-    evaluation = tuple(
-        Stage(name=evaluate_stage(model.name), run=evaluate.run, config_of=functools.partial(_evaluate_slice, model),
-              version=evaluate.VERSION, upstream=("clean", train_stage(model.name)),
-              reads={train_stage(model.name): train.SERVING_FILES},
-              mlflow_files=("*.txt", "nbest.jsonl", "scores.json"), preflight=evaluate.preflight)
-        for model in config.models)
-    reporting = Stage(name="report", run=report.run, config_of=ExperimentConfig.report_stage_config,
-                      version=report.VERSION, upstream=tuple(stage.name for stage in training + evaluation),
-                      reads={stage.name: report.READS[stage.group] for stage in training + evaluation},
-                      mlflow_files=("report.*", "*.png"))
+    training = tuple(Stage.of(train, train_stage(model.name), functools.partial(_train_slice, model),
+                              upstream=("tokenize",))
+                     for model in config.models)
+    evaluation = tuple(Stage.of(evaluate, evaluate_stage(model.name), functools.partial(_evaluate_slice, model),
+                                upstream=("clean", train_stage(model.name)))
+                       for model in config.models)
+    reporting = Stage.of(report, "report", ExperimentConfig.report_stage_config,
+                         upstream=tuple(stage.name for stage in training + evaluation))
     return DATA_STAGES + training + evaluation + (reporting,)
 
 

@@ -6,21 +6,25 @@ writes its own artifact into ``output`` and returns the metrics it wants recorde
 It is called directly in tests; the runner (``pipeline/runner.py``) calls it in a Ray
 task and commits ``output`` to the artifact store only once it returns.
 
-Every stage package under ``stages/`` has the same layout:
+Every stage package under ``stages/`` has the same layout, and describes itself:
 
-    stages/<stage>/__init__.py   run() (a StageRun), VERSION, the artifact's readers
-                                 (read_index(), pairs_file(), ...), preflight() if any
+    stages/<stage>/__init__.py   run() (a StageRun) and VERSION; the artifact's readers
+                                 (read_index(), pairs_file(), ...); and, where the
+                                 defaults below do not fit, READS, RESUMABLE, TASK_CPUS,
+                                 MLFLOW_FILES, preflight() and fingerprint()
     stages/<stage>/config.py     the stage's config section (a pipeline.section.Section)
     stages/<stage>/*.py          the stage's own helpers
 
-``Stage`` below says how the graph (``pipeline/graph.py``) uses one: its name, its
-upstream stages, which config slice it is keyed on, and the version of its output.
+``Stage`` below is one stage of a graph: what its package says (``Stage.of``), plus
+what only the graph (``pipeline/graph.py``) knows: its name, its upstream stages and
+which config slice it is keyed on.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import ModuleType
 from typing import Any, Callable, Protocol, TypeVar
 
 from pipeline.context import StageContext
@@ -72,3 +76,17 @@ class Stage:
         """``train`` for ``train/<model>``; a stage's own name otherwise."""
         return self.name.split("/", 1)[0]
 
+
+    @classmethod
+    def of(cls, package: ModuleType, name: str, config_of: Callable[[Any], Section],
+           upstream: tuple[str, ...] = ()) -> Stage:
+        """The stage that ``package`` (``stages.train``, ...) describes, under ``name``.
+        ``package.READS`` maps an upstream stage's group (``train`` for ``train/<model>``)
+        to the files it reads of that artifact."""
+        reads = getattr(package, "READS", {})
+        return cls(name=name, run=package.run, config_of=config_of, version=package.VERSION, upstream=upstream,
+                   reads={stage: reads[stage.split("/", 1)[0]] for stage in upstream
+                          if stage.split("/", 1)[0] in reads},
+                   resumable=getattr(package, "RESUMABLE", False), fingerprint=getattr(package, "fingerprint", None),
+                   task_cpus=getattr(package, "TASK_CPUS", 1), mlflow_files=getattr(package, "MLFLOW_FILES", ()),
+                   preflight=getattr(package, "preflight", None))

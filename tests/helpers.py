@@ -15,6 +15,8 @@ REPO = Path(__file__).resolve().parents[1]
 # the repository with shared/ beside it too. NMT_CORPORA points elsewhere if needed.
 CORPORA = Path(os.environ.get("NMT_CORPORA", REPO.parent / "shared" / "corpora"))
 MULTI30K = CORPORA / "multi30k"
+# The first lines of it, checked in (tests/data/multi30k/README.md): what unit tests read.
+MULTI30K_SAMPLE = REPO / "tests" / "data" / "multi30k"
 
 
 def shipped_config(name: str) -> dict:

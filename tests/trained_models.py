@@ -15,10 +15,14 @@ import torch
 
 def train_briefly(tokenized: Path, output: Path, family: str, settings: dict | None = None, updates: int = 300,
                   max_tokens: int = 1500, seed: int = 0) -> Path:
-    from stages.train.config import ModelSpec
+    from stages.inference.model_file import (
+        build_for_vocabulary,
+        save_model_file,
+        vocabulary_facts,
+    )
+    from stages.models.spec import ModelSpec
     from stages.train.data import TokenizedSplit
     from stages.train.loss import translation_loss
-    from stages.train.model_file import build_for_vocabulary, save_model_file, vocabulary_facts
 
     train = TokenizedSplit(tokenized, "train")
     facts = vocabulary_facts(tokenized, train.vocab)

@@ -13,9 +13,9 @@ def inspect_models(config: Path, overrides: list[str], artifact_root: str | None
                    tgt_len: float | None) -> None:
     from pipeline.artifacts import ArtifactState
     from pipeline.graph import find_stage, plan
+    from stages.models.build import build_model
     from stages.tokenize import read_index
     from stages.train.flops import cost_summary
-    from stages.train.models import build_model
 
     experiment = load_experiment(config, overrides)
     if not experiment.models:

@@ -11,8 +11,8 @@ from rich.console import Console
 from rich.table import Table
 
 from pipeline.artifacts import ArtifactStore
-from pipeline.object_store import redact
 from pipeline.config import ConfigError, ExperimentConfig, load_config
+from pipeline.object_store import redact
 
 console = Console(stderr=True)
 

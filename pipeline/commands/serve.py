@@ -38,8 +38,8 @@ def serve_model(model: Path, model_name: str | None, host: str, port: int, repli
                 gpus_per_replica: float, settings, address: str | None, artifact_root: str | None) -> None:
     from ray import serve
 
-    from pipeline.context import LocalPath
     from pipeline.commands.translate import TrainedModel, trained_artifact
+    from pipeline.context import LocalPath
     from pipeline.runner import connect_ray
     from pipeline.serving.app import service_app
 

@@ -9,50 +9,56 @@ from pathlib import Path
 from pipeline.commands.output import console, fail, load_experiment, open_store
 
 
-def translate_text(model: Path, model_name: str | None, input_file: Path | None, beam: int, nbest: int,
-                   length_penalty: float, max_length_b: int, batch_size: int, device: str, precision: str,
-                   artifact_root: str | None, alignment: bool = False, workers: int = 1) -> None:
+def translate_text(model: Path, model_name: str | None, input_file: Path | None, search_options: dict,
+                   batch_size: int, artifact_root: str | None, alignment: bool = False, workers: int = 1) -> None:
+    """``search_options``: the CLI's values of ``SearchSettings`` fields, checked here."""
     import contextlib
+    import functools
 
     import torch
+    from pydantic import ValidationError
     from tqdm import tqdm
 
     from pipeline.hardware import HardwareError, detect_device, resolve_precision
-    from stages.evaluate.decode_workers import DecodeWorkers
-    from stages.evaluate.translator import SearchSettings, Translator
+    from stages.inference.decode_pool import DecodePool
+    from stages.inference.search import SearchSettings
+    from stages.inference.translator import Translator, open_translator
 
-    if nbest > beam:
-        fail(f"--nbest ({nbest}) cannot exceed --beam ({beam})", 2)
-    if alignment and nbest > 1:
-        fail("--alignment prints the best translation's alignment: use it with --nbest 1", 2)
-    if workers > 1 and not device.startswith("cpu"):
-        fail(f"--workers {workers}: decoding in several processes is for CPUs; on {device} use one", 2)
     try:
-        resolved = resolve_precision(precision, detect_device(device), "--precision")
+        search = SearchSettings(**search_options)
+    except ValidationError as error:
+        fail("; ".join(f"--{'-'.join(map(str, e['loc'])).replace('_', '-')}: {e['msg']}" if e["loc"] else e["msg"]
+                       for e in error.errors()), 2)
+    if alignment and search.nbest > 1:
+        fail("--alignment prints the best translation's alignment: use it with --nbest 1", 2)
+    if workers > 1 and not search.device.startswith("cpu"):
+        fail(f"--workers {workers}: decoding in several processes is for CPUs; on {search.device} use one", 2)
+    try:
+        resolved = resolve_precision(search.precision, detect_device(search.device), "--precision")
         path = model_file(model, model_name, artifact_root)
-        translator = Translator.from_file(path, device, resolved)
+        translator = Translator.from_file(path, search.device, resolved)
     except (FileNotFoundError, RuntimeError, HardwareError) as error:
         fail(str(error), 2)
-    # Each worker gets an equal share of the threads this process would have used.
-    decode_workers = (DecodeWorkers(path, workers, max(1, torch.get_num_threads() // workers), device, resolved)
-                      if workers > 1 else contextlib.nullcontext())
+    # Each process gets an equal share of the threads this process would have used.
+    pool = (DecodePool(functools.partial(open_translator, path, search.device, resolved), workers,
+                       max(1, torch.get_num_threads() // workers))
+            if workers > 1 else contextlib.nullcontext())
     text = input_file.read_text(encoding="utf-8") if input_file else sys.stdin.read()
     # Lines end at "\n" only: str.splitlines would also split at U+2028 and friends
     # inside a sentence, and the output would no longer line up with the input.
     lines = [line.removesuffix("\r") for line in text.removesuffix("\n").split("\n")] if text else []
-    search = SearchSettings(beam_size=beam, length_penalty=length_penalty, max_length_b=max_length_b, nbest=nbest)
     started = time.time()
     # Chunks of many batches: output streams out while the rest translates, in input order.
     chunk = batch_size * 16
-    with decode_workers as pool, tqdm(total=len(lines), unit="sent", desc="translate", disable=None,
-                                      file=sys.stderr) as bar:
+    with pool as decode_pool, tqdm(total=len(lines), unit="sent", desc="translate", disable=None,
+                                   file=sys.stderr) as bar:
         for start in range(0, len(lines), chunk):
-            results = translator.translate(lines[start:start + chunk], search, batch_size, bar.update, pool)
+            results = translator.translate(lines[start:start + chunk], search, batch_size, bar.update, decode_pool)
             for index, translations in enumerate(results, start):
                 if alignment:
                     print(f"{translations[0].text} ||| {_alignment(translator, lines[index], translations[0])}")
                     continue
-                if nbest == 1:
+                if search.nbest == 1:
                     print(translations[0].text)
                     continue
                 for translation in translations:
@@ -64,7 +70,11 @@ def translate_text(model: Path, model_name: str | None, input_file: Path | None,
 
 def _alignment(translator, line: str, translation) -> str:
     """The hard word alignment of ``translation``, from the model's cross-attention."""
-    from stages.evaluate.attention import format_alignment, hard_alignment, sentence_attention
+    from stages.inference.attention import (
+        format_alignment,
+        hard_alignment,
+        sentence_attention,
+    )
 
     if not line.strip():
         return ""
@@ -74,9 +84,14 @@ def _alignment(translator, line: str, translation) -> str:
 def attention_files(model: Path, model_name: str | None, text: str, output: Path, beam: int, device: str,
                     artifact_root: str | None) -> None:
     """``nmt attention``: translate ``text``, write a PNG per layer and head and one HTML page."""
-    from stages.evaluate.attention import format_alignment, hard_alignment, sentence_attention
-    from stages.evaluate.attention_figures import write_heatmaps, write_page
-    from stages.evaluate.translator import SearchSettings, Translator
+    from stages.inference.attention import (
+        format_alignment,
+        hard_alignment,
+        sentence_attention,
+    )
+    from stages.inference.attention_figures import write_heatmaps, write_page
+    from stages.inference.search import SearchSettings
+    from stages.inference.translator import Translator
 
     if not text.strip():
         fail("--input: give a sentence to translate", 2)
@@ -126,6 +141,6 @@ class TrainedModel:
         self.store, self.stage, self.key = store, stage, key
 
     def __call__(self) -> Path:
-        from stages.train import SERVING_FILES, weights_file
+        from stages.inference.model_file import MODEL_FILES, weights_file
 
-        return weights_file(self.store.local_path(self.stage, self.key, SERVING_FILES))
+        return weights_file(self.store.local_path(self.stage, self.key, MODEL_FILES))

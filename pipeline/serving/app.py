@@ -1,6 +1,7 @@
 """The translation service: a Ray Serve deployment behind a FastAPI app.
 
-- ``POST /translate`` takes ``{"sentences": [...], "beam": 4, "nbest": 1, ...}`` and
+- ``POST /translate`` takes ``{"sentences": [...], "beam_size": 4, "nbest": 1, ...}``
+  (the search settings of ``nmt translate`` and the evaluate stage, by the same names) and
   answers ``{"translations": [{"text", "score", "nbest": [{"text", "score"}, ...]}]}``,
   one entry per sentence, in order;
 - ``GET /health`` answers once the model is loaded;
@@ -14,9 +15,9 @@ queue; once the decoder is free they form the next batch, up to
 ``max_batch_sentences`` sentences, waiting up to ``batch_wait_s`` for more when that is
 not a full batch, and up to ``batch_max_wait_s`` while it holds fewer sentences than
 the last round had in flight (the clients of the last batch come back). A batch is
-decoded in a child process of the replica (``decode_process.py`` says why not a
-thread), so the replica keeps accepting the requests that will form the next one. Requests with different search options share the
-wait but are decoded apart. Ray Serve's health check fails once the child has died,
+decoded in a child process of the replica (``stages/inference/decode_pool.py`` says why
+not a thread), so the replica keeps accepting the requests that will form the next one.
+Requests with different search settings share the wait but are decoded apart. Ray Serve's health check fails once the child has died,
 and Serve replaces the replica.
 
 Bad requests get a 4xx with a message and never reach the model: malformed JSON and
@@ -27,17 +28,20 @@ a sentence over the length limit (413, naming its index).
 # No ``from __future__ import annotations``: FastAPI reads the endpoint annotations as
 # classes to tell a JSON body from query parameters.
 import asyncio
+import functools
 import time
 from dataclasses import dataclass
 from typing import Callable
 
 from fastapi import FastAPI, HTTPException
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, Field, model_validator
 from ray import serve
 
-from pipeline.serving.backends import SearchOptions, SourceEncoder
+from pipeline.serving.backends import open_backend
 from pipeline.serving.batcher import DynamicBatcher
-from pipeline.serving.decode_process import DecodeProcess, DecodeProcessExited
+from stages.inference.decode_pool import DecodePool, DecodeProcessExited
+from stages.inference.model_file import ModelFiles, SourceEncoder
+from stages.inference.search import SearchSettings
 
 MAX_BEAM = 16
 
@@ -55,20 +59,23 @@ class ServiceSettings:
     batch_max_wait_s: float = 0.15  # ... while it holds fewer than the last round had in flight (batcher.py)
 
 
-class TranslateRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")  # a misspelt option is an error, not a default
+class TranslateRequest(SearchSettings):
+    """The sentences, and how to search: ``SearchSettings``' fields and checks, but
+    ``precision`` and ``device``, which are the replica's (``nmt serve`` options)."""
 
     sentences: list[str] = Field(min_length=1, description="The sentences to translate.")
-    beam: int = Field(4, ge=1, le=MAX_BEAM, description="Beam size; 1 is greedy.")
-    nbest: int = Field(1, ge=1, le=MAX_BEAM, description="Hypotheses per sentence (at most beam).")
-    length_penalty: float = Field(0.6, ge=0.0, le=10.0, description="GNMT's alpha (CTranslate2: the exponent).")
-    max_length_b: int = Field(50, ge=1, le=512, description="At most source length + this many output tokens.")
 
     @model_validator(mode="after")
-    def nbest_within_beam(self) -> "TranslateRequest":
-        if self.nbest > self.beam:
-            raise ValueError(f"nbest ({self.nbest}) cannot exceed beam ({self.beam})")
+    def _within_the_service_limits(self) -> "TranslateRequest":
+        replica_settings = {"precision", "device"} & self.model_fields_set
+        if replica_settings:
+            raise ValueError(f"{', '.join(sorted(replica_settings))}: set by the replica (nmt serve), not a request")
+        if self.beam_size > MAX_BEAM:
+            raise ValueError(f"beam_size ({self.beam_size}) exceeds this service's limit of {MAX_BEAM}")
         return self
+
+    def search(self) -> SearchSettings:
+        return SearchSettings(**{name: getattr(self, name) for name in SearchSettings.model_fields})
 
 
 class Hypothesis(BaseModel):
@@ -108,7 +115,7 @@ class Job:
     """One request's share of a batch."""
 
     sources: list[list[int]]
-    options: SearchOptions
+    search: SearchSettings
 
 
 @serve.deployment
@@ -116,9 +123,10 @@ class Job:
 class TranslationService:
     def __init__(self, fetch_model: Callable, model_name: str, settings: ServiceSettings):
         model_dir = fetch_model()  # a local path, or the train artifact fetched from the store onto this node
-        self.encoder = SourceEncoder(model_dir)
-        self.decoder = DecodeProcess(model_dir, settings.backend, settings.device, settings.threads,
-                                     settings.quantization)
+        self.encoder = SourceEncoder.of(ModelFiles.find(model_dir))
+        self.decoder = DecodePool(functools.partial(open_backend, model_dir, settings.backend, settings.device,
+                                                    settings.threads, settings.quantization),
+                                  workers=1, threads_per_worker=settings.threads)
         self.settings, self.model_name = settings, model_name
         self.stats = Stats()
         # The decoding waits on the child's pipe in a worker thread: the event loop goes on.
@@ -128,7 +136,7 @@ class TranslationService:
     def check_health(self) -> None:
         """Ray Serve's periodic check: a replica whose decode process died is replaced."""
         if not self.decoder.alive():
-            raise RuntimeError(f"the decode process (pid {self.decoder.pid}) has exited")
+            raise RuntimeError(f"the decode process (pid {', '.join(map(str, self.decoder.pids))}) has exited")
 
     def __del__(self):  # Ray Serve's shutdown hook
         if hasattr(self, "decoder"):  # not if the constructor failed before it
@@ -155,26 +163,26 @@ class TranslationService:
             if len(ids) > self.settings.max_input_tokens:
                 raise HTTPException(413, f"sentences[{index}] is {len(ids)} tokens long: at most "
                                          f"{self.settings.max_input_tokens}")
-        options = SearchOptions(request.beam, request.nbest, request.length_penalty, request.max_length_b)
         try:
-            found = await self.batcher.submit(Job(sources, options)) if sources else []
+            found = await self.batcher.submit(Job(sources, request.search())) if sources else []
         except DecodeProcessExited as error:  # Ray Serve's health check will replace this replica
             raise HTTPException(503, f"{error}; retry: this replica is being replaced") from None
         translations = [Translation(text="", score=0.0, nbest=[Hypothesis(text="", score=0.0)])
                         for _ in request.sentences]  # a blank line translates to a blank line
         for index, hypotheses in zip(present, found):
-            nbest = [Hypothesis(text=text, score=score) for text, score in hypotheses]
+            nbest = [Hypothesis(text=found.text, score=found.hypothesis.score) for found in hypotheses]
             translations[index] = Translation(text=nbest[0].text, score=nbest[0].score, nbest=nbest)
         return TranslateResponse(translations=translations)
 
-    def _decode(self, jobs: list[Job]) -> list[list[list[tuple[str, float]]]]:
-        """Each job's translations: the jobs that share options decoded as one batch."""
+    def _decode(self, jobs: list[Job]) -> list[list[list]]:
+        """Each job's translations (``stages.inference.translator.Translation`` lists): the
+        jobs that share search settings decoded as one batch."""
         results: list = [None] * len(jobs)
-        for options in dict.fromkeys(job.options for job in jobs):
-            members = [i for i, job in enumerate(jobs) if job.options == options]
+        for search in dict.fromkeys(job.search for job in jobs):
+            members = [i for i, job in enumerate(jobs) if job.search == search]
             sources = [ids for i in members for ids in jobs[i].sources]
             started = time.perf_counter()
-            decoded = iter(self.decoder.translate(sources, options))
+            decoded = iter(self.decoder.translate(sources, search))
             self.stats.decode_seconds += time.perf_counter() - started
             self.stats.batches += 1
             self.stats.sentences += len(sources)

@@ -1,10 +1,11 @@
-"""What a service replica translates with: our own beam search, or the model exported
-to CTranslate2. Both take sources encoded by ``SourceEncoder`` and the request's search
-options, and give back the n best (text, score) per sentence, in order.
+"""What a service replica decodes with: our own ``Translator``, or the model exported
+to CTranslate2. Either runs in the replica's decode process
+(``stages/inference/decode_pool.py``), takes sources encoded by ``SourceEncoder`` and the
+request's ``SearchSettings``, and gives back the n best ``Translation``s per sentence.
 
 Scores: ours is the length-penalized log-probability of GNMT (Wu et al. 2016, eq. 14,
 ``length_penalty`` is alpha); CTranslate2 divides the log-probability by
-length^``length_penalty``. The same option is passed to both; the rankings are close but
+length^``length_penalty``. The same setting is passed to both; the rankings are close but
 not the same.
 """
 
@@ -12,65 +13,25 @@ from __future__ import annotations
 
 import json
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 
 import sentencepiece as spm
 
-from stages.evaluate.translator import ModelFiles
+from stages.inference.beam import Hypothesis
+from stages.inference.search import SearchSettings
+from stages.inference.translator import Translation, open_translator
+
+BACKENDS = ("ours", "ctranslate2")
 
 
-@dataclass(frozen=True)
-class SearchOptions:
-    beam: int = 4
-    nbest: int = 1
-    length_penalty: float = 0.6
-    max_length_b: int = 50  # at most source length + this many output tokens
-
-
-class SourceEncoder:
-    """Sentences to the token ids every backend reads (the source SentencePiece model's
-    ids, EOS appended): what the length limit counts. Apart from the backends so that the
-    replica's request handler encodes without loading a model."""
-
-    def __init__(self, model_dir: Path):
-        files = ModelFiles.find(model_dir)
-        self.spm = spm.SentencePieceProcessor(model_file=str(files.src_spm))
-        self.eos_id = json.loads((files.weights.parent / "vocab.json").read_text())["special_ids"]["eos"]
-
-    def encode(self, sentences: list[str]) -> list[list[int]]:
-        return [ids + [self.eos_id] for ids in self.spm.encode(sentences, out_type=int)]
-
-
-def open_backend(model_dir: Path, backend: str, device: str, threads: int, quantization: str | None = None):
-    """``backend``: "ours" or "ctranslate2" (``quantization`` is its weights' type)."""
+def open_backend(model_dir: Path, backend: str, device: str, threads: int, quantization: str | None = None,
+                 precision: str = "auto"):
+    """``backend``: "ours" (in ``precision``, resolved on the replica's device: ``auto`` is
+    bf16 where the device runs it natively, as ``nmt translate``) or "ctranslate2"
+    (``quantization`` is its weights' type). Called in the decode process."""
     if backend == "ctranslate2":
         return CTranslate2Backend(model_dir, device, threads, quantization)
-    return OurBackend(model_dir, device, threads)
-
-
-class OurBackend:
-    name = "ours"
-
-    def __init__(self, model_dir: Path, device: str, threads: int, precision: str = "auto"):
-        """``precision``: auto (as nmt translate: bf16 where the replica's device runs it
-        natively, else fp32; fp16 on older GPUs), resolved on the replica's own device."""
-        import torch
-
-        from pipeline.hardware import detect_device, resolve_precision
-        from stages.evaluate.translator import Translator
-
-        torch.set_num_threads(threads)
-        resolved = resolve_precision(precision, detect_device(device), "precision")
-        self.translator = Translator.from_file(model_dir, device, resolved)
-
-    def translate(self, sources: list[list[int]], options: SearchOptions) -> list[list[tuple[str, float]]]:
-        from stages.evaluate.translator import SearchSettings
-
-        search = SearchSettings(beam_size=options.beam, nbest=options.nbest, length_penalty=options.length_penalty,
-                                max_length_b=options.max_length_b)
-        results = self.translator.translate_ids(sources, search, batch_size=64)
-        return [[(t.text, t.hypothesis.score) for t in translations] for translations in results]
+    return open_translator(model_dir, device, precision)
 
 
 class CTranslate2Backend:
@@ -93,19 +54,23 @@ class CTranslate2Backend:
         engine = ctranslate2.Generator if self.info["family"] == "decoder_only" else ctranslate2.Translator
         self.engine = engine(str(exported), device=device, device_index=int(index or 0), intra_threads=threads)
 
-    def translate(self, sources: list[list[int]], options: SearchOptions) -> list[list[tuple[str, float]]]:
+    def translate_batch(self, sources: list[list[int]], search: SearchSettings) -> list[list[Translation]]:
+        """CTranslate2 gives back pieces and its own normalized score only: the
+        ``Hypothesis`` holds the pieces' ids, and that score as its log-probability too."""
         # Pieces without the EOS that add_source_eos (or the prompt) puts back.
         tokens = [[self.src_spm.id_to_piece(i) for i in ids[:-1]] for ids in sources]
-        common = dict(beam_size=options.beam, num_hypotheses=options.nbest, length_penalty=options.length_penalty,
+        common = dict(beam_size=search.beam_size, num_hypotheses=search.nbest, length_penalty=search.length_penalty,
                       return_scores=True, max_batch_size=64)
         if "prompt" in self.info:
             before, after = self.info["prompt"]["before_source"], self.info["prompt"]["after_source"]
             results = self.engine.generate_batch([before + t + after for t in tokens], include_prompt_in_result=False,
-                                                 max_length=max(map(len, tokens)) + options.max_length_b, **common)
+                                                 max_length=max(map(len, tokens)) + search.max_length_b, **common)
             hypotheses = [r.sequences for r in results]
         else:
             results = self.engine.translate_batch(tokens, max_decoding_length=max(map(len, tokens)) +
-                                                  options.max_length_b, **common)
+                                                  search.max_length_b, **common)
             hypotheses = [r.hypotheses for r in results]
-        return [[(self.tgt_spm.decode_pieces(h), score) for h, score in zip(found, result.scores)]
+        return [[Translation(self.tgt_spm.decode_pieces(pieces),
+                             Hypothesis(tuple(self.tgt_spm.piece_to_id(pieces)), score, score))
+                 for pieces, score in zip(found, result.scores)]
                 for found, result in zip(hypotheses, results)]

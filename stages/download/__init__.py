@@ -56,9 +56,10 @@ def read_meta(artifact: Path) -> dict:
     return json.loads((artifact / "meta.json").read_text())
 
 
-def local_file_fingerprints(config: DownloadConfig) -> dict[str, list[int] | str]:
-    """Size and mtime of each local input file without a pinned sha256, so that
-    editing a local corpus invalidates the download artifact, as `make` would."""
+def fingerprint(config: DownloadConfig) -> dict[str, list[int] | str]:
+    """For the artifact key: size and mtime of each local input file without a pinned
+    sha256, so that editing a local corpus invalidates the download artifact, as `make`
+    would."""
     fingerprints: dict[str, list[int] | str] = {}
     for split in SPLITS:
         source = getattr(config, split)

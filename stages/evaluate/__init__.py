@@ -20,7 +20,6 @@ Speed is per task (one CPU thread under the runner): sentences and generated tok
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import time
 from dataclasses import dataclass
@@ -40,12 +39,15 @@ from pipeline.hardware import (
 from stages.clean import read_split
 from stages.errors import InputDataError
 from stages.evaluate.config import EvaluateConfig, EvaluateStageConfig
-from stages.evaluate.translator import SearchSettings, Translation, Translator
-from stages.names import train_stage
-from stages.train import weights_file
+from stages.inference.model_file import MODEL_FILES, weights_file
+from stages.inference.translator import Translation, Translator
+from stages.names import TRAIN, train_stage
 
 # 3: lowercased BLEU (bleu_lc) beside the cased headline
 VERSION = 3
+# Of the model's train artifact, only what translating reads.
+READS = {TRAIN: MODEL_FILES}
+MLFLOW_FILES = ("*.txt", "nbest.jsonl", "scores.json")
 
 
 @dataclass(frozen=True)
@@ -82,7 +84,7 @@ def run(inputs: dict[str, Path], config: EvaluateStageConfig, output: Path, ctx:
                       f"evaluate {config.model} [{start + 1}-{min(start + size, len(sources))}]")
             for start in range(0, len(sources), size)]
     started = time.time()
-    parts = ctx.parallel_map(decode_part, jobs, gpus=1 if settings.device == "cuda" else 0)
+    parts = ctx.parallel_map(decode_part, jobs, gpus=1 if settings.device.startswith("cuda") else 0)
     wall_seconds = time.time() - started
     beam = [line for part in parts for line in part.beam]
 
@@ -117,7 +119,7 @@ def read_scores(artifact: Path) -> dict:
 def preflight(config: EvaluateStageConfig, cpus: int) -> None:
     """Refuse, before anything starts, a precision or device this machine lacks (local runs)."""
     settings = config.evaluate
-    if settings.device == "cuda" and not torch.cuda.is_available():
+    if settings.device.startswith("cuda") and not torch.cuda.is_available():
         raise HardwareError("evaluate.device: cuda, but this machine has no CUDA GPU that torch can use")
     resolve_precision(settings.precision, detect_device(settings.device), "evaluate.precision")
 
@@ -132,8 +134,7 @@ def decode_part(job: DecodeJob) -> Decoded:
     hardware = {"precision": precision, "device": device.kind, "device_name": device.name,
                 "device_capability": device.capability, "threads": threads}
     translator = Translator.from_file(weights_file(job.fetch_model(), settings.weights), settings.device, precision)
-    search = SearchSettings(settings.beam_size, settings.length_penalty, settings.max_length_a,
-                            settings.max_length_b, settings.min_length, settings.nbest)
+    search = settings.search()
     bar = job.progress(total=len(job.lines) * (2 if settings.greedy else 1), desc=job.label, unit="sent")
     started = time.perf_counter()
     beam = translator.translate(job.lines, search, settings.batch_size, bar.update)
@@ -141,7 +142,7 @@ def decode_part(job: DecodeJob) -> Decoded:
     greedy, greedy_seconds = None, 0.0
     if settings.greedy:
         started = time.perf_counter()
-        greedy = translator.translate(job.lines, dataclasses.replace(search, beam_size=1, nbest=1),
+        greedy = translator.translate(job.lines, search.model_copy(update={"beam_size": 1, "nbest": 1}),
                                       settings.batch_size, bar.update)
         greedy_seconds = time.perf_counter() - started
     bar.close()

@@ -33,8 +33,7 @@ def export_model(model_file: Path, format: str, output: Path, quantization: str 
                  force: bool = False) -> Path:
     """Export the model at ``model_file`` (a model file or a train artifact directory) to
     ``output`` in ``format``; ``quantization`` for CTranslate2 only."""
-    from stages.evaluate.translator import ModelFiles
-    from stages.train.model_file import load_model_file
+    from stages.inference.model_file import ModelFiles, load_model_file
 
     if format not in FORMATS:
         raise ExportError(f"unknown format {format!r}: choose one of {', '.join(FORMATS)}")

@@ -62,7 +62,8 @@ def pieces(spm_file: Path) -> list[str]:
 
 
 def transformer_spec(model: nn.Module, src_pieces: list[str], tgt_pieces: list[str], special_ids: dict):
-    from ctranslate2.specs import common_spec, transformer_spec as ct2
+    from ctranslate2.specs import common_spec
+    from ctranslate2.specs import transformer_spec as ct2
 
     config = model.config
     # The feed-forward is ReLU (section 3.3); dropout is off at inference.
@@ -96,7 +97,8 @@ def transformer_spec(model: nn.Module, src_pieces: list[str], tgt_pieces: list[s
 
 
 def decoder_only_spec(model: nn.Module, vocab_pieces: list[str], special_ids: dict):
-    from ctranslate2.specs import common_spec, transformer_spec as ct2
+    from ctranslate2.specs import common_spec
+    from ctranslate2.specs import transformer_spec as ct2
 
     config = model.config
     if config.prefix_attention:

@@ -14,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from pipeline.context import StageContext
-from stages.names import evaluate_stage, train_stage
+from stages.names import EVALUATE, TRAIN, evaluate_stage, train_stage
 from stages.report import records, tables
 from stages.report.config import ReportStageConfig
 from stages.report.plots import write_plots
@@ -23,7 +23,8 @@ from stages.report.plots import write_plots
 VERSION = 4
 # The files of each upstream artifact a record reads (besides its manifest): never
 # the train stage's checkpoints.
-READS = {"train": ("metrics.jsonl",), "evaluate": ()}
+READS = {TRAIN: ("metrics.jsonl",), EVALUATE: ()}
+MLFLOW_FILES = ("report.*", "*.png")
 
 
 def run(inputs: dict[str, Path], config: ReportStageConfig, output: Path, ctx: StageContext) -> dict:

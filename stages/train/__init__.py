@@ -10,7 +10,8 @@ group from it, up to ``max_failures`` times.
 
 When training ends the stage writes, next to the retained DeepSpeed checkpoints,
 ``model.pt``, ``best.pt``, ``metrics.jsonl`` and ``train_report.json``
-(``outputs.py``); ``model_file(artifact)`` is where a reader finds the weights.
+(``outputs.py``); ``stages.inference.model_file.weights_file(artifact)`` is where a reader finds the
+weights.
 """
 
 from __future__ import annotations
@@ -27,9 +28,9 @@ from stages.errors import InputDataError
 from stages.tokenize import read_index
 from stages.train.checkpoints import complete_checkpoints, download_checkpoints
 from stages.train.config import TrainStageConfig
-from stages.train.outputs import weights_file, write_outputs
+from stages.train.outputs import write_outputs
 
-__all__ = ["VERSION", "RUN_NAME", "SERVING_FILES", "run", "preflight", "weights_file"]
+__all__ = ["VERSION", "RUN_NAME", "RESUMABLE", "TASK_CPUS", "MLFLOW_FILES", "run", "preflight"]
 
 # 3: checkpoints but the newest are slimmed to their fp32 weights
 # 4: no dropout on attention weights by default, CPU dropout masks from uniform draws,
@@ -37,9 +38,12 @@ __all__ = ["VERSION", "RUN_NAME", "SERVING_FILES", "run", "preflight", "weights_
 # 5: validation BLEU rows, best.pt and early stopping by train.best_metric
 VERSION = 5
 RUN_NAME = "train_run"
-# What translating with a trained model reads: the weights, the vocabulary and the
-# SentencePiece model(s). Evaluation and ``nmt translate`` fetch only these.
-SERVING_FILES = ("model.pt", "best.pt", "vocab.json", "*.model")
+# A crashed attempt's staging directory holds its checkpoints: the next attempt resumes.
+RESUMABLE = True
+# The stage's own task holds no CPU: its Ray Train workers ask for their own, and a
+# waiting driver task must not starve them.
+TASK_CPUS = 0
+MLFLOW_FILES = ("train_report.json", "metrics.jsonl")
 
 
 def run(inputs: dict[str, Path], config: TrainStageConfig, output: Path, ctx: StageContext) -> dict:

@@ -25,7 +25,6 @@ import torch
 
 from stages.train.loop import DEEPSPEED_TAG
 
-
 WEIGHTS = "weights.pt"  # a slimmed checkpoint's consolidated fp32 weights
 
 

@@ -8,6 +8,7 @@ from typing import Any, Literal
 from pydantic import Field, model_validator
 
 from pipeline.section import Section
+from stages.models.spec import ModelSpec
 
 
 class TrainConfig(Section):
@@ -113,29 +114,6 @@ class TrainConfig(Section):
             raise ValueError(f"threads_per_worker ({self.threads_per_worker}) exceeds cpus_per_worker "
                              f"({self.cpus_per_worker}): the threads would oversubscribe the CPUs Ray gives "
                              "each worker")
-        return self
-
-
-# --------------------------------------------------------------------------- models
-
-
-class ModelSpec(Section):
-    """One model to train and compare: a family, a named preset, and settings that
-    override the preset's hyperparameters (see stages/train/models/presets.py).
-    ``train`` overrides keys of the experiment's train section for this model only
-    (e.g. a learning rate); budgets are best left shared."""
-
-    name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
-    family: Literal["transformer", "rnn", "decoder_only"]
-    preset: str = "small"
-    settings: dict[str, Any] = {}
-    train: dict[str, Any] = {}
-
-    @model_validator(mode="after")
-    def _preset_and_settings_exist(self) -> ModelSpec:
-        from stages.train.models.presets import resolve_preset  # torch-free
-
-        resolve_preset(self.family, self.preset, self.settings)
         return self
 
 

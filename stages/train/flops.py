@@ -16,9 +16,9 @@ from __future__ import annotations
 
 from torch import nn
 
-from stages.train.models.decoder_only import DecoderOnlyTranslator
-from stages.train.models.rnn import RnnTranslator
-from stages.train.models.transformer import Transformer
+from stages.models.decoder_only import DecoderOnlyTranslator
+from stages.models.rnn import RnnTranslator
+from stages.models.transformer import Transformer
 
 
 def _attention_layer(queries: int, keys: int, d: int, project_keys: bool = True) -> int:

@@ -34,13 +34,13 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
+from stages.inference.model_file import build_for_vocabulary, vocabulary_facts
 from stages.train.batching import batches_from, token_batches
 from stages.train.config import TrainConfig, TrainStageConfig
 from stages.train.data import Batch, TokenizedSplit
 from stages.train.deepspeed_config import cpu_autocast, deepspeed_config
 from stages.train.flops import training_flops
 from stages.train.loss import translation_loss
-from stages.train.model_file import build_for_vocabulary, vocabulary_facts
 from stages.train.progress import TrainingProgress, budget_fraction, budget_reached
 from stages.train.schedule import learning_rate
 from stages.train.worker_device import worker_hardware

@@ -57,7 +57,7 @@ def translation_loss(model, src: Tensor, tgt_in: Tensor, tgt_out: Tensor, step: 
     Decoder-only models add lambda_d * L_AE, a language-model loss on the source tokens
     (Wang et al. 2021, section 3.2); lambda_d = ae_weight(step) and is 0 for L_MT alone.
     """
-    from stages.train.models.decoder_only import DecoderOnlyTranslator, ae_weight
+    from stages.models.decoder_only import DecoderOnlyTranslator, ae_weight
 
     if not isinstance(model, DecoderOnlyTranslator):
         return label_smoothed_cross_entropy(model(src, tgt_in), tgt_out, epsilon, pad_id)

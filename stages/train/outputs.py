@@ -14,20 +14,20 @@ from pathlib import Path
 import torch
 
 from stages.bpe import read_vocab
-from stages.train.checkpoints import average_weights, checkpoint_weights, fill_tied_weights, slim
-from stages.train.config import TrainStageConfig
-from stages.train.flops import parameter_counts
-from stages.train.model_file import (
+from stages.inference.model_file import (
     build_for_vocabulary,
     save_model_file,
     vocabulary_facts,
+    weights_file,
 )
-
-
-def weights_file(artifact: Path, which: str = "model") -> Path:
-    """``model.pt`` (``which="model"``, the final averaged weights) or ``best.pt``
-    (``which="best"``) of a train artifact."""
-    return artifact / f"{which}.pt"
+from stages.train.checkpoints import (
+    average_weights,
+    checkpoint_weights,
+    fill_tied_weights,
+    slim,
+)
+from stages.train.config import TrainStageConfig
+from stages.train.flops import parameter_counts
 
 
 def write_outputs(output: Path, config: TrainStageConfig, tokenized: Path, checkpoints: list,

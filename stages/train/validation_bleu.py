@@ -25,7 +25,8 @@ import torch
 import torch.distributed as dist
 from sacrebleu.metrics import BLEU, CHRF
 
-from stages.evaluate.translator import SearchSettings, Translator
+from stages.inference.search import SearchSettings
+from stages.inference.translator import Translator
 from stages.train.config import TrainConfig
 from stages.train.data import TokenizedSplit
 

@@ -9,9 +9,9 @@ import shutil
 import numpy as np
 import pytest
 
-from stages.evaluate.attention import sentence_attention
-from stages.evaluate.attention_figures import write_heatmaps, write_page
-from stages.evaluate.translator import SearchSettings
+from stages.inference.attention import sentence_attention
+from stages.inference.attention_figures import write_heatmaps, write_page
+from stages.inference.search import SearchSettings
 from tests.unit.stages.evaluate.test_attention import translator_for
 
 pytestmark = pytest.mark.slow

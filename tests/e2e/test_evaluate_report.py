@@ -19,9 +19,10 @@ from typer.testing import CliRunner
 from pipeline.artifacts import MANIFEST
 from pipeline.cli import app
 from pipeline.hardware import detect_device, resolve_precision
-from stages.evaluate.translator import SearchSettings, Translator
+from stages.inference.model_file import load_model_file
+from stages.inference.search import SearchSettings
+from stages.inference.translator import Translator
 from stages.report import write_report
-from stages.train.model_file import load_model_file
 from tests.helpers import slice_multi30k, small_config, write_config
 
 pytestmark = pytest.mark.slow

@@ -187,7 +187,7 @@ def test_editing_a_local_corpus_file_changes_the_download_key(tmp_path, multi30k
     after = {item.stage.name: item.key for item in plan(load_config(config_path), store)}
     assert all(before[name] != after[name] for name in STAGES)  # download and everything downstream
     # Files pinned by sha256 (every URL) are identified by their digest, not by a stat.
-    from stages.download import local_file_fingerprints
+    from stages.download import fingerprint as local_file_fingerprints
 
     assert local_file_fingerprints(load_config(SMOKE).download) == {}
     assert set(local_file_fingerprints(load_config(config_path).download)) == {

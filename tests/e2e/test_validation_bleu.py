@@ -13,8 +13,10 @@ from sacrebleu.metrics import BLEU, CHRF
 from pipeline.context import StageContext
 from stages import train
 from stages.clean import read_split
-from stages.evaluate.translator import SearchSettings, Translator
-from stages.train.config import ModelSpec, TrainConfig, TrainStageConfig
+from stages.inference.search import SearchSettings
+from stages.inference.translator import Translator
+from stages.models.spec import ModelSpec
+from stages.train.config import TrainConfig, TrainStageConfig
 
 pytestmark = pytest.mark.slow
 VALID_SENTENCES = 60

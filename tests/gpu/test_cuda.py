@@ -19,9 +19,9 @@ def cuda_distributed(monkeypatch):
 
 
 def _models():
-    from stages.train.models.decoder_only import DecoderOnlyTranslator
-    from stages.train.models.presets import DECODER_ONLY_PRESETS, TRANSFORMER_PRESETS
-    from stages.train.models.transformer import Transformer
+    from stages.models.decoder_only import DecoderOnlyTranslator
+    from stages.models.presets import DECODER_ONLY_PRESETS, TRANSFORMER_PRESETS
+    from stages.models.transformer import Transformer
 
     torch.manual_seed(0)
     return {"transformer": Transformer(TRANSFORMER_PRESETS["small"], 1000, 1000),
@@ -90,7 +90,7 @@ def test_a_training_step_on_cuda_matches_the_cpu():
 
 @pytest.mark.parametrize("beam", [1, 4])
 def test_beam_search_on_cuda_finds_what_the_cpu_finds(beam):
-    from stages.evaluate.beam import beam_search
+    from stages.inference.beam import beam_search
 
     model = _models()["transformer"].eval()
     src, _ = _batch("cpu")

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from stages.evaluate import score_hypotheses
-from stages.evaluate.beam import Hypothesis
-from stages.evaluate.translator import Translation
+from stages.inference.beam import Hypothesis
+from stages.inference.translator import Translation
 
 REFERENCES = ["Ein Mann fährt Fahrrad auf der Wiese.", "Zwei Hunde spielen im Schnee."]  # no ß: its upper case is SS
 

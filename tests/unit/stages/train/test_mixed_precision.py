@@ -11,7 +11,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.train_loops import LoopUnderTest, single_process_distributed, train_loop, weights
+from tests.train_loops import (
+    LoopUnderTest,
+    single_process_distributed,
+    train_loop,
+    weights,
+)
 
 
 @pytest.fixture

@@ -9,9 +9,9 @@ import pytest
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from stages.train.models.decoder_only import DecoderOnlyTranslator
-from stages.train.models.presets import DECODER_ONLY_PRESETS, TRANSFORMER_PRESETS
-from stages.train.models.transformer import MultiHeadAttention, Transformer
+from stages.models.decoder_only import DecoderOnlyTranslator
+from stages.models.presets import DECODER_ONLY_PRESETS, TRANSFORMER_PRESETS
+from stages.models.transformer import MultiHeadAttention, Transformer
 
 BATCH, HEADS, LENGTH, WIDTH = 3, 4, 9, 32
 CPU_KERNELS = [SDPBackend.MATH, SDPBackend.FLASH_ATTENTION]  # FLASH: the fused CPU kernel

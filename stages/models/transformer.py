@@ -35,8 +35,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from stages.train.models.dropout import Dropout
-from stages.train.models.presets import TransformerConfig
+from stages.models.dropout import Dropout
+from stages.models.presets import TransformerConfig
 
 
 def sinusoidal_table(positions: int, dim: int) -> Tensor:

@@ -23,9 +23,10 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from stages.evaluate.translator import SearchSettings, Translation, Translator
-from stages.train.models.rnn import Attention as RnnAttention
-from stages.train.models.transformer import MultiHeadAttention
+from stages.inference.search import SearchSettings
+from stages.inference.translator import Translation, Translator
+from stages.models.rnn import Attention as RnnAttention
+from stages.models.transformer import MultiHeadAttention
 
 # Module names (model.named_modules) -> the kind of map they make.
 KINDS = {"attention": "encoder self-attention", "self_attention": "decoder self-attention",

@@ -21,9 +21,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from stages.train.models.dropout import Dropout
-from stages.train.models.presets import DecoderOnlyConfig
-from stages.train.models.transformer import (
+from stages.models.dropout import Dropout
+from stages.models.presets import DecoderOnlyConfig
+from stages.models.transformer import (
     FeedForward,
     MultiHeadAttention,
     PositionalEmbedding,

@@ -11,9 +11,10 @@ import sacrebleu
 import sentencepiece as spm
 import torch
 
-from stages.evaluate.translator import SearchSettings, Translator
 from stages.export import ExportError, export_model
 from stages.export.marian import marian_dimension_order
+from stages.inference.search import SearchSettings
+from stages.inference.translator import Translator
 from tests.trained_models import train_briefly
 
 GREEDY = SearchSettings(beam_size=1, max_length_b=40)
@@ -132,9 +133,11 @@ def test_int8_scores_within_half_a_bleu_point_of_float32(post_ln_transformer, se
 
 
 def test_our_sinusoids_in_marians_dimension_order_are_marians():
-    from transformers.models.marian.modeling_marian import MarianSinusoidalPositionalEmbedding
+    from transformers.models.marian.modeling_marian import (
+        MarianSinusoidalPositionalEmbedding,
+    )
 
-    from stages.train.models.transformer import sinusoidal_table
+    from stages.models.transformer import sinusoidal_table
 
     marian = MarianSinusoidalPositionalEmbedding(64, 32)
     assert torch.allclose(sinusoidal_table(64, 32)[:, marian_dimension_order(32)], marian.create_weight(), atol=1e-6)
@@ -180,14 +183,17 @@ def test_bad_quantization_and_format_are_named(tokenized, tmp_path):
 
 def test_nmt_serves_ctranslate2_backend_translates_as_its_own_backend(transformer, sentences):
     """What nmt serve --backend ctranslate2 runs: the export made in the replica."""
-    from pipeline.serving.backends import CTranslate2Backend, OurBackend, SearchOptions, SourceEncoder
+    from pipeline.serving.backends import open_backend
+    from stages.inference.model_file import ModelFiles, SourceEncoder
 
-    greedy = SearchOptions(beam=1, nbest=1, max_length_b=40)
-    ours_backend, ct2_backend = OurBackend(transformer, "cpu", 1, "fp32"), CTranslate2Backend(transformer, "cpu", 1)
-    sources = SourceEncoder(transformer).encode(sentences)  # what a replica encodes with, for either backend
+    greedy = SearchSettings(beam_size=1, nbest=1, max_length_b=40)
+    ours_backend = open_backend(transformer, "ours", "cpu", 1, precision="fp32")
+    ct2_backend = open_backend(transformer, "ctranslate2", "cpu", 1)
+    assert (ours_backend.name, ct2_backend.name) == ("ours", "ctranslate2")
+    sources = SourceEncoder.of(ModelFiles.find(transformer)).encode(sentences)  # what a replica encodes with
     assert sources == Translator.from_file(transformer).encode(sentences)  # what nmt translate reads
-    mine = [hypotheses[0][0] for hypotheses in ours_backend.translate(sources, greedy)]
-    theirs = [hypotheses[0][0] for hypotheses in ct2_backend.translate(sources, greedy)]
+    mine = [translations[0].text for translations in ours_backend.translate_batch(sources, greedy)]
+    theirs = [translations[0].text for translations in ct2_backend.translate_batch(sources, greedy)]
     # Where ours stopped at the length cap, CTranslate2's cap (the batch's longest source
     # + 40) may let it run on: the same text, continued.
     assert all(their.startswith(my) for my, their in zip(mine, theirs)), list(zip(mine, theirs))

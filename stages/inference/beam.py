@@ -1,4 +1,4 @@
-"""Batched beam search over the models' incremental interface (stages/train/models).
+"""Batched beam search over the models' incremental interface (stages/models).
 
 The search of Vaswani et al. (2017), section 6.1: beam size k, GNMT's length penalty
 (Wu et al. 2016, section 7) with alpha = 0.6, at most ``a * |x| + b`` output tokens
@@ -25,6 +25,8 @@ from dataclasses import dataclass
 
 import torch
 from torch import Tensor, nn
+
+from stages.inference.search import DEFAULT_SEARCH
 
 
 @dataclass(frozen=True)
@@ -75,7 +77,8 @@ def row_top_k(values: Tensor, k: int, groups: int = 16) -> tuple[Tensor, Tensor]
 
 @torch.no_grad()
 def beam_search(model: nn.Module, src: Tensor, beam_size: int, *, bos_id: int, eos_id: int, pad_id: int,
-                alpha: float = 0.6, max_length_a: float = 1.0, max_length_b: int = 50, min_length: int = 1,
+                alpha: float = DEFAULT_SEARCH.length_penalty, max_length_a: float = DEFAULT_SEARCH.max_length_a,
+                max_length_b: int = DEFAULT_SEARCH.max_length_b, min_length: int = DEFAULT_SEARCH.min_length,
                 nbest: int = 1, banned_ids: tuple[int, ...] | None = None) -> list[list[Hypothesis]]:
     """The ``nbest`` best hypotheses of each sentence of ``src`` (B, S), best first.
 

@@ -8,11 +8,16 @@ import sentencepiece as spm
 import torch
 import torch.nn.functional as F
 
-from stages.evaluate.attention import format_alignment, hard_alignment, sentence_attention
-from stages.evaluate.translator import SearchSettings, Translator
+from stages.inference.attention import (
+    format_alignment,
+    hard_alignment,
+    sentence_attention,
+)
+from stages.inference.search import SearchSettings
+from stages.inference.translator import Translator
+from stages.models.build import build_model
+from stages.models.transformer import MultiHeadAttention
 from stages.tokenize import read_index
-from stages.train.models import build_model
-from stages.train.models.transformer import MultiHeadAttention
 
 SENTENCE = "A man in a blue shirt is riding a bike down the street."
 SEARCH = SearchSettings(beam_size=2, max_length_b=6)

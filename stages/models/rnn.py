@@ -26,8 +26,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from stages.train.models.dropout import Dropout
-from stages.train.models.presets import RnnConfig
+from stages.models.dropout import Dropout
+from stages.models.presets import RnnConfig
 
 
 class Attention(nn.Module):

@@ -1,16 +1,16 @@
 """Text in, text out: a trained model with its SentencePiece model(s).
 
-The evaluate stage and ``nmt translate`` both translate through ``Translator``, so
-what the report scores is what a user gets. Sources are encoded as the tokenize stage
-encoded training data (SentencePiece ids, then EOS), sorted by length and decoded in
-batches of similar length, and the hypotheses come back in input order, detokenized.
+The evaluate stage, the train stage's validation BLEU, ``nmt translate`` and ``nmt
+serve`` all translate through ``Translator``, so what the report scores is what a user
+gets. Sources are encoded as the tokenize stage encoded training data (SentencePiece
+ids, then EOS), sorted by length and decoded in batches of similar length, and the
+hypotheses come back in input order, detokenized.
 A blank line translates to a blank line without running the model.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -19,51 +19,18 @@ import sentencepiece as spm
 import torch
 from torch.nn.utils.rnn import pad_sequence
 
+from pipeline.hardware import detect_device, resolve_precision
 from pipeline.host_memory import keep_freed_memory
-from stages.evaluate.beam import Hypothesis, beam_search
-from stages.evaluate.decode_workers import DecodeWorkers
-from stages.train.model_file import load_model_file
-
-
-@dataclass(frozen=True)
-class SearchSettings:
-    beam_size: int = 4
-    length_penalty: float = 0.6  # alpha
-    max_length_a: float = 1.0
-    max_length_b: int = 50
-    min_length: int = 1
-    nbest: int = 1
+from stages.inference.beam import Hypothesis, beam_search
+from stages.inference.decode_pool import DecodePool
+from stages.inference.model_file import ModelFiles, SourceEncoder, load_model_file
+from stages.inference.search import DEFAULT_SEARCH, SearchSettings
 
 
 @dataclass(frozen=True)
 class Translation:
     text: str
     hypothesis: Hypothesis  # tokens, log-probability and length-penalized score
-
-
-@dataclass(frozen=True)
-class ModelFiles:
-    """What a trained model is served from: its weights file and SentencePiece model(s)."""
-
-    weights: Path
-    src_spm: Path
-    tgt_spm: Path
-
-    @classmethod
-    def find(cls, model_file: Path) -> ModelFiles:
-        """``model_file``: a model file (``model.pt``, ``best.pt``) or a train artifact
-        directory, with the artifact's ``vocab.json`` and SentencePiece model(s) beside it."""
-        model_file = Path(model_file)
-        if model_file.is_dir():
-            model_file = model_file / "model.pt"
-        if not model_file.is_file():
-            raise FileNotFoundError(f"{model_file}: no model file (a train artifact holds model.pt and best.pt)")
-        vocab_file = model_file.parent / "vocab.json"
-        if not vocab_file.is_file():
-            raise FileNotFoundError(f"{vocab_file}: missing; a model file is read with the vocab.json and "
-                                    "SentencePiece models of its train artifact beside it")
-        models = json.loads(vocab_file.read_text())["models"]
-        return cls(model_file, model_file.parent / models["src"], model_file.parent / models["tgt"])
 
 
 class Translator:
@@ -76,6 +43,7 @@ class Translator:
         self.model, self.src_spm, self.tgt_spm = model, src_spm, tgt_spm
         self.device, self.precision = device, precision
         self.pad_id, self.bos_id, self.eos_id = special_ids["pad"], special_ids["bos"], special_ids["eos"]
+        self.encoder = SourceEncoder(src_spm, self.eos_id)
 
     @classmethod
     def from_file(cls, model_file: Path, device: str = "cpu", precision: str = "fp32") -> Translator:
@@ -92,44 +60,52 @@ class Translator:
                    spm.SentencePieceProcessor(model_file=str(files.tgt_spm)),
                    data["vocabulary"]["special_ids"], device, precision)
 
+    name = "ours"  # as a decode pool's engine (decode_pool.py)
+
     def encode(self, lines: list[str]) -> list[list[int]]:
-        return [ids + [self.eos_id] for ids in self.src_spm.encode(lines, out_type=int)]
+        return self.encoder.encode(lines)
 
     def decode(self, tokens: tuple[int, ...]) -> str:
         return self.tgt_spm.decode(list(tokens))
 
-    def translate(self, lines: list[str], search: SearchSettings = SearchSettings(), batch_size: int = 64,
+    def translate(self, lines: list[str], search: SearchSettings = DEFAULT_SEARCH, batch_size: int = 64,
                   on_batch: Callable[[int], None] | None = None,
-                  workers: DecodeWorkers | None = None) -> list[list[Translation]]:
+                  pool: DecodePool | None = None) -> list[list[Translation]]:
         """The ``search.nbest`` best translations of every line, in input order;
         ``on_batch`` is told how many lines each finished batch held (a progress bar).
-        With ``workers``, the batches decode there, several at a time."""
+        With ``pool``, the batches decode in its processes, several at a time."""
         results: list[list[Translation]] = [[Translation("", Hypothesis((), 0.0, 0.0))] for _ in lines]
         present = [index for index, line in enumerate(lines) if line.strip()]
         translated = self.translate_ids(self.encode([lines[index] for index in present]), search, batch_size,
-                                        on_batch, workers)
+                                        on_batch, pool)
         for index, translations in zip(present, translated):
             results[index] = translations
         if on_batch is not None and len(present) < len(lines):
             on_batch(len(lines) - len(present))  # the blank lines
         return results
 
-    def translate_ids(self, sources: list[list[int]], search: SearchSettings = SearchSettings(),
+    def translate_ids(self, sources: list[list[int]], search: SearchSettings = DEFAULT_SEARCH,
                       batch_size: int = 64, on_batch: Callable[[int], None] | None = None,
-                      workers: DecodeWorkers | None = None) -> list[list[Translation]]:
+                      pool: DecodePool | None = None) -> list[list[Translation]]:
         """The same for sources already encoded (token ids ending with EOS), none empty."""
         results: list[list[Translation]] = [[] for _ in sources]
         by_length = sorted(range(len(sources)), key=lambda index: -len(sources[index]))
         chunks = [by_length[start:start + batch_size] for start in range(0, len(by_length), batch_size)]
         batches = ([sources[index] for index in chunk] for chunk in chunks)
-        searched = (workers.search(batches, search) if workers is not None
-                    else (self.search_batch(batch, search) for batch in batches))
-        for chunk, hypotheses_of_batch in zip(chunks, searched):
-            for index, hypotheses in zip(chunk, hypotheses_of_batch):
-                results[index] = [Translation(self.decode(h.tokens), h) for h in hypotheses]
+        translated = (pool.map(batches, search) if pool is not None
+                      else (self.translate_batch(batch, search) for batch in batches))
+        for chunk, translations_of_batch in zip(chunks, translated):
+            for index, translations in zip(chunk, translations_of_batch):
+                results[index] = translations
             if on_batch is not None:
                 on_batch(len(chunk))
         return results
+
+    def translate_batch(self, sources: list[list[int]], search: SearchSettings) -> list[list[Translation]]:
+        """One batch of encoded sentences, searched and detokenized: what a decode pool's
+        process runs (``decode_pool.Engine``)."""
+        return [[Translation(self.decode(h.tokens), h) for h in hypotheses]
+                for hypotheses in self.search_batch(sources, search)]
 
     def search_batch(self, sources: list[list[int]], search: SearchSettings) -> list[list[Hypothesis]]:
         """Beam search over one batch of encoded sentences."""
@@ -145,3 +121,9 @@ class Translator:
         if dtype is None:
             return contextlib.nullcontext()
         return torch.autocast(device_type=torch.device(self.device).type, dtype=dtype)
+
+
+def open_translator(model_file: Path, device: str = "cpu", precision: str = "auto") -> Translator:
+    """``Translator.from_file`` with ``precision`` (``auto`` included) resolved on this
+    process's device: what a decode pool's processes and ``nmt translate`` load."""
+    return Translator.from_file(model_file, device, resolve_precision(precision, detect_device(device), "precision"))

@@ -9,8 +9,13 @@ import pytest
 import torch
 from torch import nn
 
-from stages.evaluate.beam import beam_search, length_penalty, max_output_lengths, row_top_k
-from stages.train.models import build_model
+from stages.inference.beam import (
+    beam_search,
+    length_penalty,
+    max_output_lengths,
+    row_top_k,
+)
+from stages.models.build import build_model
 
 PAD, UNK, BOS, EOS = 0, 1, 2, 3
 SPECIAL = {"bos_id": BOS, "eos_id": EOS, "pad_id": PAD}

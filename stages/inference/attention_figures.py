@@ -14,7 +14,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (after choosing the backend)
 
-from stages.evaluate.attention import AttentionMap, SentenceAttention  # noqa: E402
+from stages.inference.attention import AttentionMap, SentenceAttention  # noqa: E402
 
 TAG_COLOR = "#c0392b"
 

@@ -9,17 +9,17 @@ import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
-from stages.train.flops import forward_flops, parameter_counts, rnn_recurrent_flops
-from stages.train.loss import label_smoothed_cross_entropy
-from stages.train.models.decoder_only import DecoderOnlyTranslator, ae_weight
-from stages.train.models.presets import (
+from stages.models.decoder_only import DecoderOnlyTranslator, ae_weight
+from stages.models.presets import (
     DECODER_ONLY_PRESETS,
     RNN_PRESETS,
     TRANSFORMER_PRESETS,
     resolve_preset,
 )
-from stages.train.models.rnn import RnnTranslator
-from stages.train.models.transformer import Transformer
+from stages.models.rnn import RnnTranslator
+from stages.models.transformer import Transformer
+from stages.train.flops import forward_flops, parameter_counts, rnn_recurrent_flops
+from stages.train.loss import label_smoothed_cross_entropy
 
 VOCAB, PAD, BOS, EOS, SRC_TAG, TGT_TAG = 60, 0, 2, 3, 4, 5
 
@@ -91,7 +91,7 @@ def test_reordering_the_state_reorders_the_next_step(kind):
 def test_beam_search_with_the_encoding_once_per_sentence_finds_what_one_per_beam_finds(kind):
     """The Transformer keeps cross-attention keys and values once per sentence in beam
     search; with a copy per beam row (``sentences`` not given) the search must be the same."""
-    from stages.evaluate.beam import beam_search
+    from stages.inference.beam import beam_search
 
     model = make(kind)
     src, _ = batch(batch_size=5, src_len=9)

@@ -1,0 +1,210 @@
+"""Decoding in processes of their own: the one pool behind ``nmt translate --workers``
+and each ``nmt serve`` replica.
+
+Why processes, and not more threads in one search: between its torch operators our beam
+search runs Python (the bookkeeping of ``beam.py``, the dispatch of every operator), and
+that part runs on one core whatever ``torch.set_num_threads`` says. Measured on 500
+Multi30k sentences, beam 4, batches of 64 (2-core AMD EPYC Zen 4): one search with 2
+threads decoded 243-260 sentences/s, two processes with 1 thread each 293-318. Two
+Python threads of one process, one search each, gained less (244-289): the searches
+take turns at the GIL. Marian's ``--cpu-threads`` and CTranslate2's ``inter_threads``
+work the same way, one batch per worker.
+
+A service replica decodes in one such process for the same reason: while a search runs
+it holds the GIL nearly all the time, and the replica's event loop, which takes in the
+requests of the next batch, would get it only every 5 ms (``sys.getswitchinterval``).
+Measured at 32 clients, one replica with 1 CPU, a 10 ms batch wait
+(benchmarks/serve_load.py, 2-core AMD EPYC): in a thread, batches of 1 to 4 sentences
+and 14.8 requests/s; in a child process, 22.7.
+
+Each process opens its engine once, at the start (its memory is paid once per process),
+by calling ``open_engine``, a picklable callable (``translator.open_translator``, or the
+service's CTranslate2 backend), and then answers batches of token ids with
+``Translation`` lists, in order. A process that dies (killed, out of memory) fails the
+batch it held and every later one with ``DecodeProcessExited``, naming its pid and exit
+code; it is never a hang. Processes are started with ``spawn``: forking a process that
+runs torch's or Ray's threads can copy locks held by threads that do not exist in the
+child. A spawned process imports the main module again, so a script that starts a pool
+needs the ``if __name__ == "__main__":`` guard (``nmt`` and the benchmarks have it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing
+import os
+import queue
+import threading
+import traceback
+from collections.abc import Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Callable, Protocol
+
+
+class Engine(Protocol):
+    """What a pool's process decodes with: ``Translator``, or a service backend."""
+
+    name: str
+
+    def translate_batch(self, sources: list[list[int]], search: Any) -> list[list[Any]]:
+        """The ``search.nbest`` best ``Translation``s of each encoded sentence, in order."""
+        ...
+
+
+class DecodeProcessExited(RuntimeError):
+    """A decode process died (killed, out of memory): its pool cannot decode any more."""
+
+
+class DecodeProcess:
+    """One child process with one engine, fed through a pipe, one batch at a time."""
+
+    def __init__(self, open_engine: Callable[[], Engine], threads: int):
+        """Starts the child; ``wait_ready`` waits until its engine has loaded."""
+        context = multiprocessing.get_context("spawn")
+        self._connection, child_end = context.Pipe()
+        self._process = context.Process(target=_decode_batches, name="nmt-decode", daemon=True,
+                                        args=(child_end, open_engine, threads))
+        self._process.start()
+        child_end.close()  # so that the child's death reads as EOF here
+        self._lock = threading.Lock()
+        self.name = ""
+
+    def wait_ready(self) -> None:
+        """Blocks until the engine has loaded; raises what loading raised in the child."""
+        self.name = self._receive()
+
+    @property
+    def pid(self) -> int:
+        return self._process.pid
+
+    def alive(self) -> bool:
+        return self._process.is_alive()
+
+    def translate(self, sources: list[list[int]], search) -> list[list[Any]]:
+        """Blocks until the child has decoded ``sources`` (waiting on the pipe releases the
+        GIL: an event loop can call it from a worker thread)."""
+        with self._lock:
+            try:
+                self._connection.send((sources, search))
+            except (BrokenPipeError, OSError):
+                raise self._exited() from None
+            return self._receive()
+
+    def close(self) -> None:
+        self._connection.close()  # the child reads EOF and returns
+        self._process.join(timeout=10)
+        if self._process.is_alive():
+            self._process.kill()
+            self._process.join()
+
+    def _receive(self):
+        try:
+            status, value = self._connection.recv()
+        except (EOFError, OSError):
+            raise self._exited() from None
+        if status == "error":
+            raise RuntimeError(f"the decode process failed:\n{value}")
+        return value
+
+    def _exited(self) -> DecodeProcessExited:
+        self._process.join(timeout=5)
+        return DecodeProcessExited(f"the decode process (pid {self._process.pid}) exited with code "
+                                   f"{self._process.exitcode}")
+
+
+class DecodePool:
+    def __init__(self, open_engine: Callable[[], Engine], workers: int = 1, threads_per_worker: int = 1):
+        """``workers`` processes, each with the engine ``open_engine()`` returns there, on
+        ``threads_per_worker`` torch threads. Returns once every engine has loaded; raises
+        the first loading error."""
+        if workers < 1 or threads_per_worker < 1:
+            raise ValueError(f"workers ({workers}) and threads per worker ({threads_per_worker}) must be at least 1")
+        self.processes: list[DecodeProcess] = []
+        try:
+            with threads_of_spawned_children(threads_per_worker):
+                self.processes = [DecodeProcess(open_engine, threads_per_worker) for _ in range(workers)]
+            for process in self.processes:  # they load at the same time
+                process.wait_ready()
+        except BaseException:
+            self.close()
+            raise
+        self.name = self.processes[0].name
+        self.pids = {process.pid for process in self.processes}
+        self._idle: queue.SimpleQueue[DecodeProcess] = queue.SimpleQueue()
+        for process in self.processes:
+            self._idle.put(process)
+
+    def translate(self, sources: list[list[int]], search) -> list[list[Any]]:
+        """One batch on the first idle process; blocks until it is decoded."""
+        process = self._idle.get()
+        try:
+            return process.translate(sources, search)
+        finally:
+            self._idle.put(process)
+
+    def map(self, batches: Iterable[list[list[int]]], search) -> Iterator[list[list[Any]]]:
+        """Each batch's translations under ``search`` (a ``SearchSettings``), in batch
+        order, as many batches at a time as there are processes."""
+        with ThreadPoolExecutor(len(self.processes), thread_name_prefix="nmt-decode") as threads:
+            yield from threads.map(lambda batch: self.translate(batch, search), batches)
+
+    def alive(self) -> bool:
+        return all(process.alive() for process in self.processes)
+
+    def close(self) -> None:
+        for process in self.processes:
+            process.close()
+
+    def __enter__(self) -> DecodePool:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+@contextlib.contextmanager
+def threads_of_spawned_children(threads: int):
+    """Processes spawned inside the block size their OpenMP and MKL pools to ``threads``
+    from the start: a spawned child reads them from the environment it starts with, and
+    ``torch.set_num_threads`` there comes after the pool exists."""
+    environment = {"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
+    saved = {name: os.environ.get(name) for name in environment}
+    os.environ.update(environment)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+def _decode_batches(connection, open_engine: Callable[[], Engine], threads: int) -> None:
+    """The child: open the engine, then answer (sources, search) with ("ok", translations)
+    or ("error", traceback) until the parent closes the pipe."""
+    import torch
+
+    torch.set_num_threads(threads)
+    try:
+        engine = open_engine()
+    except Exception:
+        connection.send(("error", f"loading the model ({_describe(open_engine)}):\n{traceback.format_exc()}"))
+        return
+    connection.send(("ready", engine.name))
+    while True:
+        try:
+            sources, search = connection.recv()
+        except EOFError:
+            return  # the parent has gone
+        try:
+            connection.send(("ok", engine.translate_batch(sources, search)))
+        except Exception:
+            connection.send(("error", traceback.format_exc()))
+
+
+def _describe(open_engine: Callable) -> str:
+    """``open_translator(model.pt, cpu, auto)`` for a partial, the callable's name otherwise."""
+    function = getattr(open_engine, "func", open_engine)
+    arguments = ", ".join(map(str, getattr(open_engine, "args", ())))
+    return f"{getattr(function, '__name__', function)}({arguments})"

@@ -1,0 +1,47 @@
+"""How to search for translations: the one definition of the search settings.
+
+The evaluate stage's config extends it, ``nmt translate`` builds one from its options,
+and the translation service's request model extends it (``pipeline/serving/app.py``),
+so every default and every check is written here once. Torch-free: the CLI and config
+loading import it.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from pipeline.section import Section
+
+
+class SearchSettings(Section):
+    """Beam search with GNMT's length penalty (Wu et al. 2016, section 7).
+
+    Defaults are Vaswani et al. (2017), section 6.1: beam 4, length penalty alpha 0.6,
+    at most source length + 50 tokens (``max_length_a * |x| + max_length_b``).
+    """
+
+    beam_size: int = Field(default=4, gt=0, description="Beam size; 1 is greedy.")
+    nbest: int = Field(default=1, gt=0, description="Hypotheses kept per sentence, best first (at most beam_size).")
+    length_penalty: float = Field(default=0.6, ge=0.0, le=10.0,
+                                  description="GNMT's alpha (CTranslate2: the exponent of the length).")
+    max_length_a: float = Field(default=1.0, ge=0.0, description="At most a * source length + b output tokens.")
+    max_length_b: int = Field(default=50, gt=0, le=512, description="At most a * source length + b output tokens.")
+    # fairseq's default of 1: a weak model's likeliest output is often the empty one.
+    min_length: int = Field(default=1, ge=0, description="Tokens before EOS may end a hypothesis.")
+    # auto: bf16 where the device runs it natively, else fp32; fp16 on older GPUs
+    # (pipeline/hardware.py), resolved on the device that decodes. bf16 and fp16 are autocast.
+    precision: Literal["auto", "fp32", "bf16", "fp16"] = Field(default="auto", description="Autocast precision.")
+    device: str = Field(default="cpu", pattern=r"^(cpu|cuda(:\d+)?)$", description="cpu, cuda, cuda:1, ...")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> SearchSettings:
+        if self.nbest > self.beam_size:
+            raise ValueError(f"nbest ({self.nbest}) cannot exceed beam_size ({self.beam_size})")
+        if self.precision == "fp16" and not self.device.startswith("cuda"):
+            raise ValueError("precision fp16 needs a cuda device; on a CPU use auto, bf16 or fp32")
+        return self
+
+
+DEFAULT_SEARCH = SearchSettings()

@@ -1,0 +1,12 @@
+"""The three model families behind one interface, used by training and beam search:
+
+- ``model(src, tgt_in) -> logits (B, T, V)``: the teacher-forced forward;
+- ``model.start_decoding(src) -> state``: encode the source once;
+- ``model.decode_step(state, tokens) -> (log_probs (B, V), state)``: one incremental step;
+- ``model.reorder_state(state, order, sentences=None) -> state``: follow the beams that
+  survived: rows ``order`` of the state, which belong to its sentences ``sentences``
+  (a family may keep what all beams of a sentence share once per sentence).
+
+``build_model`` (``build.py``) makes one from a config's family, preset and settings;
+``spec.py`` is the torch-free ``ModelSpec`` a config names a model with.
+"""
