@@ -7,7 +7,7 @@ same trained Transformer, the same sentences, beam 4, batches of 64, at 1 and 2 
 - CTranslate2 float32 and int8: the model exported with ``nmt export --format
   ctranslate2``, ``Translator.translate_batch``;
 - at 2 threads and more, ours and CTranslate2 also as "N workers": N batches at a time,
-  one thread each (ours: ``DecodeWorkers`` processes; CTranslate2: ``inter_threads``),
+  one thread each (ours: ``DecodePool`` processes; CTranslate2: ``inter_threads``),
   besides one batch at a time on N threads.
 
 Each engine translates the sentences once after a warm-up batch. Tokens/s counts output
@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import multiprocessing
 import os
 import tempfile
@@ -41,9 +42,10 @@ import torch
 from sacrebleu.metrics import BLEU
 
 from stages.export import ExportError, export_model
-from stages.inference.decode_pool import DecodeWorkers, threads_of_spawned_children
+from stages.inference.decode_pool import DecodePool, threads_of_spawned_children
+from stages.inference.model_file import ModelFiles
 from stages.inference.search import SearchSettings
-from stages.inference.translator import ModelFiles, Translator
+from stages.inference.translator import Translator, open_translator
 
 BEAM, BATCH, MAX_LENGTH_B = 4, 64, 50
 
@@ -51,18 +53,19 @@ BEAM, BATCH, MAX_LENGTH_B = 4, 64, 50
 class Ours:
     def __init__(self, model: Path, threads: int, workers: int = 1, device: str = "cpu", precision: str = "fp32",
                  batch: int = BATCH):
-        """``workers`` > 1: that many worker processes (``DecodeWorkers``), each with an
+        """``workers`` > 1: that many worker processes (``DecodePool``), each with an
         equal share of the threads, decode a batch each at a time."""
         torch.set_num_threads(threads)
         self.name = ("ours" if workers == 1 else f"ours, {workers} workers") + \
             (f" {precision}" if device != "cpu" or precision != "fp32" else "")
         self.translator = Translator.from_file(model, device, precision)
-        self.workers = DecodeWorkers(model, workers, threads // workers) if workers > 1 else None
+        self.workers = (DecodePool(functools.partial(open_translator, model, device, precision), workers,
+                                   threads // workers) if workers > 1 else None)
         self.batch = batch
 
     def translate(self, lines: list[str]) -> list[str]:
         search = SearchSettings(beam_size=BEAM, max_length_b=MAX_LENGTH_B)
-        return [t[0].text for t in self.translator.translate(lines, search, self.batch, workers=self.workers)]
+        return [t[0].text for t in self.translator.translate(lines, search, self.batch, pool=self.workers)]
 
 
 class HuggingFace:

@@ -29,18 +29,22 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import requests
+import torch
 
-from pipeline.serving.backends import SearchOptions, SourceEncoder, open_backend
+from pipeline.serving.backends import open_backend
+from stages.inference.model_file import ModelFiles, SourceEncoder
+from stages.inference.search import SearchSettings
 
 
 def offline_rate(model: Path, backend: str, lines: list[str], beam: int, batch: int, threads: int) -> float:
+    torch.set_num_threads(threads)  # as a replica's decode process does
     engine = open_backend(model, backend, "cpu", threads)
-    options = SearchOptions(beam=beam)
-    sources = SourceEncoder(model).encode(lines)
-    engine.translate(sources[:batch], options)  # warm-up
+    search = SearchSettings(beam_size=beam)
+    sources = SourceEncoder.of(ModelFiles.find(model)).encode(lines)
+    engine.translate_batch(sources[:batch], search)  # warm-up
     started = time.perf_counter()
     for start in range(0, len(sources), batch):
-        engine.translate(sources[start:start + batch], options)
+        engine.translate_batch(sources[start:start + batch], search)
     return len(lines) / (time.perf_counter() - started)
 
 
@@ -73,7 +77,7 @@ def load(url: str, lines: list[str], clients: int, requests_per_client: int, per
         session, latencies = requests.Session(), []
         for r in range(requests_per_client):
             start = (index * requests_per_client + r) * per_request % len(lines)
-            body = {"sentences": (lines + lines)[start:start + per_request], "beam": beam}
+            body = {"sentences": (lines + lines)[start:start + per_request], "beam_size": beam}
             sent = time.perf_counter()
             response = session.post(f"{url}/translate", json=body, timeout=600)
             latencies.append(time.perf_counter() - sent)

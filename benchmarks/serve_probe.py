@@ -35,7 +35,7 @@ def main() -> int:
         up = time.monotonic() - started
         health = requests.get(f"{url}/health", timeout=30).json()
         asked = time.monotonic()
-        answer = requests.post(f"{url}/translate", json={"sentences": SENTENCES, "beam": 4}, timeout=120)
+        answer = requests.post(f"{url}/translate", json={"sentences": SENTENCES, "beam_size": 4}, timeout=120)
         answer.raise_for_status()
         texts = [item["text"] for item in answer.json()["translations"]]
         print(json.dumps({"ready_seconds": round(up, 1), "health": health,

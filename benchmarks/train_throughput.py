@@ -17,7 +17,7 @@ AMX or AVX512-BF16), bf16 autocast; on a GPU bf16 autocast. ``--precisions`` for
 list; bf16 on an AVX2-only CPU is emulated and runs hundreds of times slower.
 
 On a GPU two more rows show the pipeline's own paths for our model: ``ours, DeepSpeed``
-is the train stage's engine (stages/train/loop.py ``build_engine``: bf16 weights, fp32
+is the train stage's engine (stages/train/engine.py ``build_engine``: bf16 weights, fp32
 master weights, fused Adam), and ``--compile`` adds ``ours, compiled`` (torch.compile).
 
     python benchmarks/train_throughput.py                      # CPU: small and base; GPU: base and big
@@ -97,7 +97,7 @@ class DeepSpeedStep:
         import deepspeed
 
         from stages.train.config import TrainConfig
-        from stages.train.loop import build_engine
+        from stages.train.engine import build_engine
 
         if not torch.distributed.is_initialized():
             with socket.socket() as probe:

@@ -304,6 +304,12 @@ class ArtifactStore:
             self.fs.delete_dir(directory)
 
 
+def read_local_manifest(artifact: Path) -> dict:
+    """The manifest of an artifact directory already on this machine: the stage's
+    version, config, upstream keys and metrics (``ArtifactStore.commit``)."""
+    return json.loads((artifact / MANIFEST).read_text())
+
+
 def _read_json(path: Path) -> dict:
     try:
         return json.loads(path.read_text())

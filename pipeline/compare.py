@@ -14,6 +14,7 @@ from pipeline.artifacts import ArtifactState, ArtifactStore
 from pipeline.config import ExperimentConfig
 from stages.names import evaluate_stage, train_stage, trained_model
 from stages.report import records
+from stages.train.artifact import CURVE_FILE, parse_curve, read_curve
 
 
 @dataclass
@@ -41,9 +42,9 @@ def from_config(config: ExperimentConfig, store: ArtifactStore) -> Gathered:
         if evaluation_manifest is None:
             gathered.skipped.append(f"{config.name}/{model.name}: not evaluated; BLEU columns left empty")
         # The train artifact's checkpoints are not needed: read only its small files.
-        history = store.read_files(trained.stage.name, trained.key, ("metrics.jsonl",))["metrics.jsonl"]
+        history = store.read_files(trained.stage.name, trained.key, (CURVE_FILE,))[CURVE_FILE]
         record, curve = records.from_reports(model.name, store.read_manifest(trained.stage.name, trained.key),
-                                             records.parse_jsonl(history.decode("utf-8")), evaluation_manifest)
+                                             parse_curve(history.decode("utf-8")), evaluation_manifest)
         gathered.rows.append(record)
         gathered.curves[model.name] = curve
     return gathered
@@ -66,8 +67,8 @@ def from_mlflow(client: MlflowClient, run_id: str) -> Gathered:
             if name is None:
                 continue
             train_dir = Path(client.download_artifacts(finished[stage].info.run_id, "", f"{scratch}/{stage}"))
-            if not (train_dir / "metrics.jsonl").is_file():
-                gathered.skipped.append(f"{gathered.label}/{name}: run has no metrics.jsonl (tracked before "
+            if not (train_dir / CURVE_FILE).is_file():
+                gathered.skipped.append(f"{gathered.label}/{name}: run has no {CURVE_FILE} (tracked before "
                                         "stages logged their files)")
                 continue
             evaluation = finished.get(evaluate_stage(name))
@@ -80,7 +81,7 @@ def from_mlflow(client: MlflowClient, run_id: str) -> Gathered:
                 gathered.skipped.append(f"{gathered.label}/{name}: not evaluated; BLEU columns left empty")
             record, curve = records.from_reports(
                 name, json.loads((train_dir / "stage_report.json").read_text()),
-                records.parse_jsonl((train_dir / "metrics.jsonl").read_text()), eval_report)
+                read_curve(train_dir), eval_report)
             gathered.rows.append(record)
             gathered.curves[name] = curve
     if not gathered.rows:

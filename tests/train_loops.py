@@ -45,7 +45,8 @@ def train_loop(tokenized: Path, precision: str, use_gpu: bool, family: str = "tr
     from stages.train.batching import batches_from
     from stages.train.config import TrainConfig, TrainStageConfig
     from stages.train.data import TokenizedSplit
-    from stages.train.loop import TrainLoop, build_engine
+    from stages.train.engine import build_engine
+    from stages.train.loop import TrainLoop
     from stages.train.progress import TrainingProgress
 
     train = TokenizedSplit(tokenized, "train")

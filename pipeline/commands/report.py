@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
 
@@ -13,6 +12,7 @@ from pipeline.commands.output import (
     open_store,
     print_report,
 )
+from stages.report.artifact import read_report
 
 log = logging.getLogger("nmt")
 
@@ -44,5 +44,5 @@ def compare_sources(sources: list[str], output: Path, title: str | None, artifac
     if not rows:
         fail("no trained models found in " + ", ".join(sources), 1)
     written = write_report(rows, curves, output, title or " vs ".join(source.label for source in gathered))
-    print_report(json.loads((output / "report.json").read_text()))
+    print_report(read_report(output))
     console.print("wrote " + ", ".join(str(path) for path in written))

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import shlex
@@ -24,6 +23,7 @@ from pipeline.commands.output import (
 from pipeline.object_store import redact
 from pipeline.run_recorder import ResultRow, RunRecorder
 from stages.errors import InputDataError
+from stages.report.artifact import REPORT_JSON, parse_report
 
 log = logging.getLogger("nmt")
 
@@ -73,7 +73,7 @@ def run_experiment(config: Path, overrides: list[str], until: str | None, force:
     print_results(recorder.rows)
     report = next((item for item in planned if item.stage.name == "report"), None)  # absent with --until
     if report is not None:
-        print_report(json.loads(store.read_files("report", report.key, ("report.json",))["report.json"]))
+        print_report(parse_report(store.read_files("report", report.key, (REPORT_JSON,))[REPORT_JSON]))
         console.print(f"report: {store.path('report', report.key)}/report.md (.html, .csv, .json, plots)")
 
 

@@ -9,10 +9,10 @@ logged beside it). The report stage reads artifacts; ``nmt report`` reads either
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-from pipeline.artifacts import MANIFEST
+from pipeline.artifacts import read_local_manifest
+from stages.train.artifact import read_curve
 
 # The fields of report.json and report.csv, in column order.
 FIELDS = (
@@ -85,15 +85,10 @@ def validation_curve(rows: list[dict]) -> list[dict]:
             for row in rows if any(field in row for field in CURVE_FIELDS)]
 
 
-def parse_jsonl(text: str) -> list[dict]:
-    return [json.loads(line) for line in text.splitlines() if line.strip()]
-
-
 def from_artifacts(name: str, train_dir: Path, eval_dir: Path | None) -> tuple[dict, list[dict]]:
     """(record, validation curve) of a model from its train and evaluate artifacts."""
-    return from_reports(name, json.loads((train_dir / MANIFEST).read_text()),
-                        parse_jsonl((train_dir / "metrics.jsonl").read_text()),
-                        json.loads((eval_dir / MANIFEST).read_text()) if eval_dir else None)
+    return from_reports(name, read_local_manifest(train_dir), read_curve(train_dir),
+                        read_local_manifest(eval_dir) if eval_dir else None)
 
 
 def from_reports(name: str, train_report: dict, train_curve: list[dict],

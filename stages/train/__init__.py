@@ -1,6 +1,6 @@
 """train: one model of the config, trained with DeepSpeed on Ray Train workers.
 
-The stage launches a ``TorchTrainer`` whose workers run ``loop.train_worker`` and
+The stage launches a ``TorchTrainer`` whose workers run ``bootstrap.train_worker`` and
 persist their checkpoints to the stage's staging place on the artifact store
 (``train_run/``): the staging directory of a local store, or a ``<key>.partial``
 prefix of an object store, which every node of a cluster reaches. It survives a crash
@@ -26,7 +26,7 @@ from pipeline.context import StageContext
 from pipeline.hardware import HardwareError, detect_device, resolve_precision
 from stages.errors import InputDataError
 from stages.tokenize import read_index
-from stages.train.checkpoints import complete_checkpoints, download_checkpoints
+from stages.train.checkpointer import complete_checkpoints, download_checkpoints
 from stages.train.config import TrainStageConfig
 from stages.train.outputs import write_outputs
 
@@ -50,7 +50,7 @@ def run(inputs: dict[str, Path], config: TrainStageConfig, output: Path, ctx: St
     from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchConfig, TorchTrainer
 
-    from stages.train.loop import train_worker
+    from stages.train.bootstrap import WorkerArgs, train_worker
 
     training, tokenized = config.train, inputs["tokenize"]
     _check_inputs(tokenized, config)
@@ -61,14 +61,8 @@ def run(inputs: dict[str, Path], config: TrainStageConfig, output: Path, ctx: St
     resources = {"CPU": training.cpus_per_worker, **({"GPU": 1} if training.use_gpu else {})}
     trainer = TorchTrainer(
         train_worker,
-        train_loop_config={"config": config.model_dump(mode="json"),
-                           "fetch_tokenized": ctx.fetcher("tokenize", tokenized),
-                           # Where the workers look for the newest complete checkpoint when
-                           # they start (loop.py, ``_newest_checkpoint``).
-                           "run_dir": (run_dir, filesystem),
-                           "metrics_sink": ctx.metrics_sink,
-                           # Rank 0 reports that the workers are placed: the next train stage may ask.
-                           "training_turn": ctx.training_turn},
+        train_loop_config={"args": WorkerArgs(config, ctx.fetcher("tokenize", tokenized), run_dir, filesystem,
+                                              ctx.metrics_sink, ctx.training_turn)},
         scaling_config=ScalingConfig(num_workers=world, use_gpu=training.use_gpu, resources_per_worker=resources,
                                      placement_strategy=training.placement_strategy),
         torch_config=TorchConfig(backend="nccl" if training.use_gpu else "gloo"),

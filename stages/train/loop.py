@@ -1,4 +1,4 @@
-"""The per-worker training loop that Ray Train runs on every worker.
+"""The training loop that every Ray Train worker runs, and its accounting.
 
 Each worker builds the same model from the same seed, wraps it in a DeepSpeed engine
 (data parallel over Ray Train's process group, ZeRO stage from the config), and
@@ -14,133 +14,28 @@ the gradient norm stay on the device and are read once per logged row. The remai
 waits per update are DeepSpeed's own (fp16's overflow check) and, with several
 workers, the all-reduce of the counts.
 
-A checkpoint is a DeepSpeed checkpoint (every rank writes its shard) plus, from rank
-0, ``progress.json``, ``history.jsonl`` (every logged row so far) and ``best.pt`` (the
-best validated weights). Ray Train persists it to the run's storage and hands the
-newest one back through ``ray.train.get_checkpoint()`` when it restarts a worker
-group or when the stage is started again.
+What a worker does before the loop (device, data, engine, restoring a checkpoint) is
+``bootstrap.py``; checkpoints are ``checkpointer.py``; the bar is ``budget_bar.py``.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import math
-import os
-import tempfile
 import time
-from pathlib import Path
 
 import torch
 import torch.distributed as dist
 
-from stages.inference.model_file import build_for_vocabulary, vocabulary_facts
+from stages.train import checkpointer
 from stages.train.batching import batches_from, token_batches
-from stages.train.config import TrainConfig, TrainStageConfig
+from stages.train.budget_bar import BudgetBar
+from stages.train.config import TrainStageConfig
 from stages.train.data import Batch, TokenizedSplit
-from stages.train.deepspeed_config import cpu_autocast, deepspeed_config
+from stages.train.deepspeed_config import cpu_autocast
 from stages.train.flops import training_flops
 from stages.train.loss import translation_loss
-from stages.train.progress import TrainingProgress, budget_fraction, budget_reached
-from stages.train.schedule import learning_rate
-from stages.train.worker_device import worker_hardware
-
-DEEPSPEED_TAG = "deepspeed"
-
-
-def train_worker(loop_config: dict) -> None:
-    """Ray Train's ``train_loop_per_worker``: ``loop_config`` holds the stage's config
-    (JSON), the tokenize artifact's path and a callable that fetches it on this node."""
-    import ray.train
-
-    config = TrainStageConfig.model_validate(loop_config["config"])
-    training = config.train
-    context = ray.train.get_context()
-    rank, world = context.get_world_rank(), context.get_world_size()
-    if rank == 0 and loop_config.get("training_turn") is not None:
-        loop_config["training_turn"].started()
-    # As many threads as the CPUs Ray gave this worker, never more (config.py checks).
-    threads = training.threads_per_worker or training.cpus_per_worker
-    torch.set_num_threads(threads)
-    device = "cpu"
-    if training.use_gpu:
-        import ray.train.torch
-
-        device = str(ray.train.torch.get_device())
-        # Several workers on one node: each on the GPU Ray Train gave it. DeepSpeed puts
-        # its engine on cuda:LOCAL_RANK, so LOCAL_RANK is that GPU's index here.
-        torch.cuda.set_device(device)
-        os.environ["LOCAL_RANK"] = str(torch.device(device).index or 0)
-    hardware = worker_hardware(training, device, threads, world)
-    tokenized = loop_config["fetch_tokenized"]()
-    train_split, valid_split = TokenizedSplit(tokenized, "train"), TokenizedSplit(tokenized, "valid")
-    facts = vocabulary_facts(tokenized, train_split.vocab)
-
-    torch.manual_seed(training.seed)  # the same initial weights on every worker
-    engine = build_engine(build_for_vocabulary(config.model, facts), training, hardware["precision"])
-
-    progress, history, best = TrainingProgress(), [], None
-    checkpoint = _newest_checkpoint(*loop_config["run_dir"], world, training.zero_stage)
-    if checkpoint is not None:
-        with checkpoint.as_directory() as directory:
-            progress, history, best = _restore(engine, Path(directory))
-        progress.restarts += 1
-    progress.hardware = hardware  # this attempt's: a resumed run may land on other hardware
-
-    bleu = None
-    if training.valid_bleu_every is not None:
-        from stages.train.validation_bleu import BleuValidator
-
-        bleu = BleuValidator(tokenized, train_split, valid_split, training, str(engine.device),
-                             hardware["precision"], rank, world)
-    loop = TrainLoop(engine, config, facts, train_split, valid_split, rank, world, progress, history, best,
-                     loop_config["metrics_sink"] if rank == 0 else None, bleu)
-    loop.run()
-
-
-def build_engine(model: torch.nn.Module, training: TrainConfig, precision: str):
-    """The DeepSpeed engine that trains ``model``: Adam or AdamW under our learning-rate
-    schedule, in the precision the workers agreed on (deepspeed_config.py).
-
-    The optimizer is torch's fused implementation (one kernel for all parameters, on a
-    CPU as on a GPU) rather than one kernel per parameter and operation. DeepSpeed's
-    bf16, fp16 and ZeRO modes wrap it and call it on their fp32 master weights.
-    ``train.compile`` compiles the model's forward in place (parameter names, and so
-    checkpoints, unchanged), with dynamic shapes since every batch has its own.
-    """
-    import deepspeed
-
-    width = getattr(model.config, "d_model", None) or model.config.hidden
-    if training.compile:
-        model.compile(dynamic=True)
-    optimizer_class = torch.optim.AdamW if training.optimizer == "adamw" else torch.optim.Adam
-    # lr=1: the LambdaLR factor is the learning rate itself.
-    optimizer = optimizer_class(model.parameters(), lr=1.0, betas=training.betas, eps=training.eps,
-                                weight_decay=training.weight_decay, fused=True)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda update: learning_rate(update + 1, training, width))
-    engine, _, _, _ = deepspeed.initialize(model=model, optimizer=optimizer, lr_scheduler=scheduler,
-                                           config=deepspeed_config(training, precision))
-    return engine
-
-
-def _newest_checkpoint(run_dir: str, filesystem, world: int, zero_stage: int):
-    """The newest complete, resumable checkpoint of this run on its storage, else the
-    one Ray Train hands back (``ray.train.get_checkpoint``), else None.
-
-    The storage comes first: Ray Train hands back only checkpoints it registered, and a
-    worker that dies after its checkpoint was persisted but before Ray Train registered
-    it (or a stage killed before Ray's snapshot named it) would otherwise restart the
-    run from nothing. Every worker of a group sees the same listing, so all pick the
-    same checkpoint."""
-    import ray.train
-
-    from stages.train.checkpoints import complete_checkpoints
-
-    stored = [c for c in complete_checkpoints(run_dir, world, zero_stage, filesystem) if c.resumable]
-    if stored:
-        return ray.train.Checkpoint(str(stored[-1].path), filesystem=filesystem)
-    return ray.train.get_checkpoint()
+from stages.train.progress import TrainingProgress, budget_reached
 
 
 class TrainLoop:
@@ -342,27 +237,12 @@ class TrainLoop:
         if improved:
             progress.best_step = progress.step
             progress.validations_without_improvement = 0
-            self.best = _full_state_dict(self.engine) if self.rank == 0 else None
+            self.best = checkpointer.best_weights(self.engine) if self.rank == 0 else None
         else:
             progress.validations_without_improvement += 1
 
     def _checkpoint(self) -> None:
-        import ray.train
-        from ray.train import Checkpoint
-
-        progress = self.progress
-        progress.last_checkpoint_step = progress.step
-        with tempfile.TemporaryDirectory(prefix="nmt-checkpoint-") as directory:
-            self.engine.save_checkpoint(directory, tag=DEEPSPEED_TAG)
-            if self.rank == 0:
-                root = Path(directory)
-                with open(root / "history.jsonl", "w") as handle:
-                    handle.writelines(json.dumps(row) + "\n" for row in self.history)
-                if self.best is not None:
-                    torch.save(self.best, root / "best.pt")
-                (root / "progress.json").write_text(json.dumps(progress.to_json(), indent=2))
-            metrics = {"step": progress.step, "train_tokens": progress.train_tokens}
-            ray.train.report(metrics, checkpoint=Checkpoint.from_directory(directory))
+        checkpointer.save(self.engine, self.rank, self.progress, self.history, self.best)
 
 
 class _Window:
@@ -403,48 +283,3 @@ def _grad_norm(model: torch.nn.Module) -> torch.Tensor:
     """The global L2 norm of the gradients, left on the device until it is logged."""
     grads = [p.grad for p in model.parameters() if p.grad is not None]
     return torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)).float())
-
-
-def _full_state_dict(engine) -> dict:
-    """fp32 weights on the CPU. Under ZeRO-3 the parameters are partitioned, so they are
-    gathered (every rank must call this); below stage 3 each rank holds them whole."""
-    if engine.zero_optimization_stage() == 3:
-        state = engine._zero3_consolidated_16bit_state_dict() or {}
-    else:
-        state = engine.module.state_dict()
-    return {name: tensor.detach().float().cpu().clone() for name, tensor in state.items()}
-
-
-def _restore(engine, directory: Path) -> tuple[TrainingProgress, list[dict], dict | None]:
-    engine.load_checkpoint(str(directory), tag=DEEPSPEED_TAG)
-    progress = TrainingProgress.from_json(json.loads((directory / "progress.json").read_text()))
-    history = [json.loads(line) for line in (directory / "history.jsonl").read_text().splitlines() if line]
-    best = torch.load(directory / "best.pt", weights_only=True) if (directory / "best.pt").is_file() else None
-    return progress, history, best
-
-
-class BudgetBar:
-    """Progress in per mille of the training budget, so a FLOPs or time budget gets a
-    rate and an ETA just as a step budget does."""
-
-    SCALE = 1000
-
-    def __init__(self, desc: str, config, batches_per_epoch: int, enabled: bool):
-        self.config, self.batches_per_epoch, self.shown = config, batches_per_epoch, 0
-        self.bar = None
-        if enabled:
-            from ray.experimental.tqdm_ray import tqdm
-
-            self.bar = tqdm(total=self.SCALE, desc=f"{desc} (per mille of budget)", unit="‰")
-
-    def show(self, progress: TrainingProgress) -> None:
-        if self.bar is None:
-            return
-        done = int(self.SCALE * budget_fraction(self.config, progress, self.batches_per_epoch))
-        if done > self.shown:
-            self.bar.update(done - self.shown)
-            self.shown = done
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.close()

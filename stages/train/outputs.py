@@ -1,5 +1,6 @@
 """What the train stage leaves beside its DeepSpeed checkpoints once training ends:
-``model.pt`` (fp32, the average of the last ``average_last`` checkpoints) and
+``model.pt`` (fp32, the average of the last ``average_last`` checkpoints,
+``checkpointer.final_weights``) and
 ``best.pt`` (the best validated weights), both loadable without DeepSpeed by
 ``model_file.load_model_file``; ``metrics.jsonl`` (the logged curve); the vocabulary
 and SentencePiece model(s), so the artifact translates on its own; and
@@ -11,8 +12,6 @@ import json
 import math
 from pathlib import Path
 
-import torch
-
 from stages.bpe import read_vocab
 from stages.inference.model_file import (
     build_for_vocabulary,
@@ -20,12 +19,7 @@ from stages.inference.model_file import (
     vocabulary_facts,
     weights_file,
 )
-from stages.train.checkpoints import (
-    average_weights,
-    checkpoint_weights,
-    fill_tied_weights,
-    slim,
-)
+from stages.train import checkpointer
 from stages.train.config import TrainStageConfig
 from stages.train.flops import parameter_counts
 
@@ -34,24 +28,19 @@ def write_outputs(output: Path, config: TrainStageConfig, tokenized: Path, check
                    seconds_this_attempt: float) -> dict:
     training = config.train
     last = checkpoints[-1]
-    averaged = checkpoints[-training.average_last:]
     vocab = read_vocab(tokenized)
     facts = vocabulary_facts(tokenized, vocab)
     model = build_for_vocabulary(config.model, facts)
-    averaged_weights = {c.step: checkpoint_weights(c, training.zero_stage) for c in averaged}
-    weights = fill_tied_weights(average_weights(list(averaged_weights.values())), model)
-    for checkpoint in checkpoints[:-1]:
-        if checkpoint.resumable:
-            slim(checkpoint, averaged_weights.get(checkpoint.step) or checkpoint_weights(checkpoint, training.zero_stage))
+    weights = checkpointer.final_weights(checkpoints, training.average_last, training.zero_stage, model)
     progress = last.progress
-    info = {"step": progress["step"], "averaged_steps": [c.step for c in averaged],
+    info = {"step": progress["step"], "averaged_steps": [c.step for c in checkpoints[-training.average_last:]],
             "best_step": progress["best_step"], "best_metric": training.best_metric,
             "best_valid_loss": progress["best_valid_loss"], "best_valid_bleu": progress.get("best_valid_bleu")}
     save_model_file(weights_file(output), config.model, facts, weights, info)
-    if (last.path / "best.pt").is_file():
-        best = torch.load(last.path / "best.pt", weights_only=True)
+    best = checkpointer.saved_best(last)
+    if best is not None:
         save_model_file(weights_file(output, "best"), config.model, facts, best, {**info, "step": progress["best_step"]})
-    history_text = (last.path / "history.jsonl").read_text()
+    history_text = checkpointer.saved_history(last)
     (output / "metrics.jsonl").write_text(history_text)
     for name in ("spm.model", "src.model", "tgt.model", "vocab.json"):
         if (tokenized / name).is_file():

@@ -12,7 +12,7 @@ import pytest
 from stages.inference.attention import sentence_attention
 from stages.inference.attention_figures import write_heatmaps, write_page
 from stages.inference.search import SearchSettings
-from tests.unit.stages.evaluate.test_attention import translator_for
+from tests.unit.stages.inference.test_attention import translator_for
 
 pytestmark = pytest.mark.slow
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"

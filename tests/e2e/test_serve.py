@@ -103,7 +103,7 @@ def test_health_and_the_openapi_document(service):
     document = requests.get(f"{service}/openapi.json", timeout=30).json()
     assert {"/translate", "/health", "/stats"} <= set(document["paths"])
     request_schema = document["components"]["schemas"]["TranslateRequest"]
-    assert {"sentences", "beam", "nbest"} <= set(request_schema["properties"])
+    assert {"sentences", "beam_size", "nbest", "length_penalty"} <= set(request_schema["properties"])
 
 
 def test_requests_come_in_through_the_ingress_asked_for(serve_process, request):
@@ -126,11 +126,11 @@ def test_the_service_serves_what_nmt_translate_serves(service, experiment, sente
                          input="\n".join(sentences[:MAX_SENTENCES]) + "\n", cwd=config.parent, env=env,
                          capture_output=True, text=True, timeout=300)
     assert cli.returncode == 0, cli.stderr[-2000:]
-    assert translate(service, sentences[:MAX_SENTENCES], beam=4) == cli.stdout.splitlines()
+    assert translate(service, sentences[:MAX_SENTENCES], beam_size=4) == cli.stdout.splitlines()
 
 
 def test_nbest_lists_are_ranked_and_blank_lines_stay_blank(service, sentences):
-    response = requests.post(f"{service}/translate", json={"sentences": [sentences[0], "", sentences[1]], "beam": 4,
+    response = requests.post(f"{service}/translate", json={"sentences": [sentences[0], "", sentences[1]], "beam_size": 4,
                                                            "nbest": 3}, timeout=120).json()
     first, blank, second = response["translations"]
     assert blank == {"text": "", "score": 0.0, "nbest": [{"text": "", "score": 0.0}]}
@@ -147,13 +147,13 @@ def test_concurrent_clients_each_get_their_own_translations_in_order(service, se
     alone = {}
     for start in range(0, len(sentences), MAX_SENTENCES):
         chunk = sentences[start:start + MAX_SENTENCES]
-        alone.update(zip(chunk, translate(service, chunk, beam=1)))
+        alone.update(zip(chunk, translate(service, chunk, beam_size=1)))
     by_client = [[sentences[(client + k * 7) % len(sentences)] for k in range(4)] for client in range(32)]
     for client, batch in enumerate(by_client):
         batch.insert(client % 5, "")  # a blank line translates to a blank line, where it was
     before = requests.get(f"{service}/stats", timeout=30).json()
     with ThreadPoolExecutor(32) as pool:
-        answers = list(pool.map(lambda batch: translate(service, batch, beam=1), by_client))
+        answers = list(pool.map(lambda batch: translate(service, batch, beam_size=1), by_client))
     after = requests.get(f"{service}/stats", timeout=30).json()
     assert all(len(answer) == 5 for answer in answers)
     assert [[k for k, text in enumerate(answer) if not text] for answer in answers] == \
@@ -177,7 +177,9 @@ def test_concurrent_clients_each_get_their_own_translations_in_order(service, se
     (json.dumps({"sentences": ["a"] * (MAX_SENTENCES + 1)}), 413, f"at most {MAX_SENTENCES} a request"),
     (json.dumps({"sentences": ["fine", "word " * 200]}), 413, "sentences[1] is"),
     (json.dumps({"sentences": ["a"], "beem": 4}), 422, "Extra inputs are not permitted"),
-    (json.dumps({"sentences": ["a"], "beam": 2, "nbest": 3}), 422, "nbest (3) cannot exceed beam (2)"),
+    (json.dumps({"sentences": ["a"], "beam_size": 2, "nbest": 3}), 422, "nbest (3) cannot exceed beam_size (2)"),
+    (json.dumps({"sentences": ["a"], "beam_size": 17}), 422, "exceeds this service's limit of 16"),
+    (json.dumps({"sentences": ["a"], "device": "cuda"}), 422, "device: set by the replica"),
     (json.dumps({"sentences": []}), 422, "at least 1 item"),
     (json.dumps({"sentences": "a"}), 422, "valid list"),
 ])

@@ -20,7 +20,7 @@ from pipeline.hardware import CPU_BF16_ENV, detect_device
 from stages import train
 from stages.inference.model_file import load_model_file
 from stages.models.spec import ModelSpec
-from stages.train.checkpoints import complete_checkpoints
+from stages.train.checkpointer import complete_checkpoints
 from stages.train.config import TrainConfig, TrainStageConfig
 from stages.train.data import TokenizedSplit
 from tests.helpers import REPO

@@ -1,4 +1,12 @@
-"""The checkpoints a training run left in its Ray Train storage, read on the driver.
+"""The train stage's checkpoints, in one place: what one holds, how a worker saves and
+restores it, which ones are complete, and what the driver makes of them once training
+ends (slimmed older ones, the averaged final weights, the best weights).
+
+A checkpoint is a DeepSpeed checkpoint (every rank writes its shard, under
+``DEEPSPEED_TAG``) plus, from rank 0, ``progress.json``, ``history.jsonl`` (every logged
+row so far) and ``best.pt`` (the best validated weights). Ray Train persists it to the
+run's storage and hands the newest one back through ``ray.train.get_checkpoint()`` when
+it restarts a worker group or when the stage is started again.
 
 The storage is on the artifact store, which every node reaches: a local directory,
 or a prefix of an object store (any pyarrow filesystem). A checkpoint directory is
@@ -17,14 +25,16 @@ from __future__ import annotations
 import json
 import posixpath
 import shutil
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow.fs as pafs
 import torch
 
-from stages.train.loop import DEEPSPEED_TAG
+from stages.train.progress import TrainingProgress
 
+DEEPSPEED_TAG = "deepspeed"
 WEIGHTS = "weights.pt"  # a slimmed checkpoint's consolidated fp32 weights
 
 
@@ -63,6 +73,86 @@ def complete_checkpoints(storage: Path | str, world_size: int, zero_stage: int,
         path = Path(directory) if isinstance(filesystem, pafs.LocalFileSystem) else directory
         found.append(SavedCheckpoint(path, progress["step"], progress, resumable))
     return sorted(found, key=lambda checkpoint: checkpoint.step)
+
+
+def newest_resumable(run_dir: str, filesystem: pafs.FileSystem, world: int, zero_stage: int):
+    """In a worker: the newest complete, resumable checkpoint of this run on its storage,
+    else the one Ray Train hands back (``ray.train.get_checkpoint``), else None.
+
+    The storage comes first: Ray Train hands back only checkpoints it registered, and a
+    worker that dies after its checkpoint was persisted but before Ray Train registered
+    it (or a stage killed before Ray's snapshot named it) would otherwise restart the
+    run from nothing. Every worker of a group sees the same listing, so all pick the
+    same checkpoint."""
+    import ray.train
+
+    stored = [c for c in complete_checkpoints(run_dir, world, zero_stage, filesystem) if c.resumable]
+    if stored:
+        return ray.train.Checkpoint(str(stored[-1].path), filesystem=filesystem)
+    return ray.train.get_checkpoint()
+
+
+def save(engine, rank: int, progress: TrainingProgress, history: list[dict], best: dict | None) -> None:
+    """In every worker (each writes its DeepSpeed shard): a checkpoint of this moment,
+    handed to Ray Train, which persists it to the run's storage."""
+    import ray.train
+
+    progress.last_checkpoint_step = progress.step
+    with tempfile.TemporaryDirectory(prefix="nmt-checkpoint-") as directory:
+        engine.save_checkpoint(directory, tag=DEEPSPEED_TAG)
+        if rank == 0:
+            root = Path(directory)
+            with open(root / "history.jsonl", "w") as handle:
+                handle.writelines(json.dumps(row) + "\n" for row in history)
+            if best is not None:
+                torch.save(best, root / "best.pt")
+            (root / "progress.json").write_text(json.dumps(progress.to_json(), indent=2))
+        metrics = {"step": progress.step, "train_tokens": progress.train_tokens}
+        ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(directory))
+
+
+def restore(engine, directory: Path) -> tuple[TrainingProgress, list[dict], dict | None]:
+    """In every worker: the engine's state from a checkpoint, and its progress, logged
+    rows and best weights."""
+    engine.load_checkpoint(str(directory), tag=DEEPSPEED_TAG)
+    progress = TrainingProgress.from_json(json.loads((directory / "progress.json").read_text()))
+    history = [json.loads(line) for line in (directory / "history.jsonl").read_text().splitlines() if line]
+    best = torch.load(directory / "best.pt", weights_only=True) if (directory / "best.pt").is_file() else None
+    return progress, history, best
+
+
+def best_weights(engine) -> dict:
+    """The weights to keep as the best so far: fp32, on the CPU. Under ZeRO-3 the
+    parameters are partitioned, so they are gathered (every rank must call this); below
+    stage 3 each rank holds them whole."""
+    if engine.zero_optimization_stage() == 3:
+        state = engine._zero3_consolidated_16bit_state_dict() or {}
+    else:
+        state = engine.module.state_dict()
+    return {name: tensor.detach().float().cpu().clone() for name, tensor in state.items()}
+
+
+def saved_best(checkpoint: SavedCheckpoint) -> dict[str, torch.Tensor] | None:
+    """A local checkpoint's best validated weights, if it has any."""
+    path = checkpoint.path / "best.pt"
+    return torch.load(path, weights_only=True) if path.is_file() else None
+
+
+def saved_history(checkpoint: SavedCheckpoint) -> str:
+    """A local checkpoint's logged rows, as the JSON lines it holds."""
+    return (checkpoint.path / "history.jsonl").read_text()
+
+
+def final_weights(checkpoints: list[SavedCheckpoint], average_last: int, zero_stage: int,
+                  model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """On the driver, once training ended: the average of the last ``average_last``
+    checkpoints' fp32 weights (Vaswani et al. 2017, section 6.1), with every name of a
+    tied parameter filled in; every other checkpoint is slimmed on the way (``slim``)."""
+    averaged = {c.step: checkpoint_weights(c, zero_stage) for c in checkpoints[-average_last:]}
+    for checkpoint in checkpoints[:-1]:
+        if checkpoint.resumable:
+            slim(checkpoint, averaged.get(checkpoint.step) or checkpoint_weights(checkpoint, zero_stage))
+    return fill_tied_weights(average_weights(list(averaged.values())), model)
 
 
 def _deepspeed_files_present(files: set[str], directory: str, world_size: int, zero_stage: int) -> bool:

@@ -1,0 +1,86 @@
+"""What every Ray Train worker does before its loop: take its threads and device, fetch
+the tokenized data onto its node, build the model and its DeepSpeed engine from the
+same seed as every other worker, and restore the newest complete checkpoint, if any."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+from stages.inference.model_file import build_for_vocabulary, vocabulary_facts
+from stages.train import checkpointer
+from stages.train.config import TrainStageConfig
+from stages.train.data import TokenizedSplit
+from stages.train.engine import build_engine
+from stages.train.loop import TrainLoop
+from stages.train.progress import TrainingProgress
+from stages.train.worker_device import worker_hardware
+
+
+@dataclass(frozen=True)
+class WorkerArgs:
+    """What the train stage hands each of its workers (pickled by Ray Train)."""
+
+    config: TrainStageConfig
+    fetch_tokenized: Callable[[], Path]  # the tokenize artifact, local to the worker that calls it
+    # Ray Train's run directory on the artifact store (``filesystem``), where workers look
+    # for the newest complete checkpoint when they start (``checkpointer.newest_resumable``).
+    run_dir: str
+    filesystem: Any  # a pyarrow filesystem
+    metrics_sink: Callable[[list[dict]], None] | None  # rank 0 logs its rows there as it trains
+    training_turn: Any  # rank 0 reports that the workers are placed: the next train stage may ask
+
+
+def train_worker(loop_config: dict) -> None:
+    """Ray Train's ``train_loop_per_worker``, which takes a dict: ``loop_config["args"]``
+    is the stage's ``WorkerArgs``."""
+    import ray.train
+
+    args: WorkerArgs = loop_config["args"]
+    config = args.config
+    training = config.train
+    context = ray.train.get_context()
+    rank, world = context.get_world_rank(), context.get_world_size()
+    if rank == 0 and args.training_turn is not None:
+        args.training_turn.started()
+    # As many threads as the CPUs Ray gave this worker, never more (config.py checks).
+    threads = training.threads_per_worker or training.cpus_per_worker
+    torch.set_num_threads(threads)
+    device = "cpu"
+    if training.use_gpu:
+        import ray.train.torch
+
+        device = str(ray.train.torch.get_device())
+        # Several workers on one node: each on the GPU Ray Train gave it. DeepSpeed puts
+        # its engine on cuda:LOCAL_RANK, so LOCAL_RANK is that GPU's index here.
+        torch.cuda.set_device(device)
+        os.environ["LOCAL_RANK"] = str(torch.device(device).index or 0)
+    hardware = worker_hardware(training, device, threads, world)
+    tokenized = args.fetch_tokenized()
+    train_split, valid_split = TokenizedSplit(tokenized, "train"), TokenizedSplit(tokenized, "valid")
+    facts = vocabulary_facts(tokenized, train_split.vocab)
+
+    torch.manual_seed(training.seed)  # the same initial weights on every worker
+    engine = build_engine(build_for_vocabulary(config.model, facts), training, hardware["precision"])
+
+    progress, history, best = TrainingProgress(), [], None
+    checkpoint = checkpointer.newest_resumable(args.run_dir, args.filesystem, world, training.zero_stage)
+    if checkpoint is not None:
+        with checkpoint.as_directory() as directory:
+            progress, history, best = checkpointer.restore(engine, Path(directory))
+        progress.restarts += 1
+    progress.hardware = hardware  # this attempt's: a resumed run may land on other hardware
+
+    bleu = None
+    if training.valid_bleu_every is not None:
+        from stages.train.validation_bleu import BleuValidator
+
+        bleu = BleuValidator(tokenized, train_split, valid_split, training, str(engine.device),
+                             hardware["precision"], rank, world)
+    loop = TrainLoop(engine, config, facts, train_split, valid_split, rank, world, progress, history, best,
+                     args.metrics_sink if rank == 0 else None, bleu)
+    loop.run()

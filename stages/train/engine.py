@@ -1,0 +1,35 @@
+"""The DeepSpeed engine a worker trains with."""
+
+from __future__ import annotations
+
+import torch
+
+from stages.train.config import TrainConfig
+from stages.train.deepspeed_config import deepspeed_config
+from stages.train.schedule import learning_rate
+
+
+def build_engine(model: torch.nn.Module, training: TrainConfig, precision: str):
+    """The DeepSpeed engine that trains ``model``: Adam or AdamW under our learning-rate
+    schedule, in the precision the workers agreed on (deepspeed_config.py).
+
+    The optimizer is torch's fused implementation (one kernel for all parameters, on a
+    CPU as on a GPU) rather than one kernel per parameter and operation. DeepSpeed's
+    bf16, fp16 and ZeRO modes wrap it and call it on their fp32 master weights.
+    ``train.compile`` compiles the model's forward in place (parameter names, and so
+    checkpoints, unchanged), with dynamic shapes since every batch has its own.
+    """
+    import deepspeed
+
+    width = getattr(model.config, "d_model", None) or model.config.hidden
+    if training.compile:
+        model.compile(dynamic=True)
+    optimizer_class = torch.optim.AdamW if training.optimizer == "adamw" else torch.optim.Adam
+    # lr=1: the LambdaLR factor is the learning rate itself.
+    optimizer = optimizer_class(model.parameters(), lr=1.0, betas=training.betas, eps=training.eps,
+                                weight_decay=training.weight_decay, fused=True)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda update: learning_rate(update + 1, training, width))
+    engine, _, _, _ = deepspeed.initialize(model=model, optimizer=optimizer, lr_scheduler=scheduler,
+                                           config=deepspeed_config(training, precision))
+    return engine

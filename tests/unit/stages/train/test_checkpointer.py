@@ -1,0 +1,52 @@
+"""The train stage's checkpoints (stages/train/checkpointer.py): which ones are complete,
+and averaging the last ones into the final weights."""
+
+from __future__ import annotations
+
+import torch
+
+from stages.train.checkpointer import DEEPSPEED_TAG, WEIGHTS, average_weights, complete_checkpoints
+
+
+def test_averaging_checkpoints_is_the_elementwise_mean():
+    states = [{"w": torch.full((2, 2), float(value)), "b": torch.tensor([value * 2.0])} for value in (1, 2, 6)]
+    averaged = average_weights(states)
+    assert torch.equal(averaged["w"], torch.full((2, 2), 3.0)) and torch.equal(averaged["b"], torch.tensor([6.0]))
+
+
+def write_checkpoint(root, name: str, step: int, ranks: tuple[int, ...] = (0,), zero: bool = False,
+                     progress: str | None = None, slimmed: bool = False):
+    """A checkpoint directory as a run leaves it: rank 0's progress.json and DeepSpeed's
+    files of the given ranks (or, slimmed, only the consolidated weights)."""
+    import json
+
+    directory = root / name
+    deepspeed = directory / DEEPSPEED_TAG
+    deepspeed.mkdir(parents=True)
+    (directory / "progress.json").write_text(progress if progress is not None else json.dumps({"step": step}))
+    if slimmed:
+        deepspeed.rmdir()
+        torch.save({"w": torch.zeros(1)}, directory / WEIGHTS)
+        return directory
+    (deepspeed / "mp_rank_00_model_states.pt").write_bytes(b"states")
+    if zero:
+        for rank in ranks:
+            (deepspeed / f"bf16_zero_pp_rank_{rank}_mp_rank_00_optim_states.pt").write_bytes(b"optimizer")
+    return directory
+
+
+def test_only_complete_checkpoints_are_listed_oldest_first(tmp_path):
+    write_checkpoint(tmp_path, "checkpoint_000002", 200, ranks=(0, 1), zero=True)
+    write_checkpoint(tmp_path, "checkpoint_000000", 100, slimmed=True)
+    write_checkpoint(tmp_path, "checkpoint_000003", 300, ranks=(0,), zero=True)  # rank 1's shard never persisted
+    write_checkpoint(tmp_path, "checkpoint_000004", 400, ranks=(0, 1), zero=True, progress='{"step": 4')  # cut off
+    write_checkpoint(tmp_path, "not_a_checkpoint", 500, ranks=(0, 1), zero=True)
+    found = complete_checkpoints(tmp_path, world_size=2, zero_stage=1)
+    assert [(c.step, c.resumable) for c in found] == [(100, False), (200, True)]
+
+
+def test_under_zero_stage_0_the_model_states_alone_make_a_checkpoint_complete(tmp_path):
+    write_checkpoint(tmp_path, "checkpoint_000001", 100)
+    (tmp_path / "checkpoint_000002").mkdir()  # a directory whose files never arrived
+    assert [c.step for c in complete_checkpoints(tmp_path, world_size=4, zero_stage=0)] == [100]
+    assert complete_checkpoints(tmp_path / "missing", world_size=1, zero_stage=0) == []
