@@ -6,6 +6,10 @@ a plain call in this process. ``ctx.parallel_map`` maps over a list; ``in_order`
 a bounded number of tasks in flight and yields their results in order, so a stage's
 memory does not grow with its input. ``ctx.progress`` draws a progress bar (on the
 driver when running under Ray).
+
+What only one stage needs comes as ``ctx.resources``, of the type the stage's package
+names as ``RESOURCES``: ``DownloadSources`` for download, ``TrainingPlacement`` for
+train; None for the others.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ import functools
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Callable, Generic, Iterable, Iterator, TypeVar
 
 from tqdm.auto import tqdm
 
@@ -24,27 +28,44 @@ MAX_TASKS_IN_FLIGHT = 64
 
 
 @dataclass
-class StageContext:
-    # Where fanned-out work runs: InlineTasks (this process) or RayTasks (the cluster).
-    tasks: InlineTasks | RayTasks = field(default_factory=lambda: InlineTasks())
-    progress: Callable[..., Any] = tqdm
+class DownloadSources:
+    """Where the download stage finds files besides the network."""
+
     # Directories searched for pinned files before any download (config `mirrors`, NMT_MIRROR).
     mirrors: list[str] = field(default_factory=list)
     # Where verified downloads are kept, by sha256, across runs and configs.
-    download_cache: Path = field(default_factory=lambda: default_cache_dir() / "downloads")
+    cache: Path = field(default_factory=lambda: default_cache_dir() / "downloads")
+
+
+@dataclass
+class TrainingPlacement:
+    """Where a train stage keeps its checkpoints and when it may ask for workers."""
+
+    # The stage's staging place on an object store, as (filesystem, path): checkpoints
+    # kept there survive the node. None when the store is local, where the stage's own
+    # output directory is already on the store.
+    durable_staging: tuple[Any, str] | None = None
+    # The stage's place in the order workers are placed in (``pipeline/start_order.py``);
+    # None outside ``nmt run``.
+    turn: Any = None
+
+
+ResourcesT = TypeVar("ResourcesT")
+
+
+@dataclass
+class StageContext(Generic[ResourcesT]):
+    # Where fanned-out work runs: InlineTasks (this process) or RayTasks (the cluster).
+    tasks: InlineTasks | RayTasks = field(default_factory=lambda: InlineTasks())
+    progress: Callable[..., Any] = tqdm
     # Upstream name -> picklable callable that returns a local copy of that artifact on
     # whichever node calls it (training workers may run on other nodes than the stage).
     input_fetchers: dict[str, Callable[[], Path]] = field(default_factory=dict)
     # Takes rows with a ``step`` (a training curve) and records them while the stage
     # runs, from any process; None when nothing is tracking (stages called directly).
     metrics_sink: Callable[[list[dict]], None] | None = None
-    # A resumable stage's staging place on an object store, as (filesystem, path): state
-    # kept there (training checkpoints) survives the node. None when the store is local,
-    # where the stage's own output directory is already on the store.
-    durable_staging: tuple[Any, str] | None = None
-    # A train stage's place in the order workers are placed in (``pipeline/start_order.py``);
-    # None outside ``nmt run``.
-    training_turn: Any = None
+    # What only this stage uses (its package's RESOURCES); None: the type's defaults.
+    resources: ResourcesT | None = None
 
     def parallel_map(self, fn: Callable, items: list, gpus: float = 0) -> list:
         """``[fn(item) for item in items]``, one task per item, each with ``gpus`` GPUs."""

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Callable
 
 from pipeline.artifacts import ArtifactStore
 from pipeline.config import ExperimentConfig
-from pipeline.context import RayTasks, StageContext, ray_progress
+from pipeline.context import DownloadSources, RayTasks, StageContext, TrainingPlacement, ray_progress
 from pipeline.graph import PlannedStage
 from pipeline.hardware import CPU_BF16_ENV
 from pipeline.stage import Stage
@@ -54,9 +54,8 @@ def execute_stage(stage: Stage, section, key: str, upstream_keys: dict[str, str]
     staging = store.staging_dir(stage.name, key, keep_previous=stage.resumable)
     fetchers = {name: functools.partial(store.local_path, name, upstream_key, stage.reads.get(name))
                 for name, upstream_key in upstream_keys.items()}
-    ctx = StageContext(tasks=RayTasks(), progress=ray_progress, mirrors=mirrors, input_fetchers=fetchers,
-                       metrics_sink=metrics_sink, training_turn=training_turn,
-                       durable_staging=store.durable_staging(stage.name, key) if stage.resumable else None)
+    ctx = StageContext(tasks=RayTasks(), progress=ray_progress, input_fetchers=fetchers, metrics_sink=metrics_sink,
+                       resources=stage_resources(stage, store, key, mirrors, training_turn))
     try:
         metrics = stage.run(inputs, section, staging, ctx)
     finally:
@@ -67,6 +66,16 @@ def execute_stage(stage: Stage, section, key: str, upstream_keys: dict[str, str]
         "upstream": upstream_keys, "metrics": metrics,
     })
     return StageResult(stage.name, key, False, metrics, started, time.time(), status.size_bytes)
+
+
+def stage_resources(stage: Stage, store: ArtifactStore, key: str, mirrors: list[str],
+                    training_turn: TrainingTurn | None) -> DownloadSources | TrainingPlacement | None:
+    """What only ``stage`` uses, of the type its package names (``Stage.resources``)."""
+    if stage.resources is DownloadSources:
+        return DownloadSources(mirrors=mirrors)
+    if stage.resources is TrainingPlacement:
+        return TrainingPlacement(store.durable_staging(stage.name, key) if stage.resumable else None, training_turn)
+    return None
 
 
 def connect_ray(address: str | None) -> None:

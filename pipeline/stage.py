@@ -11,7 +11,7 @@ Every stage package under ``stages/`` has the same layout, and describes itself:
     stages/<stage>/__init__.py   run() (a StageRun) and VERSION; the artifact's readers
                                  (read_index(), pairs_file(), ...); and, where the
                                  defaults below do not fit, READS, RESUMABLE, TASK_CPUS,
-                                 MLFLOW_FILES, preflight() and fingerprint()
+                                 MLFLOW_FILES, RESOURCES, preflight() and fingerprint()
     stages/<stage>/config.py     the stage's config section (a pipeline.section.Section)
     stages/<stage>/*.py          the stage's own helpers
 
@@ -70,6 +70,8 @@ class Stage:
     mlflow_files: tuple[str, ...] = ()
     # What this machine cannot run, refused before a local run starts anything.
     preflight: Preflight | None = None
+    # The type of ``ctx.resources`` the stage uses (``pipeline.context``), if any.
+    resources: type | None = None
 
     @property
     def group(self) -> str:
@@ -89,4 +91,4 @@ class Stage:
                           if stage.split("/", 1)[0] in reads},
                    resumable=getattr(package, "RESUMABLE", False), fingerprint=getattr(package, "fingerprint", None),
                    task_cpus=getattr(package, "TASK_CPUS", 1), mlflow_files=getattr(package, "MLFLOW_FILES", ()),
-                   preflight=getattr(package, "preflight", None))
+                   preflight=getattr(package, "preflight", None), resources=getattr(package, "RESOURCES", None))

@@ -29,9 +29,12 @@ class StartOrder:
     def __init__(self, names: list[str]):
         self.names, self.started = list(names), set()
 
+    def may_start(self, name: str) -> bool:
+        """Whether every train stage before ``name`` has its workers (or has ended)."""
+        return self.started.issuperset(self.names[:self.names.index(name)])
+
     async def wait_for_turn(self, name: str) -> None:
-        before = self.names[:self.names.index(name)]
-        while not self.started.issuperset(before):
+        while not self.may_start(name):
             await asyncio.sleep(POLL_S)
 
     def mark_started(self, name: str) -> None:

@@ -17,8 +17,8 @@ not a full batch, and up to ``batch_max_wait_s`` while it holds fewer sentences 
 the last round had in flight (the clients of the last batch come back). A batch is
 decoded in a child process of the replica (``stages/inference/decode_pool.py`` says why
 not a thread), so the replica keeps accepting the requests that will form the next one.
-Requests with different search settings share the wait but are decoded apart. Ray Serve's health check fails once the child has died,
-and Serve replaces the replica.
+Requests with different search settings share the wait but are decoded apart. Ray
+Serve's health check fails once the child has died, and Serve replaces the replica.
 
 Bad requests get a 4xx with a message and never reach the model: malformed JSON and
 unknown or out-of-range options (422, FastAPI's validation), too many sentences (413),

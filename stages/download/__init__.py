@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 from typing import Iterator
 
-from pipeline.context import StageContext
+from pipeline.context import DownloadSources, StageContext
 from stages.download import readers
 from stages.download.config import (
     DownloadConfig,
@@ -28,14 +28,16 @@ from stages.pair_files import write_pairs
 
 VERSION = 1
 SPLITS = ("train", "valid", "test")
+RESOURCES = DownloadSources  # mirrors and the download cache
 
 
-def run(inputs: dict[str, Path], config: DownloadConfig, output: Path, ctx: StageContext) -> dict:
+def run(inputs: dict[str, Path], config: DownloadConfig, output: Path, ctx: StageContext[DownloadSources]) -> dict:
+    sources = ctx.resources or DownloadSources()
     meta = {"src_lang": config.src_lang, "tgt_lang": config.tgt_lang, "splits": {}}
     metrics = {}
     for split in SPLITS:
         source = getattr(config, split)
-        pairs = readers.limit(_pairs(source, config, ctx), source.max_pairs)
+        pairs = readers.limit(_pairs(source, config, sources, ctx.progress), source.max_pairs)
         count = write_pairs(pairs, pairs_file(output, split))
         if count == 0:
             raise InputDataError(f"download.{split}: the source has no sentence pairs ({_describe(source)})")
@@ -73,9 +75,9 @@ def fingerprint(config: DownloadConfig) -> dict[str, list[int] | str]:
     return fingerprints
 
 
-def _pairs(source, config: DownloadConfig, ctx: StageContext) -> Iterator[tuple[str, str]]:
+def _pairs(source, config: DownloadConfig, sources: DownloadSources, progress) -> Iterator[tuple[str, str]]:
     def local(ref):
-        return locate_file(ref, ctx.mirrors, ctx.download_cache, ctx.progress)
+        return locate_file(ref, sources.mirrors, sources.cache, progress)
 
     if isinstance(source, FilesSource):
         src, tgt = local(source.src), local(source.tgt)
@@ -87,7 +89,7 @@ def _pairs(source, config: DownloadConfig, ctx: StageContext) -> Iterator[tuple[
     if isinstance(source, HuggingFaceSource):
         return readers.huggingface_pairs(source, config.src_lang, config.tgt_lang)
     if isinstance(source, SacrebleuSource):
-        return readers.sacrebleu_pairs(source, config.src_lang, config.tgt_lang, ctx.mirrors)
+        return readers.sacrebleu_pairs(source, config.src_lang, config.tgt_lang, sources.mirrors)
     raise TypeError(f"unknown source type {type(source).__name__}")
 
 

@@ -22,7 +22,7 @@ from pathlib import Path
 import pyarrow.fs as pafs
 import torch
 
-from pipeline.context import StageContext
+from pipeline.context import StageContext, TrainingPlacement
 from pipeline.hardware import HardwareError, detect_device, resolve_precision
 from stages.errors import InputDataError
 from stages.tokenize import read_index
@@ -30,7 +30,7 @@ from stages.train.checkpointer import complete_checkpoints, download_checkpoints
 from stages.train.config import TrainStageConfig
 from stages.train.outputs import write_outputs
 
-__all__ = ["VERSION", "RUN_NAME", "RESUMABLE", "TASK_CPUS", "MLFLOW_FILES", "run", "preflight"]
+__all__ = ["VERSION", "RUN_NAME", "RESUMABLE", "TASK_CPUS", "MLFLOW_FILES", "RESOURCES", "run", "preflight"]
 
 # 3: checkpoints but the newest are slimmed to their fp32 weights
 # 4: no dropout on attention weights by default, CPU dropout masks from uniform draws,
@@ -44,39 +44,41 @@ RESUMABLE = True
 # waiting driver task must not starve them.
 TASK_CPUS = 0
 MLFLOW_FILES = ("train_report.json", "metrics.jsonl")
+RESOURCES = TrainingPlacement  # checkpoints on the object store, the order of starting
 
 
-def run(inputs: dict[str, Path], config: TrainStageConfig, output: Path, ctx: StageContext) -> dict:
+def run(inputs: dict[str, Path], config: TrainStageConfig, output: Path, ctx: StageContext[TrainingPlacement]) -> dict:
     from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchConfig, TorchTrainer
 
     from stages.train.bootstrap import WorkerArgs, train_worker
 
     training, tokenized = config.train, inputs["tokenize"]
+    placement = ctx.resources or TrainingPlacement()
     _check_inputs(tokenized, config)
     world, zero = training.workers, training.zero_stage
     # Where Ray Train persists: on the artifact store, reachable from every node.
-    filesystem, storage = ctx.durable_staging or (pafs.LocalFileSystem(), str(output))
+    filesystem, storage = placement.durable_staging or (pafs.LocalFileSystem(), str(output))
     run_dir = f"{storage}/{RUN_NAME}"
     resources = {"CPU": training.cpus_per_worker, **({"GPU": 1} if training.use_gpu else {})}
     trainer = TorchTrainer(
         train_worker,
         train_loop_config={"args": WorkerArgs(config, ctx.fetcher("tokenize", tokenized), run_dir, filesystem,
-                                              ctx.metrics_sink, ctx.training_turn)},
+                                              ctx.metrics_sink, placement.turn)},
         scaling_config=ScalingConfig(num_workers=world, use_gpu=training.use_gpu, resources_per_worker=resources,
                                      placement_strategy=training.placement_strategy),
         torch_config=TorchConfig(backend="nccl" if training.use_gpu else "gloo"),
         run_config=RunConfig(name=RUN_NAME, storage_path=storage,
-                             storage_filesystem=None if ctx.durable_staging is None else filesystem,
+                             storage_filesystem=None if placement.durable_staging is None else filesystem,
                              failure_config=FailureConfig(max_failures=training.max_failures),
                              checkpoint_config=CheckpointConfig(num_to_keep=training.keep_checkpoints)),
     )
-    if ctx.training_turn is not None:
-        ctx.training_turn.wait()  # the train stages before this one in the config ask for workers first
+    if placement.turn is not None:
+        placement.turn.wait()  # the train stages before this one in the config ask for workers first
     started = time.time()
     trainer.fit()
     stored = complete_checkpoints(run_dir, world, zero, filesystem)
-    if ctx.durable_staging is not None:  # on an object store: bring them into the artifact
+    if placement.durable_staging is not None:  # on an object store: bring them into the artifact
         download_checkpoints(stored, filesystem, output / RUN_NAME)
     checkpoints = complete_checkpoints(output / RUN_NAME, world, zero)
     if not checkpoints:

@@ -39,7 +39,8 @@ def write_outputs(output: Path, config: TrainStageConfig, tokenized: Path, check
     save_model_file(weights_file(output), config.model, facts, weights, info)
     best = checkpointer.saved_best(last)
     if best is not None:
-        save_model_file(weights_file(output, "best"), config.model, facts, best, {**info, "step": progress["best_step"]})
+        save_model_file(weights_file(output, "best"), config.model, facts, best,
+                        {**info, "step": progress["best_step"]})
     history_text = checkpointer.saved_history(last)
     (output / "metrics.jsonl").write_text(history_text)
     for name in ("spm.model", "src.model", "tgt.model", "vocab.json"):

@@ -251,36 +251,6 @@ def test_translate_prints_one_line_per_input_line_in_order(pipeline_run, tmp_pat
     assert missing.exit_code == 2 and "no model file" in missing.output
 
 
-def test_translate_with_workers_prints_what_one_process_prints(pipeline_run, tmp_path):
-    import torch
-
-    sources = (artifact(pipeline_run, "evaluate/transformer_tiny") / "source.txt").read_text().splitlines()
-    (tmp_path / "input.en").write_text("\n".join(sources[:6] + [""] + sources[6:12]) + "\n")
-    common = ["translate", str(artifact(pipeline_run, "train/transformer_tiny")), "--input",
-              str(tmp_path / "input.en"), "--batch-size", "2", "--precision", "fp32", "--nbest", "2"]
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # this process on one thread, as each worker: the same arithmetic to the bit
-    try:
-        alone = CliRunner().invoke(app, common)
-        with_workers = CliRunner().invoke(app, [*common, "--workers", "2"])
-    finally:
-        torch.set_num_threads(threads)
-    assert alone.exit_code == 0 and with_workers.exit_code == 0, with_workers.output
-    assert with_workers.stdout == alone.stdout and len(alone.stdout.splitlines()) == 2 * 12 + 1  # a blank: one
-
-    on_gpu = CliRunner().invoke(app, [*common, "--workers", "2", "--device", "cuda"])
-    assert on_gpu.exit_code == 2 and "--workers 2" in on_gpu.output
-
-
-def test_translate_refuses_bf16_on_a_cpu_without_it(pipeline_run, monkeypatch):
-    monkeypatch.setenv("NMT_CPU_BF16", "0")
-    model_dir = artifact(pipeline_run, "train/rnn_tiny")
-    refused = CliRunner().invoke(app, ["translate", str(model_dir), "--precision", "bf16"], input="A dog.\n")
-    assert refused.exit_code == 2 and "--precision: bf16 is refused on this CPU" in refused.output
-    auto = CliRunner().invoke(app, ["translate", str(model_dir)], input="A dog.\n")
-    assert auto.exit_code == 0 and len(auto.stdout.splitlines()) == 1
-
-
 @pytest.mark.parametrize("family", FAMILIES)
 def test_translate_alignment_prints_one_line_per_input_line(pipeline_run, tmp_path, family):
     run = pipeline_run

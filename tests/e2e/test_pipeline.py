@@ -12,7 +12,6 @@ import time
 from pathlib import Path
 
 import pytest
-import yaml
 from mlflow.tracking import MlflowClient
 from typer.testing import CliRunner
 
@@ -175,77 +174,3 @@ def test_run_killed_mid_stage_then_rerun_completes_with_the_same_keys(tmp_path, 
     assert not list((tmp_path / "artifacts").glob("*/*.partial"))
     manifest = store.read_manifest("clean", after[1].key)
     assert manifest["metrics"]["train_tasks"] == 15
-
-
-def test_editing_a_local_corpus_file_changes_the_download_key(tmp_path, multi30k):
-    corpus = slice_multi30k(multi30k, tmp_path / "corpus", {"train": 20, "val": 5, "test_2016_flickr": 5})
-    config_path = write_config(tmp_path / "exp.yaml", small_config(corpus))
-    store = ArtifactStore(str(tmp_path / "artifacts"))
-    before = {item.stage.name: item.key for item in plan(load_config(config_path), store)}
-    with open(corpus / "train.de", "a", encoding="utf-8") as handle:
-        handle.write("Eine neue Zeile.\n")
-    after = {item.stage.name: item.key for item in plan(load_config(config_path), store)}
-    assert all(before[name] != after[name] for name in STAGES)  # download and everything downstream
-    # Files pinned by sha256 (every URL) are identified by their digest, not by a stat.
-    from stages.download import fingerprint as local_file_fingerprints
-
-    assert local_file_fingerprints(load_config(SMOKE).download) == {}
-    assert set(local_file_fingerprints(load_config(config_path).download)) == {
-        str(corpus / f"{split}.{lang}") for split in ("train", "val", "test_2016_flickr") for lang in ("en", "de")}
-
-
-def test_a_stage_that_failed_because_its_upstream_did_is_reported_as_not_run(local_ray):
-    """Ray gives a dependent task its upstream's exception and may report the dependent
-    first; the failure must still be pinned on the upstream stage."""
-    import ray
-
-    from pipeline.graph import DATA_STAGES
-    from pipeline.runner import _failed_upstream
-
-    @ray.remote
-    def fails():
-        raise ValueError("bpe broke")
-
-    @ray.remote
-    def succeeds():
-        return 1
-
-    @ray.remote
-    def downstream(*_upstream):
-        return 2
-
-    tokenize = next(stage for stage in DATA_STAGES if stage.name == "tokenize")
-    refs = {"clean": succeeds.remote(), "bpe": fails.remote()}
-    dependent = downstream.remote(refs["clean"], refs["bpe"])
-    with pytest.raises(ray.exceptions.RayTaskError):
-        ray.get(dependent)
-    assert _failed_upstream(tokenize, refs) == "bpe"
-    assert _failed_upstream(tokenize, {"clean": refs["clean"]}) is None
-
-
-@pytest.mark.parametrize("train, message", [
-    ({"precision": "bf16"}, "train/transformer_tiny: train.precision: bf16 is refused on this CPU"),
-    ({"workers": 2, "cpus_per_worker": 64}, "train.workers (2) x train.cpus_per_worker (64) needs 128 CPUs"),
-])
-def test_what_this_machine_cannot_run_is_refused_before_anything_starts(tmp_path, monkeypatch, train, message):
-    """On a CPU treated as lacking bf16 (as an AVX2-only one does), an explicit bf16 fails
-    at once, naming the stage and key, before any artifact or MLflow record is written."""
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("NMT_CPU_BF16", "0")
-    data = yaml.safe_load(SMOKE.read_text())
-    data["models"] = [model for model in data["models"] if model["family"] == "transformer"]
-    data["train"].update(train)
-    config = write_config(tmp_path / "exp.yaml", data)
-    result = nmt("run", str(config), "--artifact-root", str(tmp_path / "artifacts"))
-    assert result.exit_code == 2
-    assert message in " ".join(result.output.split())
-    assert not (tmp_path / "artifacts").exists() and not (tmp_path / "mlflow.db").exists()
-
-
-def test_evaluate_precision_is_checked_too(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("NMT_CPU_BF16", "0")
-    data = yaml.safe_load(SMOKE.read_text())
-    data["evaluate"] = {"precision": "bf16"}
-    result = nmt("run", str(write_config(tmp_path / "exp.yaml", data)), "--artifact-root", str(tmp_path / "a"))
-    assert result.exit_code == 2 and "evaluate.precision: bf16 is refused" in " ".join(result.output.split())

@@ -130,8 +130,8 @@ def test_the_service_serves_what_nmt_translate_serves(service, experiment, sente
 
 
 def test_nbest_lists_are_ranked_and_blank_lines_stay_blank(service, sentences):
-    response = requests.post(f"{service}/translate", json={"sentences": [sentences[0], "", sentences[1]], "beam_size": 4,
-                                                           "nbest": 3}, timeout=120).json()
+    response = requests.post(f"{service}/translate", json={"sentences": [sentences[0], "", sentences[1]],
+                                                           "beam_size": 4, "nbest": 3}, timeout=120).json()
     first, blank, second = response["translations"]
     assert blank == {"text": "", "score": 0.0, "nbest": [{"text": "", "score": 0.0}]}
     for translation in (first, second):

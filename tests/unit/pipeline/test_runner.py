@@ -38,3 +38,32 @@ def test_the_failed_direct_upstream_is_named(refs):
 def test_upstreams_that_succeeded_or_were_cached_are_not_blamed(refs):
     assert _failed_upstream(stage_with(("clean",)), refs) is None
     assert _failed_upstream(stage_with(("download",)), refs) is None  # cached: no task in this run
+
+
+def test_a_stage_that_failed_because_its_upstream_did_is_reported_as_not_run(local_ray):
+    """Ray gives a dependent task its upstream's exception and may report the dependent
+    first; the failure must still be pinned on the upstream stage."""
+    import ray
+
+    from pipeline.graph import DATA_STAGES
+    from pipeline.runner import _failed_upstream
+
+    @ray.remote
+    def fails():
+        raise ValueError("bpe broke")
+
+    @ray.remote
+    def succeeds():
+        return 1
+
+    @ray.remote
+    def downstream(*_upstream):
+        return 2
+
+    tokenize = next(stage for stage in DATA_STAGES if stage.name == "tokenize")
+    refs = {"clean": succeeds.remote(), "bpe": fails.remote()}
+    dependent = downstream.remote(refs["clean"], refs["bpe"])
+    with pytest.raises(ray.exceptions.RayTaskError):
+        ray.get(dependent)
+    assert _failed_upstream(tokenize, refs) == "bpe"
+    assert _failed_upstream(tokenize, {"clean": refs["clean"]}) is None

@@ -13,7 +13,7 @@ import zipfile
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline.context import StageContext
+from pipeline.context import DownloadSources, StageContext
 from stages import download
 from stages.download.config import DownloadConfig, FileRef
 from stages.download.locate import locate_file
@@ -34,7 +34,7 @@ def _download(tmp_path, train, valid=None, test=None, mirrors=()):
                                             "valid": valid or train, "test": test or train})
     output = tmp_path / "out"
     output.mkdir(exist_ok=True)
-    ctx = StageContext(mirrors=list(mirrors), download_cache=tmp_path / "downloads")
+    ctx = StageContext(resources=DownloadSources(list(mirrors), tmp_path / "downloads"))
     return download.run({}, config, output, ctx), output
 
 

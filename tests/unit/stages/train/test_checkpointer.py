@@ -5,7 +5,12 @@ from __future__ import annotations
 
 import torch
 
-from stages.train.checkpointer import DEEPSPEED_TAG, WEIGHTS, average_weights, complete_checkpoints
+from stages.train.checkpointer import (
+    DEEPSPEED_TAG,
+    WEIGHTS,
+    average_weights,
+    complete_checkpoints,
+)
 
 
 def test_averaging_checkpoints_is_the_elementwise_mean():

@@ -1,0 +1,48 @@
+"""``nmt run`` refuses, before anything starts, what this machine cannot run: no
+artifact, no MLflow record, no Ray instance."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from pipeline.cli import app
+from tests.helpers import REPO, write_config
+
+SMOKE = REPO / "configs" / "smoke.yaml"
+
+
+def nmt(*args: str):
+    result = CliRunner().invoke(app, list(args))
+    if result.exception and not isinstance(result.exception, SystemExit):
+        raise result.exception
+    return result
+
+
+@pytest.mark.parametrize("train, message", [
+    ({"precision": "bf16"}, "train/transformer_tiny: train.precision: bf16 is refused on this CPU"),
+    ({"workers": 2, "cpus_per_worker": 64}, "train.workers (2) x train.cpus_per_worker (64) needs 128 CPUs"),
+])
+def test_what_this_machine_cannot_run_is_refused_before_anything_starts(tmp_path, monkeypatch, train, message):
+    """On a CPU treated as lacking bf16 (as an AVX2-only one does), an explicit bf16 fails
+    at once, naming the stage and key, before any artifact or MLflow record is written."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("NMT_CPU_BF16", "0")
+    data = yaml.safe_load(SMOKE.read_text())
+    data["models"] = [model for model in data["models"] if model["family"] == "transformer"]
+    data["train"].update(train)
+    config = write_config(tmp_path / "exp.yaml", data)
+    result = nmt("run", str(config), "--artifact-root", str(tmp_path / "artifacts"))
+    assert result.exit_code == 2
+    assert message in " ".join(result.output.split())
+    assert not (tmp_path / "artifacts").exists() and not (tmp_path / "mlflow.db").exists()
+
+
+def test_evaluate_precision_is_checked_too(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("NMT_CPU_BF16", "0")
+    data = yaml.safe_load(SMOKE.read_text())
+    data["evaluate"] = {"precision": "bf16"}
+    result = nmt("run", str(write_config(tmp_path / "exp.yaml", data)), "--artifact-root", str(tmp_path / "a"))
+    assert result.exit_code == 2 and "evaluate.precision: bf16 is refused" in " ".join(result.output.split())
