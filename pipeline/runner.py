@@ -18,7 +18,13 @@ from typing import TYPE_CHECKING, Callable
 
 from pipeline.artifacts import ArtifactStore
 from pipeline.config import ExperimentConfig
-from pipeline.context import DownloadSources, RayTasks, StageContext, TrainingPlacement, ray_progress
+from pipeline.context import (
+    DownloadSources,
+    RayTasks,
+    StageContext,
+    TrainingPlacement,
+    ray_progress,
+)
 from pipeline.graph import PlannedStage
 from pipeline.hardware import CPU_BF16_ENV
 from pipeline.stage import Stage

@@ -28,9 +28,15 @@ import json
 import sys
 from pathlib import Path
 
+from tests.imports import imported_modules
+
 REPO = Path(__file__).resolve().parents[1]
 RECORD = REPO / "tests" / "data" / "stage_fingerprints.json"
 STAGES = ("download", "clean", "bpe", "tokenize", "train", "evaluate", "report")
+
+
+def _is_stages_module(name: str) -> bool:
+    return name.startswith("stages.") and module_path(name) is not None
 
 
 def module_path(module: str) -> Path | None:
@@ -40,24 +46,6 @@ def module_path(module: str) -> Path | None:
         if path.is_file():
             return path
     return None
-
-
-def imported_modules(path: Path) -> set[str]:
-    """The ``stages.*`` modules that ``path`` imports (at any depth of the file)."""
-    found = set()
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        if isinstance(node, ast.Import):
-            candidates = [alias.name for alias in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            candidates = [f"{node.module}.{alias.name}" for alias in node.names] + [node.module]
-        else:
-            continue
-        for name in candidates:
-            while name.startswith("stages.") and module_path(name) is None:
-                name = name.rpartition(".")[0]
-            if name.startswith("stages.") and module_path(name) is not None:
-                found.add(name)
-    return found
 
 
 def stage_modules(stage: str) -> list[str]:
@@ -72,7 +60,7 @@ def stage_modules(stage: str) -> list[str]:
         if module in seen:
             continue
         seen.add(module)
-        for target in imported_modules(module_path(module)):
+        for target in imported_modules(module_path(module), _is_stages_module):
             other = target.split(".")[1]
             if other in STAGES and other != stage:
                 continue  # an upstream stage's reader: covered by that stage's own key

@@ -16,37 +16,22 @@ def translate_text(model: Path, model_name: str | None, input_file: Path | None,
     import functools
 
     import torch
-    from pydantic import ValidationError
     from tqdm import tqdm
 
-    from pipeline.hardware import HardwareError, detect_device, resolve_precision
     from stages.inference.decode_pool import DecodePool
-    from stages.inference.search import SearchSettings
-    from stages.inference.translator import Translator, open_translator
+    from stages.inference.translator import open_translator
 
-    try:
-        search = SearchSettings(**search_options)
-    except ValidationError as error:
-        fail("; ".join(f"--{'-'.join(map(str, e['loc'])).replace('_', '-')}: {e['msg']}" if e["loc"] else e["msg"]
-                       for e in error.errors()), 2)
+    search = _search_settings(search_options)
     if alignment and search.nbest > 1:
         fail("--alignment prints the best translation's alignment: use it with --nbest 1", 2)
     if workers > 1 and not search.device.startswith("cpu"):
         fail(f"--workers {workers}: decoding in several processes is for CPUs; on {search.device} use one", 2)
-    try:
-        resolved = resolve_precision(search.precision, detect_device(search.device), "--precision")
-        path = model_file(model, model_name, artifact_root)
-        translator = Translator.from_file(path, search.device, resolved)
-    except (FileNotFoundError, RuntimeError, HardwareError) as error:
-        fail(str(error), 2)
+    path, translator = _load(model, model_name, artifact_root, search)
     # Each process gets an equal share of the threads this process would have used.
-    pool = (DecodePool(functools.partial(open_translator, path, search.device, resolved), workers,
+    pool = (DecodePool(functools.partial(open_translator, path, search.device, translator.precision), workers,
                        max(1, torch.get_num_threads() // workers))
             if workers > 1 else contextlib.nullcontext())
-    text = input_file.read_text(encoding="utf-8") if input_file else sys.stdin.read()
-    # Lines end at "\n" only: str.splitlines would also split at U+2028 and friends
-    # inside a sentence, and the output would no longer line up with the input.
-    lines = [line.removesuffix("\r") for line in text.removesuffix("\n").split("\n")] if text else []
+    lines = _input_lines(input_file)
     started = time.time()
     # Chunks of many batches: output streams out while the rest translates, in input order.
     chunk = batch_size * 16
@@ -57,15 +42,48 @@ def translate_text(model: Path, model_name: str | None, input_file: Path | None,
             for index, translations in enumerate(results, start):
                 if alignment:
                     print(f"{translations[0].text} ||| {_alignment(translator, lines[index], translations[0])}")
-                    continue
-                if search.nbest == 1:
+                elif search.nbest == 1:
                     print(translations[0].text)
-                    continue
-                for translation in translations:
-                    print(f"{index} ||| {translation.text} ||| {translation.hypothesis.score:.4f}")
+                else:
+                    for translation in translations:
+                        print(f"{index} ||| {translation.text} ||| {translation.hypothesis.score:.4f}")
             sys.stdout.flush()
     seconds = time.time() - started
     console.print(f"{len(lines)} lines in {seconds:.1f}s ({len(lines) / max(seconds, 1e-9):.1f} sentences/s)")
+
+
+def _search_settings(options: dict):
+    """The options as ``SearchSettings``; an invalid one exits naming its CLI option."""
+    from pydantic import ValidationError
+
+    from stages.inference.search import SearchSettings
+
+    try:
+        return SearchSettings(**options)
+    except ValidationError as error:
+        fail("; ".join(f"--{'-'.join(map(str, e['loc'])).replace('_', '-')}: {e['msg']}" if e["loc"]
+                       else e["msg"].removeprefix("Value error, ")
+                       for e in error.errors()), 2)
+
+
+def _load(model: Path, model_name: str | None, artifact_root: str | None, search):
+    """(model file, Translator in the resolved precision); a clear exit if either fails."""
+    from pipeline.hardware import HardwareError, detect_device, resolve_precision
+    from stages.inference.translator import Translator
+
+    try:
+        resolved = resolve_precision(search.precision, detect_device(search.device), "--precision")
+        path = model_file(model, model_name, artifact_root)
+        return path, Translator.from_file(path, search.device, resolved)
+    except (FileNotFoundError, RuntimeError, HardwareError) as error:
+        fail(str(error), 2)
+
+
+def _input_lines(input_file: Path | None) -> list[str]:
+    text = input_file.read_text(encoding="utf-8") if input_file else sys.stdin.read()
+    # Lines end at "\n" only: str.splitlines would also split at U+2028 and friends
+    # inside a sentence, and the output would no longer line up with the input.
+    return [line.removesuffix("\r") for line in text.removesuffix("\n").split("\n")] if text else []
 
 
 def _alignment(translator, line: str, translation) -> str:

@@ -8,10 +8,10 @@ too), so a lazy import that would close a circle is caught as well."""
 
 from __future__ import annotations
 
-import ast
 from pathlib import Path
 
 from tests.helpers import REPO
+from tests.imports import imported_modules
 
 PACKAGES = ("pipeline", "stages")
 # What of pipeline/ a stage may use: config sections, what the runner hands a stage,
@@ -33,28 +33,9 @@ def module_files() -> dict[str, Path]:
     return modules
 
 
-def imports_of(path: Path, modules: dict[str, Path]) -> set[str]:
-    """The modules of ours that ``path`` imports (``from a.b import c`` is ``a.b.c`` when
-    that is a module, else ``a.b``)."""
-    found = set()
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        if isinstance(node, ast.Import):
-            names = [alias.name for alias in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            names = [f"{node.module}.{alias.name}" for alias in node.names] + [node.module]
-        else:
-            continue
-        for name in names:
-            while name and name not in modules:
-                name = name.rpartition(".")[0]
-            if name:
-                found.add(name)
-    return found
-
-
 def import_graph() -> dict[str, set[str]]:
     modules = module_files()
-    graph = {name: imports_of(path, modules) for name, path in modules.items()}
+    graph = {name: imported_modules(path, modules.__contains__) for name, path in modules.items()}
     # Importing a.b.c runs a/__init__ and a/b/__init__ first; those edges are Python's,
     # not a design choice, so a package's own __init__ is left out of its modules' imports.
     return {name: {target for target in targets if target != name and not name.startswith(target + ".")}

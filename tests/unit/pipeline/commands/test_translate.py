@@ -55,3 +55,15 @@ def test_translate_refuses_bf16_on_a_cpu_without_it(rnn, monkeypatch):
     assert refused.exit_code == 2 and "--precision: bf16 is refused on this CPU" in refused.output
     auto = CliRunner().invoke(app, ["translate", str(model_dir)], input="A dog.\n")
     assert auto.exit_code == 0 and len(auto.stdout.splitlines()) == 1
+
+
+@pytest.mark.parametrize("options, message", [
+    (["--beam-size", "2", "--nbest", "3"], "nbest (3) cannot exceed beam_size (2)"),
+    (["--device", "tpu"], "--device: String should match pattern"),
+    (["--length-penalty", "-1"], "--length-penalty: Input should be greater than or equal to 0"),
+    (["--precision", "fp16"], "precision fp16 needs a cuda device"),
+])
+def test_search_settings_are_checked_as_the_evaluate_config_checks_them(tmp_path, options, message):
+    """The CLI's options are a SearchSettings: refused before any model is read."""
+    refused = CliRunner().invoke(app, ["translate", str(tmp_path / "no-model.pt"), *options], input="A dog.\n")
+    assert refused.exit_code == 2 and message in " ".join(refused.output.split())
