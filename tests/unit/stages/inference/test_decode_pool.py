@@ -80,6 +80,11 @@ def test_a_model_a_process_cannot_load_raises_the_loading_error(model, tmp_path)
     assert f"loading the model (open_translator({broken / 'model.pt'}, cpu, fp32))" in str(raised.value)
 
 
+def test_a_missing_model_is_named_by_the_error(tmp_path):
+    with pytest.raises(RuntimeError, match=f"FileNotFoundError: {tmp_path / 'model.pt'}: no model file"):
+        DecodePool(fp32_translator(tmp_path / "model.pt"), workers=1)
+
+
 def test_a_pool_needs_at_least_one_process_of_one_thread(model):
     with pytest.raises(ValueError, match="workers"):
         DecodePool(fp32_translator(model), workers=0)
