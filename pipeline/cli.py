@@ -24,8 +24,18 @@ RootOpt = typer.Option(None, "--artifact-root", envvar="NMT_ARTIFACT_ROOT",
                             "s3://bucket/prefix?endpoint_override=HOST:PORT&scheme=http (gs://, hdfs:// too).")
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        from importlib.metadata import version
+
+        typer.echo(f"nmt-pipeline {version('nmt-pipeline')}")
+        raise typer.Exit()
+
+
 @app.callback()
-def main(verbose: bool = typer.Option(False, "--verbose", "-v", help="Debug logging.")) -> None:
+def main(verbose: bool = typer.Option(False, "--verbose", "-v", help="Debug logging."),
+         show_version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
+                                           help="Print the version and exit.")) -> None:
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, format="%(message)s",
                         handlers=[RichHandler(console=console, show_path=False, show_time=False)])
 

@@ -7,6 +7,7 @@ import os
 import shlex
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import yaml
 from rich.table import Table
@@ -21,9 +22,11 @@ from pipeline.commands.output import (
     table_console,
 )
 from pipeline.object_store import redact
-from pipeline.run_recorder import ResultRow, RunRecorder
 from stages.errors import InputDataError
 from stages.report.artifact import REPORT_JSON, parse_report
+
+if TYPE_CHECKING:
+    from pipeline.run_recorder import ResultRow
 
 log = logging.getLogger("nmt")
 
@@ -32,6 +35,7 @@ def run_experiment(config: Path, overrides: list[str], until: str | None, force:
                    artifact_root: str | None, address: str | None, tracking_uri: str | None) -> None:
     from pipeline.graph import plan, preflight
     from pipeline.hardware import HardwareError, cpus_of_this_task
+    from pipeline.run_recorder import RunRecorder
     from pipeline.runner import UpstreamFailed, connect_ray, run_pipeline
     from pipeline.tracking import RunTracker, default_tracking_uri
     from stages.download.locate import mirrors_from

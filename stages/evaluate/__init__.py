@@ -22,25 +22,14 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
-
-import torch
-from sacrebleu.metrics import BLEU, CHRF
 
 from pipeline.context import StageContext
-from pipeline.hardware import (
-    HardwareError,
-    cpus_of_this_task,
-    detect_device,
-    resolve_precision,
-)
+from pipeline.hardware import HardwareError, detect_device, resolve_precision
 from stages.clean import read_split
 from stages.errors import InputDataError
-from stages.evaluate.config import EvaluateConfig, EvaluateStageConfig
+from stages.evaluate.config import EvaluateStageConfig
 from stages.inference.model_file import MODEL_FILES, weights_file
-from stages.inference.translator import Translation, Translator
 from stages.names import TRAIN, train_stage
 
 # 3: lowercased BLEU (bleu_lc) beside the cased headline
@@ -50,25 +39,11 @@ READS = {TRAIN: MODEL_FILES}
 MLFLOW_FILES = ("*.txt", "nbest.jsonl", "scores.json")
 
 
-@dataclass(frozen=True)
-class DecodeJob:
-    fetch_model: Callable[[], Path]  # the train artifact, local to the task that calls it
-    lines: list[str]
-    config: EvaluateConfig
-    progress: Callable  # tqdm-like, from the stage's context
-    label: str  # for the progress bar
-
-
-@dataclass(frozen=True)
-class Decoded:
-    beam: list[list[Translation]]
-    greedy: list[list[Translation]] | None
-    beam_seconds: float
-    greedy_seconds: float
-    hardware: dict  # the task's resolved precision and device
-
-
 def run(inputs: dict[str, Path], config: EvaluateStageConfig, output: Path, ctx: StageContext) -> dict:
+    # Imported here: torch and sacreBLEU load only when a stage runs, not with its config.
+    from stages.evaluate.decode import DecodeJob, decode_part
+    from stages.evaluate.scores import score_hypotheses
+
     settings = config.evaluate
     name = train_stage(config.model)
     split = read_split(inputs["clean"], settings.split)
@@ -118,35 +93,12 @@ def read_scores(artifact: Path) -> dict:
 
 def preflight(config: EvaluateStageConfig, cpus: int) -> None:
     """Refuse, before anything starts, a precision or device this machine lacks (local runs)."""
+    import torch
+
     settings = config.evaluate
     if settings.device.startswith("cuda") and not torch.cuda.is_available():
         raise HardwareError("evaluate.device: cuda, but this machine has no CUDA GPU that torch can use")
     resolve_precision(settings.precision, detect_device(settings.device), "evaluate.precision")
-
-
-def decode_part(job: DecodeJob) -> Decoded:
-    """One task's share: load the model, decode with the beam (and greedily)."""
-    settings = job.config
-    device = detect_device(settings.device)
-    precision = resolve_precision(settings.precision, device, "evaluate.precision")
-    threads = cpus_of_this_task()
-    torch.set_num_threads(threads)
-    hardware = {"precision": precision, "device": device.kind, "device_name": device.name,
-                "device_capability": device.capability, "threads": threads}
-    translator = Translator.from_file(weights_file(job.fetch_model(), settings.weights), settings.device, precision)
-    search = settings.search()
-    bar = job.progress(total=len(job.lines) * (2 if settings.greedy else 1), desc=job.label, unit="sent")
-    started = time.perf_counter()
-    beam = translator.translate(job.lines, search, settings.batch_size, bar.update)
-    beam_seconds = time.perf_counter() - started
-    greedy, greedy_seconds = None, 0.0
-    if settings.greedy:
-        started = time.perf_counter()
-        greedy = translator.translate(job.lines, search.model_copy(update={"beam_size": 1, "nbest": 1}),
-                                      settings.batch_size, bar.update)
-        greedy_seconds = time.perf_counter() - started
-    bar.close()
-    return Decoded(beam, greedy, beam_seconds, greedy_seconds, hardware)
 
 
 def _hardware_summary(tasks: list[dict]) -> dict:
@@ -157,31 +109,6 @@ def _hardware_summary(tasks: list[dict]) -> dict:
         values = [task[key] for task in tasks]
         summary[key] = values[0] if len(set(values)) == 1 else ", ".join(map(str, values))
     return summary
-
-
-def score_hypotheses(translations: list[list[Translation]], references: list[str], prefix: str,
-                     seconds: float) -> dict:
-    """sacreBLEU BLEU and chrF of the best hypotheses, the mean model score, and speed.
-
-    ``bleu`` is the headline: cased, on detokenized text, 13a-tokenized inside sacreBLEU.
-    ``bleu_lc`` is the same lowercased (``sacrebleu -lc``), the kind most Multi30k papers
-    report (lowercased, tokenized BLEU; e.g. Wu et al. 2021), so ours can be held
-    against theirs. Its signature says ``case:lc``."""
-    hypotheses = [line[0].text for line in translations]
-    bleu, bleu_lc, chrf = BLEU(), BLEU(lowercase=True), CHRF()
-    tokens = sum(len(line[0].hypothesis.tokens) + 1 for line in translations)
-    return {
-        f"{prefix}bleu": bleu.corpus_score(hypotheses, [references]).score,
-        f"{prefix}bleu_lc": bleu_lc.corpus_score(hypotheses, [references]).score,
-        f"{prefix}bleu_lc_signature": str(bleu_lc.get_signature()),
-        f"{prefix}chrf": chrf.corpus_score(hypotheses, [references]).score,
-        f"{prefix}bleu_signature": str(bleu.get_signature()),
-        f"{prefix}chrf_signature": str(chrf.get_signature()),
-        f"{prefix}mean_score": sum(line[0].hypothesis.score for line in translations) / len(translations),
-        f"{prefix}decode_seconds": seconds,
-        f"{prefix}sentences_per_second": len(translations) / max(seconds, 1e-9),
-        f"{prefix}tokens_per_second": tokens / max(seconds, 1e-9),
-    }
 
 
 def _write_lines(path: Path, lines: list[str]) -> None:

@@ -13,13 +13,14 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import sentencepiece as spm
-import torch
-from torch import nn
 
-from stages.models.build import build_model
 from stages.models.spec import ModelSpec
+
+if TYPE_CHECKING:  # torch is imported where a model is built or read, so that the file
+    from torch import nn  # names and readers here load without it
 
 # What translating with a trained model reads from its train artifact: the weights, the
 # vocabulary and the SentencePiece model(s). Evaluation and ``nmt translate`` fetch only these.
@@ -44,17 +45,23 @@ def vocabulary_facts(tokenized: Path, vocab: dict) -> dict:
 
 
 def build_for_vocabulary(spec: ModelSpec, facts: dict) -> nn.Module:
+    from stages.models.build import build_model
+
     return build_model(spec.family, spec.preset, spec.settings, facts["src_vocab"], facts["tgt_vocab"],
                        tuple(facts["language_tag_ids"]), facts["special_ids"]["pad"])
 
 
 def save_model_file(path: Path, spec: ModelSpec, facts: dict, state_dict: dict, info: dict) -> None:
+    import torch
+
     torch.save({"spec": spec.model_dump(mode="json"), "vocabulary": facts,
                 "state_dict": {name: tensor.float() for name, tensor in state_dict.items()}, "info": info}, path)
 
 
 def load_model_file(path: Path, device: str = "cpu") -> tuple[nn.Module, dict]:
     """The model in eval mode, and the file's contents besides the weights."""
+    import torch
+
     try:
         data = torch.load(path, map_location=device, weights_only=True)
     except FileNotFoundError:

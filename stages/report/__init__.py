@@ -15,9 +15,8 @@ from pathlib import Path
 
 from pipeline.context import StageContext
 from stages.names import EVALUATE, TRAIN, evaluate_stage, train_stage
-from stages.report import records, tables
+from stages.report import records
 from stages.report.config import ReportStageConfig
-from stages.report.plots import write_plots
 
 # 4: lowercased BLEU and best valid BLEU columns, BLEU curves during training
 VERSION = 4
@@ -39,6 +38,10 @@ def run(inputs: dict[str, Path], config: ReportStageConfig, output: Path, ctx: S
 
 def write_report(rows: list[dict], curves: dict[str, list[dict]], output: Path, title: str) -> list[Path]:
     """The report's files in ``output``; any subset of models renders."""
+    # Imported here: pandas and matplotlib load only when a report is written.
+    from stages.report import tables
+    from stages.report.plots import write_plots
+
     output.mkdir(parents=True, exist_ok=True)
     plots = write_plots(rows, curves, output, title)
     tables.write_json(rows, curves, output / "report.json", title)

@@ -19,16 +19,11 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-import pyarrow.fs as pafs
-import torch
-
 from pipeline.context import StageContext, TrainingPlacement
 from pipeline.hardware import HardwareError, detect_device, resolve_precision
 from stages.errors import InputDataError
 from stages.tokenize import read_index
-from stages.train.checkpointer import complete_checkpoints, download_checkpoints
 from stages.train.config import TrainStageConfig
-from stages.train.outputs import write_outputs
 
 __all__ = ["VERSION", "RUN_NAME", "RESUMABLE", "TASK_CPUS", "MLFLOW_FILES", "RESOURCES", "run", "preflight"]
 
@@ -48,10 +43,14 @@ RESOURCES = TrainingPlacement  # checkpoints on the object store, the order of s
 
 
 def run(inputs: dict[str, Path], config: TrainStageConfig, output: Path, ctx: StageContext[TrainingPlacement]) -> dict:
+    # Imported here: Ray, torch and DeepSpeed load only when the stage runs, not with its config.
+    import pyarrow.fs as pafs
     from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchConfig, TorchTrainer
 
     from stages.train.bootstrap import WorkerArgs, train_worker
+    from stages.train.checkpointer import complete_checkpoints, download_checkpoints
+    from stages.train.outputs import write_outputs
 
     training, tokenized = config.train, inputs["tokenize"]
     placement = ctx.resources or TrainingPlacement()
@@ -91,6 +90,8 @@ def preflight(config: TrainStageConfig, cpus: int) -> None:
     precision its device lacks, a GPU it lacks, more CPUs than its ``cpus`` (Ray Train
     would wait for them forever). For local runs; on a cluster each worker checks its
     own device when it starts."""
+    import torch
+
     training = config.train
     if training.use_gpu and not torch.cuda.is_available():
         raise HardwareError("train.use_gpu: true, but this machine has no CUDA GPU that torch can use")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from stages.evaluate import score_hypotheses
+from stages.evaluate.scores import score_hypotheses
 from stages.inference.beam import Hypothesis
 from stages.inference.translator import Translation
 

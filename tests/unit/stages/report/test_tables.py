@@ -9,7 +9,7 @@ import pytest
 from sacrebleu.metrics import BLEU, CHRF
 
 from pipeline.compare import Gathered, merge
-from stages.evaluate import score_hypotheses
+from stages.evaluate.scores import score_hypotheses
 from stages.inference.beam import Hypothesis
 from stages.inference.translator import Translation
 from stages.report.records import FIELDS

@@ -1,0 +1,59 @@
+"""One decoding task of the evaluate stage: load the model, decode a share of the split
+with the beam (and greedily), on as many threads as CPUs the task was given."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from pipeline.hardware import cpus_of_this_task, detect_device, resolve_precision
+from stages.evaluate.config import EvaluateConfig
+from stages.inference.model_file import weights_file
+from stages.inference.translator import Translation, Translator
+
+
+@dataclass(frozen=True)
+class DecodeJob:
+    fetch_model: Callable[[], Path]  # the train artifact, local to the task that calls it
+    lines: list[str]
+    config: EvaluateConfig
+    progress: Callable  # tqdm-like, from the stage's context
+    label: str  # for the progress bar
+
+
+@dataclass(frozen=True)
+class Decoded:
+    beam: list[list[Translation]]
+    greedy: list[list[Translation]] | None
+    beam_seconds: float
+    greedy_seconds: float
+    hardware: dict  # the task's resolved precision and device
+
+
+def decode_part(job: DecodeJob) -> Decoded:
+    """One task's share: load the model, decode with the beam (and greedily)."""
+    settings = job.config
+    device = detect_device(settings.device)
+    precision = resolve_precision(settings.precision, device, "evaluate.precision")
+    threads = cpus_of_this_task()
+    torch.set_num_threads(threads)
+    hardware = {"precision": precision, "device": device.kind, "device_name": device.name,
+                "device_capability": device.capability, "threads": threads}
+    translator = Translator.from_file(weights_file(job.fetch_model(), settings.weights), settings.device, precision)
+    search = settings.search()
+    bar = job.progress(total=len(job.lines) * (2 if settings.greedy else 1), desc=job.label, unit="sent")
+    started = time.perf_counter()
+    beam = translator.translate(job.lines, search, settings.batch_size, bar.update)
+    beam_seconds = time.perf_counter() - started
+    greedy, greedy_seconds = None, 0.0
+    if settings.greedy:
+        started = time.perf_counter()
+        greedy = translator.translate(job.lines, search.model_copy(update={"beam_size": 1, "nbest": 1}),
+                                      settings.batch_size, bar.update)
+        greedy_seconds = time.perf_counter() - started
+    bar.close()
+    return Decoded(beam, greedy, beam_seconds, greedy_seconds, hardware)
