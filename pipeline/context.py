@@ -23,6 +23,7 @@ from typing import Any, Callable, Generic, Iterable, Iterator, TypeVar
 from tqdm.auto import tqdm
 
 from pipeline.artifacts import default_cache_dir
+from pipeline.progress_lines import LineProgress, lines_wanted
 
 MAX_TASKS_IN_FLIGHT = 64
 
@@ -199,7 +200,10 @@ def node_id() -> str:
 
 
 def ray_progress(*args, **kwargs):
-    """A tqdm-compatible bar that Ray draws on the driver's terminal."""
+    """A tqdm-compatible bar that Ray draws on the driver's terminal, or, where the
+    driver's output is not a terminal, a line every few seconds (``progress_lines.py``)."""
+    if lines_wanted():
+        return LineProgress(*args, **kwargs)
     from ray.experimental.tqdm_ray import tqdm as ray_tqdm
 
     return ray_tqdm(*args, **kwargs)

@@ -27,6 +27,8 @@ from pipeline.context import (
 )
 from pipeline.graph import PlannedStage
 from pipeline.hardware import CPU_BF16_ENV
+from pipeline.progress_lines import PROGRESS_ENV, choose_progress_style
+from pipeline.ray_output import filter_worker_output
 from pipeline.stage import Stage
 
 if TYPE_CHECKING:
@@ -100,6 +102,8 @@ def connect_ray(address: str | None) -> None:
                                       "THP_MEM_ALLOC_ENABLE": os.environ.get("THP_MEM_ALLOC_ENABLE", "1")}}
     if CPU_BF16_ENV in os.environ:  # workers on other nodes decide precision as this driver was told to
         runtime_env["env_vars"][CPU_BF16_ENV] = os.environ[CPU_BF16_ENV]
+    # Workers draw bars, or print progress lines, as this driver's output calls for.
+    runtime_env["env_vars"][PROGRESS_ENV] = choose_progress_style()
     if address or os.environ.get("RAY_ADDRESS"):
         import pipeline
         import stages
@@ -107,6 +111,7 @@ def connect_ray(address: str | None) -> None:
         # Ship this checkout's code to the cluster so its workers run what the driver runs.
         runtime_env["py_modules"] = [pipeline, stages]
     ray.init(address=address, runtime_env=runtime_env, logging_level=logging.WARNING, log_to_driver=True)
+    filter_worker_output()
 
 
 def run_pipeline(config: ExperimentConfig, planned: list[PlannedStage], store: ArtifactStore,

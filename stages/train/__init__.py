@@ -45,7 +45,13 @@ RESOURCES = TrainingPlacement  # checkpoints on the object store, the order of s
 def run(inputs: dict[str, Path], config: TrainStageConfig, output: Path, ctx: StageContext[TrainingPlacement]) -> dict:
     # Imported here: Ray, torch and DeepSpeed load only when the stage runs, not with its config.
     import pyarrow.fs as pafs
-    from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
+    from ray.train import (
+        CheckpointConfig,
+        FailureConfig,
+        LoggingConfig,
+        RunConfig,
+        ScalingConfig,
+    )
     from ray.train.torch import TorchConfig, TorchTrainer
 
     from stages.train.bootstrap import WorkerArgs, train_worker
@@ -70,7 +76,10 @@ def run(inputs: dict[str, Path], config: TrainStageConfig, output: Path, ctx: St
         run_config=RunConfig(name=RUN_NAME, storage_path=storage,
                              storage_filesystem=None if placement.durable_staging is None else filesystem,
                              failure_config=FailureConfig(max_failures=training.max_failures),
-                             checkpoint_config=CheckpointConfig(num_to_keep=training.keep_checkpoints)),
+                             checkpoint_config=CheckpointConfig(num_to_keep=training.keep_checkpoints),
+                             # Ray Train's own INFO lines (requesting resources, starting the
+                             # group) on the console of every run: warnings and errors only.
+                             logging_config=LoggingConfig(log_level="WARNING")),
     )
     if placement.turn is not None:
         placement.turn.wait()  # the train stages before this one in the config ask for workers first

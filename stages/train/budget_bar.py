@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pipeline.context import ray_progress
 from stages.train.progress import TrainingProgress, budget_fraction
 
 
@@ -15,9 +16,7 @@ class BudgetBar:
         self.config, self.batches_per_epoch, self.shown = config, batches_per_epoch, 0
         self.bar = None
         if enabled:
-            from ray.experimental.tqdm_ray import tqdm
-
-            self.bar = tqdm(total=self.SCALE, desc=f"{desc} (per mille of budget)", unit="‰")
+            self.bar = ray_progress(total=self.SCALE, desc=f"{desc} (per mille of budget)", unit="‰")
 
     def show(self, progress: TrainingProgress) -> None:
         if self.bar is None:

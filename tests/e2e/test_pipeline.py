@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -174,3 +175,21 @@ def test_run_killed_mid_stage_then_rerun_completes_with_the_same_keys(tmp_path, 
     assert not list((tmp_path / "artifacts").glob("*/*.partial"))
     manifest = store.read_manifest("clean", after[1].key)
     assert manifest["metrics"]["train_tasks"] == 15
+
+
+def test_the_smoke_run_s_log_in_a_file_is_short_and_free_of_ray_internals(tmp_path, multi30k):
+    """``nmt run configs/smoke.yaml > log 2>&1``: progress as lines, not bar redraws, and
+    none of Ray's internal lines below WARNING (nor its known-benign ones)."""
+    environment = {**os.environ, "NMT_MIRROR": str(multi30k), "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'm.db'}"}
+    environment.pop("NMT_PROGRESS", None)
+    with open(tmp_path / "log", "w") as log:
+        subprocess.run([sys.executable, "-m", "pipeline", "run", str(SMOKE), "--artifact-root",
+                        str(tmp_path / "artifacts")], cwd=tmp_path, env=environment, stdout=log,
+                       stderr=subprocess.STDOUT, check=True, timeout=900)
+    lines = (tmp_path / "log").read_text().splitlines()
+    assert len(lines) < 200, len(lines)
+    core_below_warning = re.compile(r"\[\d{4}-\d\d-\d\d [\d:,]+ [DI] \d+ \d+\] \S+\.cc:\d+:")
+    assert [line for line in lines if core_below_warning.search(line) or "PreemptionWatcher" in line
+            or "Reporting training result" in line or "\r" in line or "\x1b[A" in line] == []
+    assert any("train transformer_tiny" in line and "done in" in line for line in lines)  # a bar's last line
+    assert any(line.startswith("report: ") for line in lines)

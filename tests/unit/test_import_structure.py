@@ -14,11 +14,11 @@ from tests.helpers import REPO
 from tests.imports import imported_modules
 
 PACKAGES = ("pipeline", "stages")
-# What of pipeline/ a stage may use: config sections, what the runner hands a stage,
-# artifacts, hardware and its peak FLOP/s, host memory. Never the orchestration
-# (graph, runner, commands, serving, tracking).
-PIPELINE_CORE = {"pipeline.section", "pipeline.context", "pipeline.artifacts", "pipeline.object_store",
-                 "pipeline.hardware", "pipeline.peak_flops", "pipeline.host_memory"}
+# What of pipeline/ a stage may use: config sections, what the runner hands a stage
+# (and its progress lines), artifacts, hardware and its peak FLOP/s, host memory. Never
+# the orchestration (graph, runner, commands, serving, tracking, Ray's console output).
+PIPELINE_CORE = {"pipeline.section", "pipeline.context", "pipeline.progress_lines", "pipeline.artifacts",
+                 "pipeline.object_store", "pipeline.hardware", "pipeline.peak_flops", "pipeline.host_memory"}
 # Packages under stages/ that are not stages: every stage may use them, and they use no stage.
 SHARED = {"inference", "models", "names", "errors", "pair_files"}
 

@@ -1,0 +1,79 @@
+"""Progress where no terminal draws bars: a line per bar every few seconds.
+
+A bar redrawn into a file or a CI log is a new line at every redraw, and under Ray each
+worker's bar is redrawn on the driver: the default job wrote 6,754 lines, nearly all of
+them redraws. So when the driver's output is not a terminal, ``nmt run`` sets
+``NMT_PROGRESS=lines`` for itself and every Ray worker (``runner.connect_ray``), and the
+bars of the stages and of training become ``LineProgress``: one line every
+``NMT_PROGRESS_SECONDS`` seconds (default 30) while a bar advances, and one when it
+closes. The rate is over the whole time since the bar started, not since the last
+redraw, so a burst of quick updates does not read as millions of pairs a second.
+``NMT_PROGRESS=bars`` keeps the bars in a file too.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+PROGRESS_ENV = "NMT_PROGRESS"  # "lines" or "bars"
+INTERVAL_ENV = "NMT_PROGRESS_SECONDS"
+
+
+def lines_wanted() -> bool:
+    return os.environ.get(PROGRESS_ENV) == "lines"
+
+
+def choose_progress_style() -> str:
+    """What this driver asks for: the user's ``NMT_PROGRESS``, else bars on a terminal
+    and lines anywhere else; set in the environment, for the processes it starts."""
+    style = os.environ.get(PROGRESS_ENV) or ("bars" if sys.stderr.isatty() else "lines")
+    os.environ[PROGRESS_ENV] = style
+    return style
+
+
+class LineProgress:
+    """The part of tqdm's interface the pipeline uses (``update``, ``close``), as lines."""
+
+    def __init__(self, total: float | None = None, desc: str = "", unit: str = "it", **_tqdm_options):
+        self.total, self.desc, self.unit, self.n = total, desc, unit, 0
+        self.interval = float(os.environ.get(INTERVAL_ENV, "30"))
+        self.started = self.printed = time.monotonic()
+        self.closed = False
+
+    def update(self, n: float = 1) -> None:
+        self.n += n
+        if time.monotonic() - self.printed >= self.interval:
+            self._print()
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self._print()
+
+    def _print(self) -> None:
+        now = time.monotonic()
+        self.printed, elapsed = now, now - self.started
+        # Written to the stream, not print(): Ray Train replaces print in its workers with
+        # a logger call that also tees to the stream, and each line would come out twice.
+        sys.stderr.write(self.line(elapsed) + "\n")
+        sys.stderr.flush()
+
+    def line(self, elapsed: float) -> str:
+        """``clean train: 1,200/3,000 pairs (40%), 850 pairs/s, ETA 2s``; on close, the time taken."""
+        done = f"{self.n:,.0f}" + (f"/{self.total:,.0f}" if self.total else "") + f" {self.unit}"
+        if self.total:
+            done += f" ({100 * self.n / self.total:.0f}%)"
+        rate = self.n / elapsed if elapsed > 0 else 0.0
+        parts = [f"{self.desc}: {done}", f"{rate:,.1f} {self.unit}/s"]
+        if self.closed:
+            parts.append(f"done in {_duration(elapsed)}")
+        elif self.total and rate > 0:
+            parts.append(f"ETA {_duration((self.total - self.n) / rate)}")
+        return ", ".join(parts)
+
+
+def _duration(seconds: float) -> str:
+    seconds = max(0, round(seconds))
+    return f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"

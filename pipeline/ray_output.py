@@ -1,0 +1,63 @@
+"""What of Ray's worker output reaches the driver's console.
+
+Ray forwards every worker's stdout and stderr to the driver, its C++ core's own log
+lines included. Dropped from the console, because they are Ray's internals and read as
+noise or failures in a run's log:
+- C++ core lines below WARNING;
+- the known-benign error the Train controller's ``PreemptionWatcher`` actor prints at
+  every start ("has constructor arguments in the object store and max_restarts > 0",
+  ray-project/ray#53727: a restart could fail if the arguments were lost, which our
+  runs never rely on);
+- Ray Train's INFO line for every checkpoint a worker reports ("Reporting training
+  result 1: TrainingReport(...)"), which reaches the console past Ray Train's own
+  ``LoggingConfig(log_level="WARNING")``.
+Ray's own log files (``/tmp/ray/session_latest/logs``) keep every line.
+
+Ray offers no public hook for this; the driver's printer is a handler named
+``ray_print_logs`` on ``ray._private.ray_logging.global_worker_stdstream_dispatcher``,
+which ``filter_worker_output`` wraps. Should a Ray release rename it, nothing is
+filtered and nothing breaks.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+
+log = logging.getLogger("nmt")
+
+# [2026-11-25 09:18:48,664 E 23884 23914] core_worker.cc:2465: ...
+_CORE_LOG_LINE = re.compile(r"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+ ([DIWEF]) \d+ \d+\] \S+\.(?:cc|h):\d+:")
+_BENIGN = ("has constructor arguments in the object store and max_restarts > 0",
+           "Reporting training result ")
+
+
+def is_internal_noise(line: str) -> bool:
+    """A line of Ray's C++ core below WARNING, or one of the known messages above."""
+    match = _CORE_LOG_LINE.search(line)
+    if match and match.group(1) in "DI":
+        return True
+    return any(marker in line for marker in _BENIGN)
+
+
+def filter_worker_output() -> None:
+    """Wrap the driver's printer of worker output so it drops ``is_internal_noise`` lines."""
+    try:
+        from ray._private.ray_logging import (
+            global_worker_stdstream_dispatcher as dispatcher,
+        )
+    except ImportError:
+        return
+    printers = [handler for name, handler in dispatcher.handlers if name == "ray_print_logs"]
+    if len(printers) != 1:
+        log.debug("Ray's worker-output printer not found; its internal lines are not filtered")
+        return
+    printer = printers[0]
+
+    def print_filtered(data: dict) -> None:
+        lines = [line for line in data.get("lines", []) if not is_internal_noise(line)]
+        if lines:
+            printer({**data, "lines": lines})
+
+    dispatcher.remove_handler("ray_print_logs")
+    dispatcher.add_handler("ray_print_logs", print_filtered)

@@ -1,0 +1,32 @@
+"""Progress as lines where no terminal draws bars (pipeline/progress_lines.py)."""
+
+from __future__ import annotations
+
+from pipeline.progress_lines import PROGRESS_ENV, LineProgress, choose_progress_style, lines_wanted
+
+
+def test_a_line_gives_count_share_rate_over_the_whole_time_and_eta():
+    bar = LineProgress(total=3000, desc="clean train", unit="pairs")
+    bar.n = 1200
+    assert bar.line(elapsed=2.0) == "clean train: 1,200/3,000 pairs (40%), 600.0 pairs/s, ETA 3s"
+    bar.n, bar.closed = 3000, True
+    assert bar.line(elapsed=125.0) == "clean train: 3,000/3,000 pairs (100%), 24.0 pairs/s, done in 2m05s"
+
+
+def test_lines_are_written_every_interval_and_once_on_close(monkeypatch, capsys):
+    monkeypatch.setenv("NMT_PROGRESS_SECONDS", "3600")
+    bar = LineProgress(total=10, desc="tokenize", unit="pairs")
+    for _ in range(10):
+        bar.update()
+    assert capsys.readouterr().err == ""  # within the interval: nothing yet
+    bar.close()
+    bar.close()
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("tokenize: 10/10 pairs (100%)") and "done in" in lines[0]
+
+
+def test_the_driver_asks_for_lines_unless_told_or_on_a_terminal(monkeypatch):
+    monkeypatch.delenv(PROGRESS_ENV, raising=False)
+    assert choose_progress_style() == "lines" and lines_wanted()  # pytest's stderr is not a terminal
+    monkeypatch.setenv(PROGRESS_ENV, "bars")
+    assert choose_progress_style() == "bars" and not lines_wanted()

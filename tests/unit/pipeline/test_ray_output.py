@@ -1,0 +1,28 @@
+"""Which of Ray's worker lines the driver's console drops (pipeline/ray_output.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from pipeline.ray_output import is_internal_noise
+
+
+@pytest.mark.parametrize("line", [
+    "[2026-11-25 09:18:48,664 I 23884 23914] core_worker.cc:512: Constructing CoreWorker",
+    "[2026-11-25 09:18:48,664 D 23884 23914] raylet_client.cc:20: connected",
+    "[2026-11-25 09:18:48,664 E 23884 23914] core_worker.cc:2465: Actor with class name: 'PreemptionWatcher' and "
+    "ID: '99' has constructor arguments in the object store and max_restarts > 0. If the arguments ...",
+    "Reporting training result 1: TrainingReport(checkpoint=Checkpoint(filesystem=local, path=/a), metrics={})",
+])
+def test_ray_internals_below_warning_and_known_benign_lines_are_dropped(line):
+    assert is_internal_noise(line)
+
+
+@pytest.mark.parametrize("line", [
+    "[2026-11-25 09:18:48,664 W 23884 23914] memory_monitor.cc:200: Memory usage is high",
+    "[2026-11-25 09:18:48,664 E 23884 23914] core_worker.cc:99: Unhandled error in a task",
+    "train rnn_tiny (per mille of budget): 605/1,000 ‰ (60%), 20.1 ‰/s, ETA 20s",
+    "Traceback (most recent call last):",
+])
+def test_warnings_errors_and_our_own_lines_pass(line):
+    assert not is_internal_noise(line)
