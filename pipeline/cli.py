@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import List, Optional
+from typing import List, Literal, Optional
 
 import typer
 from rich.logging import RichHandler
@@ -19,6 +19,8 @@ app = typer.Typer(add_completion=False, no_args_is_help=True,
 
 ConfigArg = typer.Argument(..., help="Experiment YAML file (configs/*.yaml).")
 SetOpt = typer.Option([], "--set", help="Override a config key, e.g. --set tokenize.shards=8 (repeatable).")
+Precision = Literal["auto", "fp32", "bf16", "fp16"]
+STAGE_NAMES = "download, clean, bpe, tokenize, train (every model's), train/MODEL, evaluate/MODEL, report"
 RootOpt = typer.Option(None, "--artifact-root", envvar="NMT_ARTIFACT_ROOT",
                        help="Artifact store: a path, or an object store URI such as "
                             "s3://bucket/prefix?endpoint_override=HOST:PORT&scheme=http (gs://, hdfs:// too).")
@@ -43,8 +45,9 @@ def main(verbose: bool = typer.Option(False, "--verbose", "-v", help="Debug logg
 @app.command()
 def run(
     config: Path = ConfigArg,
-    until: Optional[str] = typer.Option(None, "--until", help="Stop after this stage."),
-    force: List[str] = typer.Option([], "--force", help="Recompute this stage and everything downstream."),
+    until: Optional[str] = typer.Option(None, "--until", help=f"Stop after this stage: {STAGE_NAMES}."),
+    force: List[str] = typer.Option([], "--force", help=f"Recompute this stage and everything downstream "
+                                                        f"(repeatable): {STAGE_NAMES}."),
     overrides: List[str] = SetOpt,
     artifact_root: Optional[str] = RootOpt,
     address: Optional[str] = typer.Option(None, "--address", envvar="RAY_ADDRESS",
@@ -123,9 +126,9 @@ def translate(
                                 help="Decode this many batches at once, each in a process of its own with an equal "
                                      "share of the CPU threads (CPU only; 2 on 2 cores decodes ~1.25x faster)."),
     device: str = typer.Option(DEFAULT_SEARCH.device, "--device", help="cpu, cuda, cuda:1, ..."),
-    precision: str = typer.Option(DEFAULT_SEARCH.precision, "--precision",
-                                  help="auto (bf16 where the device runs it natively, else fp32; fp16 on older "
-                                       "GPUs), fp32, bf16 or fp16 (autocast)."),
+    precision: Precision = typer.Option(DEFAULT_SEARCH.precision, "--precision",
+                                        help="auto: bf16 where the device runs it natively, else fp32 (fp16 on "
+                                             "older GPUs); bf16 and fp16 are autocast."),
     alignment: bool = typer.Option(False, "--alignment",
                                    help="Print 'text ||| i-j ...': source word i aligned to target word j, "
                                         "from the last layer's cross-attention (fairseq's format)."),
@@ -160,7 +163,8 @@ def attention(
 def export(
     model: Path = typer.Argument(..., help="A model file, a train artifact directory, or an experiment YAML "
                                            "with --model."),
-    format: str = typer.Option(..., "--format", "-f", help="ctranslate2 or huggingface (a MarianMTModel)."),
+    format: Literal["ctranslate2", "huggingface"] = typer.Option(
+        ..., "--format", "-f", help="huggingface: a MarianMTModel and its tokenizer."),
     output: Path = typer.Option(..., "--output", "-o", help="The directory to write."),
     model_name: Optional[str] = typer.Option(None, "--model", help="Which model of the experiment YAML."),
     quantization: Optional[str] = typer.Option(
@@ -180,10 +184,14 @@ def serve(
     model: Path = typer.Argument(..., help="A model file, a train artifact directory, or an experiment YAML "
                                            "with --model."),
     model_name: Optional[str] = typer.Option(None, "--model", help="Which model of the experiment YAML."),
-    host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on (0.0.0.0: every interface)."),
+    host: str = typer.Option("127.0.0.1", "--host",
+                             help="Address to listen on. The default answers this machine only; 0.0.0.0 "
+                                  "answers every interface (the API has no authentication: put it behind "
+                                  "one that does)."),
     port: int = typer.Option(8000, "--port", min=1, max=65535),
-    backend: str = typer.Option("ours", "--backend", help="ours (the pipeline's beam search) or ctranslate2 "
-                                                          "(the model exported to CTranslate2 in each replica)."),
+    backend: Literal["ours", "ctranslate2"] = typer.Option(
+        "ours", "--backend", help="ours: the pipeline's beam search; ctranslate2: the model exported to "
+                                  "CTranslate2 in each replica."),
     quantization: Optional[str] = typer.Option(None, "--quantization",
                                                help="ctranslate2 backend's weights: int8, float16, ..."),
     replicas: int = typer.Option(1, "--replicas", min=1, help="Ray Serve replicas of the model."),
@@ -201,9 +209,9 @@ def serve(
         None, "--batch-max-wait-ms", min=0.0,
         help="How long a batch that holds fewer sentences than the last round had in flight waits for "
              "the rest (default: 150, or --batch-wait-ms if longer)."),
-    ingress: str = typer.Option("ray", "--ingress",
-                                help="ray (Ray Serve's HTTP proxy) or haproxy (Ray Serve's HAProxy ingress: "
-                                     "less CPU a request; needs the haproxy binary)."),
+    ingress: Literal["ray", "haproxy"] = typer.Option(
+        "ray", "--ingress", help="ray: Ray Serve's HTTP proxy; haproxy: Ray Serve's HAProxy ingress (less CPU a "
+                                 "request; needs the haproxy binary)."),
     address: Optional[str] = typer.Option(None, "--address", envvar="RAY_ADDRESS",
                                           help="Ray cluster to join; default: start a local instance."),
     artifact_root: Optional[str] = RootOpt,
@@ -215,8 +223,6 @@ def serve(
     from pipeline.commands.output import fail
     from pipeline.serving.app import ServiceSettings
 
-    if backend not in ("ours", "ctranslate2"):
-        fail(f"--backend {backend}: choose ours or ctranslate2", 2)
     if batch_max_wait_ms is not None and batch_max_wait_ms < batch_wait_ms:
         fail(f"--batch-max-wait-ms {batch_max_wait_ms:g} is shorter than --batch-wait-ms {batch_wait_ms:g}", 2)
     if quantization is not None and backend != "ctranslate2":

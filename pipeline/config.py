@@ -36,16 +36,19 @@ class ExperimentConfig(Section):
     """One experiment: the data stages' sections, and the models trained and compared
     under one shared train and evaluate section."""
 
-    name: str
+    name: str  # the experiment: MLflow experiment name and the report's title
+    # Where artifacts are stored: a path (relative to the working directory) or an object
+    # store URI; --artifact-root and NMT_ARTIFACT_ROOT override it.
     artifact_root: str = "artifacts"
+    # Directories searched for pinned files before any download (relative to this file).
     mirrors: list[str] = []
-    download: DownloadConfig
-    clean: CleanConfig = CleanConfig()
-    bpe: BpeConfig = BpeConfig()
-    tokenize: TokenizeConfig = TokenizeConfig()
-    train: TrainConfig | None = None
-    evaluate: EvaluateConfig = EvaluateConfig()
-    models: list[ModelSpec] = []
+    download: DownloadConfig  # the language pair and each split's source
+    clean: CleanConfig = CleanConfig()  # normalization and the training split's filters
+    bpe: BpeConfig = BpeConfig()  # the SentencePiece model(s)
+    tokenize: TokenizeConfig = TokenizeConfig()  # the sharded Arrow encoding
+    train: TrainConfig | None = None  # how every model is trained; needed once there are models
+    evaluate: EvaluateConfig = EvaluateConfig()  # how every model is decoded and scored
+    models: list[ModelSpec] = []  # the models trained and compared, one train and evaluate stage each
 
     @model_validator(mode="after")
     def _models_need_a_train_section(self) -> ExperimentConfig:

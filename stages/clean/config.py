@@ -16,15 +16,15 @@ class CleanConfig(Section):
     250 words, the usual setting for subword-level NMT.
     """
 
-    unicode_form: Literal["NFC", "NFKC", "none"] = "NFC"
-    min_words: int = Field(default=1, ge=0)
-    max_words: int = Field(default=250, gt=0)
-    max_chars: int = Field(default=2000, gt=0)
-    max_length_ratio: float = Field(default=9.0, gt=1.0)
-    drop_duplicates: bool = True
-    drop_identical: bool = True
-    langid: bool = False
-    langid_min_chars: int = Field(default=20, ge=0)
+    unicode_form: Literal["NFC", "NFKC", "none"] = "NFC"  # Unicode normalization of every split
+    min_words: int = Field(default=1, ge=0)  # pairs with a side of fewer words are dropped
+    max_words: int = Field(default=250, gt=0)  # pairs with a side of more words are dropped
+    max_chars: int = Field(default=2000, gt=0)  # pairs with a side of more characters are dropped
+    max_length_ratio: float = Field(default=9.0, gt=1.0)  # longer side / shorter side, in words
+    drop_duplicates: bool = True  # exact duplicate pairs, across the whole split
+    drop_identical: bool = True  # pairs whose source equals their target (often untranslated)
+    langid: bool = False  # drop pairs whose target is not in tgt_lang (py3langid)
+    langid_min_chars: int = Field(default=20, ge=0)  # shorter targets are not judged by langid
     # The training split is cleaned by parallel tasks of this many pairs each.
     rows_per_task: int = Field(default=200_000, gt=0)
 

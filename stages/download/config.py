@@ -16,10 +16,10 @@ class FileRef(Section):
     ``member`` selects one file inside an archive (tar, tar.gz, zip) at that path/URL.
     """
 
-    path: str | None = None
-    url: str | None = None
-    sha256: str | None = None
-    member: str | None = None
+    path: str | None = None  # a local file, relative to the config file
+    url: str | None = None  # an http(s) URL; needs its sha256
+    sha256: str | None = None  # the file's digest, checked after every download or mirror lookup
+    member: str | None = None  # a file inside the tar, tar.gz or zip archive at path or url
 
     @field_validator("path")
     @classmethod
@@ -55,21 +55,23 @@ class FilesSource(Section):
     a document are not yet paired; the clean stage sentence-aligns them (Gale-Church).
     """
 
-    type: Literal["files"]
-    src: FileRef
-    tgt: FileRef
+    type: Literal["files"]  # this kind of source
+    src: FileRef  # the source-language side
+    tgt: FileRef  # the target-language side
+    # line: line N of one file is the translation of line N of the other; document:
+    # blank lines separate documents, sentences inside are aligned by the clean stage.
     alignment: Literal["line", "document"] = "line"
-    max_pairs: int | None = Field(default=None, gt=0)
+    max_pairs: int | None = Field(default=None, gt=0)  # the first N pairs only
 
 
 class TsvSource(Section):
     """One tab-separated file (plain or gzip) holding both sides."""
 
-    type: Literal["tsv"]
-    file: FileRef
-    src_column: int = Field(default=0, ge=0)
-    tgt_column: int = Field(default=1, ge=0)
-    max_pairs: int | None = Field(default=None, gt=0)
+    type: Literal["tsv"]  # this kind of source
+    file: FileRef  # the tab-separated file, plain or gzip
+    src_column: int = Field(default=0, ge=0)  # 0-based column of the source side
+    tgt_column: int = Field(default=1, ge=0)  # 0-based column of the target side
+    max_pairs: int | None = Field(default=None, gt=0)  # the first N pairs only
 
 
 class HuggingFaceSource(Section):
@@ -79,23 +81,23 @@ class HuggingFaceSource(Section):
     or flat, with ``src_field`` / ``tgt_field`` naming the columns.
     """
 
-    type: Literal["huggingface"]
-    dataset: str
-    config: str | None = None
-    split: str = "train"
-    streaming: bool = False
-    src_field: str | None = None
-    tgt_field: str | None = None
-    max_pairs: int | None = Field(default=None, gt=0)
+    type: Literal["huggingface"]  # this kind of source
+    dataset: str  # a hub id (wmt14) or a local dataset directory
+    config: str | None = None  # the dataset's configuration (de-en)
+    split: str = "train"  # the dataset's split to read
+    streaming: bool = False  # read rows as they arrive instead of downloading the split first
+    src_field: str | None = None  # flat rows: the source column (default: the translation dict)
+    tgt_field: str | None = None  # flat rows: the target column
+    max_pairs: int | None = Field(default=None, gt=0)  # the first N pairs only
 
 
 class SacrebleuSource(Section):
     """A sacreBLEU test set by name, e.g. ``wmt14`` (langpair defaults to src-tgt)."""
 
-    type: Literal["sacrebleu"]
-    test_set: str
-    langpair: str | None = None
-    max_pairs: int | None = Field(default=None, gt=0)
+    type: Literal["sacrebleu"]  # this kind of source
+    test_set: str  # a test set sacreBLEU knows (wmt14, wmt19, ...)
+    langpair: str | None = None  # default: src_lang-tgt_lang
+    max_pairs: int | None = Field(default=None, gt=0)  # the first N pairs only
 
 
 # Every source type, once: the ``Source`` union and the error messages derive from it.
@@ -104,8 +106,10 @@ Source = Annotated[Union[SOURCE_TYPES], Field(discriminator="type")]
 
 
 class DownloadConfig(Section):
-    src_lang: str
-    tgt_lang: str
-    train: Source
-    valid: Source
-    test: Source
+    """The language pair and one source per split (files, tsv, huggingface, sacrebleu)."""
+
+    src_lang: str  # the source language's code (en): language tags and the report use it
+    tgt_lang: str  # the target language's code (de)
+    train: Source  # the training split's source
+    valid: Source  # the validation split's source (never filtered)
+    test: Source  # the test split's source (never filtered)

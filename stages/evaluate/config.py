@@ -16,7 +16,7 @@ class EvaluateConfig(SearchSettings):
     ``nbest`` is how many hypotheses per sentence ``nbest.jsonl`` keeps; ``device: cuda``
     gives each decoding task one GPU."""
 
-    split: Literal["test", "valid"] = "test"
+    split: Literal["test", "valid"] = "test"  # the split decoded and scored
     # model: the train stage's final (averaged) weights; best: its best validated ones.
     weights: Literal["model", "best"] = "model"
     greedy: bool = True  # also decode with beam 1, for the report's greedy columns

@@ -17,11 +17,11 @@ class ModelSpec(Section):
     ``train`` overrides keys of the experiment's train section for this model only
     (e.g. a learning rate); budgets are best left shared."""
 
-    name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
-    family: Literal["transformer", "rnn", "decoder_only"]
-    preset: str = "small"
-    settings: dict[str, Any] = {}
-    train: dict[str, Any] = {}
+    name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")  # the stages' names: train/<name>, evaluate/<name>
+    family: Literal["transformer", "rnn", "decoder_only"]  # stages/models/<family>.py
+    preset: str = "small"  # a named size of the family (presets.py): tiny, small, base, big, ...
+    settings: dict[str, Any] = {}  # hyperparameters over the preset's (d_model, layers, dropout, ...)
+    train: dict[str, Any] = {}  # train keys for this model only (lr, warmup_steps, ...)
 
     @model_validator(mode="after")
     def _preset_and_settings_exist(self) -> ModelSpec:

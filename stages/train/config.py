@@ -21,8 +21,8 @@ class TrainConfig(Section):
 
     # Ray Train workers, each with one DeepSpeed engine (data parallel).
     workers: int = Field(default=1, gt=0)
-    use_gpu: bool = False
-    cpus_per_worker: int = Field(default=1, gt=0)
+    use_gpu: bool = False  # one GPU per worker, NCCL between them
+    cpus_per_worker: int = Field(default=1, gt=0)  # CPUs Ray reserves for each worker
     # How Ray places the workers on nodes: PACK fills a node first; SPREAD and
     # STRICT_SPREAD put them on different nodes (STRICT: or wait until there are enough).
     placement_strategy: Literal["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"] = "PACK"
@@ -33,6 +33,7 @@ class TrainConfig(Section):
     # have it and on CPUs with AMX or AVX512-BF16, fp16 on older GPUs, else fp32.
     # bf16 is autocast on a CPU and DeepSpeed's bf16 mode on a GPU; fp16 is GPU only.
     precision: Literal["auto", "fp32", "bf16", "fp16"] = "auto"
+    # DeepSpeed ZeRO: 1 shards the optimizer states, 2 also the gradients, 3 also the weights.
     zero_stage: int = Field(default=0, ge=0, le=3)
     # torch.compile the model's forward (dynamic shapes). Pays a compilation at the start
     # of each run; worth it on a GPU for long runs.
@@ -40,26 +41,26 @@ class TrainConfig(Section):
     # Tokens per batch and side on each worker (padded: sentences x longest); the paper
     # used about 25,000 per side over 8 GPUs.
     max_tokens: int = Field(default=4096, gt=0)
-    gradient_accumulation: int = Field(default=1, gt=0)
+    gradient_accumulation: int = Field(default=1, gt=0)  # batches per optimizer update
     gradient_clipping: float = Field(default=0.0, ge=0.0)  # 0: none, as in the paper
-    label_smoothing: float = Field(default=0.1, ge=0.0, lt=1.0)
+    label_smoothing: float = Field(default=0.1, ge=0.0, lt=1.0)  # epsilon_ls of section 5.4
 
-    optimizer: Literal["adam", "adamw"] = "adam"
-    betas: tuple[float, float] = (0.9, 0.98)
-    eps: float = Field(default=1e-9, gt=0.0)
-    weight_decay: float = Field(default=0.0, ge=0.0)
+    optimizer: Literal["adam", "adamw"] = "adam"  # torch's fused implementation
+    betas: tuple[float, float] = (0.9, 0.98)  # Adam's beta1, beta2
+    eps: float = Field(default=1e-9, gt=0.0)  # Adam's epsilon
+    weight_decay: float = Field(default=0.0, ge=0.0)  # decoupled with adamw, L2 with adam
     # noam: lr = lr_scale * d_model^-0.5 * min(step^-0.5, step * warmup^-1.5) (section 5.3);
     # cosine: linear warmup to lr, cosine decay to min_lr at max_steps;
     # constant: linear warmup to lr, then lr (the RNN recipes' plain Adam).
     schedule: Literal["noam", "cosine", "constant"] = "noam"
-    lr: float = Field(default=5e-4, gt=0.0)
-    lr_scale: float = Field(default=1.0, gt=0.0)
-    min_lr: float = Field(default=0.0, ge=0.0)
-    warmup_steps: int = Field(default=4000, ge=0)
+    lr: float = Field(default=5e-4, gt=0.0)  # peak learning rate of cosine and constant
+    lr_scale: float = Field(default=1.0, gt=0.0)  # factor of the noam schedule
+    min_lr: float = Field(default=0.0, ge=0.0)  # where cosine ends
+    warmup_steps: int = Field(default=4000, ge=0)  # updates of warmup, every schedule
 
     # Budgets: whichever comes first.
     max_steps: int | None = Field(default=None, gt=0)
-    max_epochs: int | None = Field(default=None, gt=0)
+    max_epochs: int | None = Field(default=None, gt=0)  # passes over the training split
     max_train_tokens: int | None = Field(default=None, gt=0)  # target tokens, all workers
     max_train_flops: float | None = Field(default=None, gt=0)  # counted, stages/train/flops.py
     max_wall_time: float | None = Field(default=None, gt=0)  # seconds of training
@@ -69,8 +70,8 @@ class TrainConfig(Section):
     # valid_bleu_sentences of it, or all) and a fixed random subset of train_bleu_sentences
     # training pairs, and score both with sacreBLEU (BLEU and chrF). None: off.
     valid_bleu_every: int | None = Field(default=None, gt=0)
-    valid_bleu_sentences: int | None = Field(default=None, gt=0)
-    train_bleu_sentences: int = Field(default=500, ge=0)
+    valid_bleu_sentences: int | None = Field(default=None, gt=0)  # the first N valid sentences; None: all
+    train_bleu_sentences: int = Field(default=500, ge=0)  # training pairs decoded beside them (0: none)
     valid_bleu_beam: int = Field(default=1, gt=0)  # 1: greedy
     valid_bleu_batch_size: int = Field(default=64, gt=0)  # sentences per decoding batch
     # What picks best.pt and what early stopping watches: the valid loss (every
@@ -78,11 +79,11 @@ class TrainConfig(Section):
     best_metric: Literal["valid_loss", "valid_bleu"] = "valid_loss"
     early_stopping_patience: int | None = Field(default=None, gt=0)  # validations of best_metric without improvement
     checkpoint_every: int = Field(default=1000, gt=0)  # steps
-    keep_checkpoints: int = Field(default=5, gt=0)
+    keep_checkpoints: int = Field(default=5, gt=0)  # the newest N stay in the artifact
     # The final model averages the last N checkpoints (the paper averaged 5, section 6.1).
     average_last: int = Field(default=1, gt=0)
     log_every: int = Field(default=10, gt=0)  # steps between logged metrics
-    seed: int = 1
+    seed: int = 1  # initial weights, batch order, dropout, the BLEU sample
     # Peak FLOP/s of one worker's device, for MFU and the "time x peak" FLOPs. Default:
     # the datasheet of a known GPU, else measured by a matmul probe on each worker
     # (pipeline/peak_flops.py); set it only to override those.
