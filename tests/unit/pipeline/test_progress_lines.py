@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-from pipeline.progress_lines import PROGRESS_ENV, LineProgress, choose_progress_style, lines_wanted
+from pipeline.progress_lines import (
+    PROGRESS_ENV,
+    LineProgress,
+    choose_progress_style,
+    lines_wanted,
+)
 
 
 def test_a_line_gives_count_share_rate_over_the_whole_time_and_eta():
