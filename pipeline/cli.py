@@ -12,6 +12,7 @@ import typer
 from rich.logging import RichHandler
 
 from pipeline.commands.output import console
+from pipeline.hardware import Precision
 from stages.inference.search import DEFAULT_SEARCH
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
@@ -19,7 +20,6 @@ app = typer.Typer(add_completion=False, no_args_is_help=True,
 
 ConfigArg = typer.Argument(..., help="Experiment YAML file (configs/*.yaml).")
 SetOpt = typer.Option([], "--set", help="Override a config key, e.g. --set tokenize.shards=8 (repeatable).")
-Precision = Literal["auto", "fp32", "bf16", "fp16"]
 STAGE_NAMES = "download, clean, bpe, tokenize, train (every model's), train/MODEL, evaluate/MODEL, report"
 RootOpt = typer.Option(None, "--artifact-root", envvar="NMT_ARTIFACT_ROOT",
                        help="Artifact store: a path, or an object store URI such as "

@@ -28,10 +28,14 @@ import functools
 import os
 import time
 from dataclasses import asdict, dataclass
+from typing import Literal, get_args
 
 # "0" (or "false", "off", "no"): treat this CPU as lacking native bf16.
 CPU_BF16_ENV = "NMT_CPU_BF16"
-PRECISIONS = ("auto", "fp32", "bf16", "fp16")
+# What train.precision, evaluate.precision and --precision accept: one type, so config
+# checks, --help and resolve_precision list the same values.
+Precision = Literal["auto", "fp32", "bf16", "fp16"]
+PRECISIONS = get_args(Precision)
 
 
 class HardwareError(ValueError):

@@ -76,7 +76,7 @@ class Stage:
     @property
     def group(self) -> str:
         """``train`` for ``train/<model>``; a stage's own name otherwise."""
-        return self.name.split("/", 1)[0]
+        return group_of(self.name)
 
 
     @classmethod
@@ -87,8 +87,12 @@ class Stage:
         to the files it reads of that artifact."""
         reads = getattr(package, "READS", {})
         return cls(name=name, run=package.run, config_of=config_of, version=package.VERSION, upstream=upstream,
-                   reads={stage: reads[stage.split("/", 1)[0]] for stage in upstream
-                          if stage.split("/", 1)[0] in reads},
+                   reads={stage: reads[group_of(stage)] for stage in upstream if group_of(stage) in reads},
                    resumable=getattr(package, "RESUMABLE", False), fingerprint=getattr(package, "fingerprint", None),
                    task_cpus=getattr(package, "TASK_CPUS", 1), mlflow_files=getattr(package, "MLFLOW_FILES", ()),
                    preflight=getattr(package, "preflight", None), resources=getattr(package, "RESOURCES", None))
+
+
+def group_of(stage: str) -> str:
+    """``train`` for ``train/<model>``; a stage's own name otherwise."""
+    return stage.split("/", 1)[0]

@@ -74,9 +74,6 @@ class TranslateRequest(SearchSettings):
             raise ValueError(f"beam_size ({self.beam_size}) exceeds this service's limit of {MAX_BEAM}")
         return self
 
-    def search(self) -> SearchSettings:
-        return SearchSettings(**{name: getattr(self, name) for name in SearchSettings.model_fields})
-
 
 class Hypothesis(BaseModel):
     text: str
@@ -164,13 +161,13 @@ class TranslationService:
                 raise HTTPException(413, f"sentences[{index}] is {len(ids)} tokens long: at most "
                                          f"{self.settings.max_input_tokens}")
         try:
-            found = await self.batcher.submit(Job(sources, request.search())) if sources else []
+            found = await self.batcher.submit(Job(sources, request.search_settings())) if sources else []
         except DecodeProcessExited as error:  # Ray Serve's health check will replace this replica
             raise HTTPException(503, f"{error}; retry: this replica is being replaced") from None
         translations = [Translation(text="", score=0.0, nbest=[Hypothesis(text="", score=0.0)])
                         for _ in request.sentences]  # a blank line translates to a blank line
         for index, hypotheses in zip(present, found):
-            nbest = [Hypothesis(text=found.text, score=found.hypothesis.score) for found in hypotheses]
+            nbest = [Hypothesis(text=candidate.text, score=candidate.hypothesis.score) for candidate in hypotheses]
             translations[index] = Translation(text=nbest[0].text, score=nbest[0].score, nbest=nbest)
         return TranslateResponse(translations=translations)
 

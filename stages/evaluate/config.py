@@ -23,10 +23,6 @@ class EvaluateConfig(SearchSettings):
     batch_size: int = Field(default=64, gt=0)  # sentences per decoding batch
     shards: int = Field(default=2, gt=0)  # parallel tasks the split is cut into, one CPU each
 
-    def search(self) -> SearchSettings:
-        """The search part alone, as the translator takes it."""
-        return SearchSettings(**{name: getattr(self, name) for name in SearchSettings.model_fields})
-
 
 class EvaluateStageConfig(Section):
     """An evaluate stage's slice: which trained model, and how to search and score."""

@@ -44,7 +44,7 @@ def decode_part(job: DecodeJob) -> Decoded:
     hardware = {"precision": precision, "device": device.kind, "device_name": device.name,
                 "device_capability": device.capability, "threads": threads}
     translator = Translator.from_file(weights_file(job.fetch_model(), settings.weights), settings.device, precision)
-    search = settings.search()
+    search = settings.search_settings()
     bar = job.progress(total=len(job.lines) * (2 if settings.greedy else 1), desc=job.label, unit="sent")
     started = time.perf_counter()
     beam = translator.translate(job.lines, search, settings.batch_size, bar.update)

@@ -8,10 +8,9 @@ loading import it.
 
 from __future__ import annotations
 
-from typing import Literal
-
 from pydantic import Field, model_validator
 
+from pipeline.hardware import Precision
 from pipeline.section import Section
 
 
@@ -32,7 +31,7 @@ class SearchSettings(Section):
     min_length: int = Field(default=1, ge=0, description="Tokens before EOS may end a hypothesis.")
     # auto: bf16 where the device runs it natively, else fp32; fp16 on older GPUs
     # (pipeline/hardware.py), resolved on the device that decodes. bf16 and fp16 are autocast.
-    precision: Literal["auto", "fp32", "bf16", "fp16"] = Field(default="auto", description="Autocast precision.")
+    precision: Precision = Field(default="auto", description="Autocast precision.")
     device: str = Field(default="cpu", pattern=r"^(cpu|cuda(:\d+)?)$", description="cpu, cuda, cuda:1, ...")
 
     @model_validator(mode="after")
@@ -42,6 +41,11 @@ class SearchSettings(Section):
         if self.precision == "fp16" and not self.device.startswith("cuda"):
             raise ValueError("precision fp16 needs a cuda device; on a CPU use auto, bf16 or fp32")
         return self
+
+    def search_settings(self) -> SearchSettings:
+        """Just the search settings, of a section that extends them (the evaluate config,
+        the service's request): what the translator and the decode pool take."""
+        return SearchSettings(**{name: getattr(self, name) for name in SearchSettings.model_fields})
 
 
 DEFAULT_SEARCH = SearchSettings()

@@ -7,6 +7,7 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
+from pipeline.hardware import Precision
 from pipeline.section import Section
 from stages.models.spec import ModelSpec
 
@@ -32,7 +33,7 @@ class TrainConfig(Section):
     # auto: what the worker's device runs fast (pipeline/hardware.py): bf16 on GPUs that
     # have it and on CPUs with AMX or AVX512-BF16, fp16 on older GPUs, else fp32.
     # bf16 is autocast on a CPU and DeepSpeed's bf16 mode on a GPU; fp16 is GPU only.
-    precision: Literal["auto", "fp32", "bf16", "fp16"] = "auto"
+    precision: Precision = "auto"
     # DeepSpeed ZeRO: 1 shards the optimizer states, 2 also the gradients, 3 also the weights.
     zero_stage: int = Field(default=0, ge=0, le=3)
     # torch.compile the model's forward (dynamic shapes). Pays a compilation at the start
