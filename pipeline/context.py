@@ -15,7 +15,7 @@ train; None for the others.
 from __future__ import annotations
 
 import functools
-from collections import deque
+from collections import Counter, deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Generic, Iterable, Iterator, TypeVar
@@ -117,9 +117,16 @@ class RayTasks:
     its SPREAD policy does not spread short tasks: the owner hands each next task of the
     same kind to a worker it already leased, so the first node to start a worker can
     drain the whole queue while the others are still starting theirs. Each task is
-    therefore given a node in turn, round robin over the nodes that have the resources
-    it asks for. The affinity is soft and spills: a task whose node died or is busy
-    runs on another one rather than wait.
+    therefore given a node in turn, round robin over the live nodes that have the
+    resources it asks for: to the one it has sent fewest tasks so far, among those that
+    have the resources free right now if any do.
+
+    A CPU task waits for its node while that node lives (soft affinity without
+    spilling): its node's earlier tasks are seconds long, and letting it spill to
+    whichever node Ray's possibly stale view calls free put every task of a stage on one
+    node now and then. A task whose node dies runs elsewhere. A GPU task does spill: a
+    GPU held by a training run stays held for hours, and a decode shard should not wait
+    for it while another node's GPU is idle.
 
     ``submit`` returns ObjectRefs; passing one to another ``submit`` hands the value
     over from node to node without passing through the caller. The caller's CPU is
@@ -127,18 +134,20 @@ class RayTasks:
     """
 
     def __init__(self) -> None:
-        self.submitted = 0
+        self.sent: Counter[str] = Counter()  # node ID -> tasks given it so far
 
     def submit(self, fn: Callable, *args, num_returns: int = 1, gpus: float = 0) -> Any:
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         nodes = _nodes_with(cpus=1, gpus=gpus)
-        if nodes:
-            node = nodes[self.submitted % len(nodes)]
-            strategy = NodeAffinitySchedulingStrategy(node, soft=True, _spill_on_unavailable=True)
+        free = [node for node in nodes if node in _nodes_free(cpus=1, gpus=gpus)]
+        targets = free or nodes
+        if targets:
+            node = min(targets, key=lambda node: self.sent[node])  # the first of those sent fewest
+            self.sent[node] += 1
+            strategy = NodeAffinitySchedulingStrategy(node, soft=True, _spill_on_unavailable=gpus > 0)
         else:  # no node has them now (an autoscaler may add one): let Ray wait for it
             strategy = "SPREAD"
-        self.submitted += 1
         return _remote(fn).options(num_cpus=1, num_gpus=gpus, num_returns=num_returns,
                                    scheduling_strategy=strategy).remote(*args)
 
@@ -161,6 +170,18 @@ def _nodes_with(cpus: float, gpus: float) -> list[str]:
     return sorted(node["NodeID"] for node in ray.nodes()
                   if node["Alive"] and node["Resources"].get("CPU", 0) >= cpus
                   and node["Resources"].get("GPU", 0) >= gpus)
+
+
+def _nodes_free(cpus: float, gpus: float) -> set[str]:
+    """The IDs of the nodes with at least these resources unused now, as the GCS last
+    heard; empty where Ray does not say (the call is not public API)."""
+    try:
+        from ray._private.state import available_resources_per_node
+
+        return {node for node, free in available_resources_per_node().items()
+                if free.get("CPU", 0) >= cpus and free.get("GPU", 0) >= gpus}
+    except Exception:  # a Ray without it: plain round robin over the live nodes
+        return set()
 
 
 @functools.cache

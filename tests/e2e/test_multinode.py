@@ -34,6 +34,8 @@ import pytest
 import requests
 import yaml
 
+from pipeline.config import load_config
+from stages.train.checkpointer import complete_checkpoints
 from tests.helpers import shipped_config
 from tests.mlflow_server import MlflowServer
 from tests.ray_cluster import LocalRayCluster
@@ -86,16 +88,23 @@ def start_nmt(workdir: Path, root: str, config: Path, cluster, s3, mlflow_server
 
 
 def wait_for_checkpoint(fs: pafs.FileSystem, prefix: str, process: subprocess.Popen, workdir: Path,
-                        timeout: float = 300) -> None:
-    """Until a train stage has persisted a complete checkpoint under ``prefix`` in the store."""
+                        config: Path, timeout: float = 300) -> None:
+    """Until a train stage has persisted a complete checkpoint under ``prefix`` in the
+    store: every worker's DeepSpeed files and rank 0's progress, as a resuming run
+    requires (``checkpointer.complete_checkpoints``). Rank 0's ``progress.json`` alone can
+    land before the other rank's shard, and a run killed then must start over."""
+    training = load_config(config).train
     deadline = time.time() + timeout
     while time.time() < deadline:
         assert process.poll() is None, f"nmt run ended early: {(workdir / 'stderr.txt').read_text()[-3000:]}"
         listing = fs.get_file_info(pafs.FileSelector(prefix, recursive=True, allow_not_found=True))
-        if any(re.search(r"/train/.*\.partial/.*/checkpoint_[^/]*/progress\.json$", info.path) for info in listing):
+        partial = {match.group(1) for info in listing
+                   if (match := re.search(r"^(.*/train/[^/]+/[^/]+\.partial)/.*/checkpoint_[^/]*/progress\.json$",
+                                          info.path))}
+        if any(complete_checkpoints(run, training.workers, training.zero_stage, fs) for run in partial):
             return
         time.sleep(1)
-    raise AssertionError("no checkpoint reached the store in time")
+    raise AssertionError("no complete checkpoint reached the store in time")
 
 
 def train_worker_nodes(cluster: LocalRayCluster) -> set[str]:
@@ -145,7 +154,7 @@ def test_a_worker_node_killed_during_training_is_survived(cluster, s3, mlflow_se
     started = time.time()
     run = start_nmt(tmp_path / "run", s3.uri(f"{BUCKET}/uninterrupted"), config_file, cluster, s3, mlflow_server,
                     multi30k)
-    wait_for_checkpoint(fs, f"{BUCKET}/uninterrupted", run, tmp_path / "run")
+    wait_for_checkpoint(fs, f"{BUCKET}/uninterrupted", run, tmp_path / "run", config_file)
     nodes = train_worker_nodes(cluster)
     assert len(nodes) == 2, f"the two train workers should run on two nodes, found {nodes}"
     cluster.kill_node(sorted(nodes)[0])
@@ -178,7 +187,7 @@ def test_a_killed_driver_resumes_from_the_stored_checkpoint_in_a_new_run(cluster
                                                                           multi30k, tmp_path):
     fs, root = s3.filesystem(), s3.uri(f"{BUCKET}/resumed")
     first = start_nmt(tmp_path / "first", root, config_file, cluster, s3, mlflow_server, multi30k)
-    wait_for_checkpoint(fs, f"{BUCKET}/resumed", first, tmp_path / "first")
+    wait_for_checkpoint(fs, f"{BUCKET}/resumed", first, tmp_path / "first", config_file)
     os.killpg(first.pid, signal.SIGKILL)
     first.wait()
     done_before = set(committed(fs, f"{BUCKET}/resumed"))
