@@ -31,7 +31,7 @@ def from_config(config: ExperimentConfig, store: ArtifactStore) -> Gathered:
 
     planned = plan(config, store)
     gathered = Gathered(config.name)
-    for model in config.models:
+    for model in config.trained_models():
         trained = find_stage(planned, train_stage(model.name))
         evaluation = find_stage(planned, evaluate_stage(model.name))
         if trained.status.state != ArtifactState.CACHED:
@@ -44,7 +44,8 @@ def from_config(config: ExperimentConfig, store: ArtifactStore) -> Gathered:
         # The train artifact's checkpoints are not needed: read only its small files.
         history = store.read_files(trained.stage.name, trained.key, (CURVE_FILE,))[CURVE_FILE]
         record, curve = records.from_reports(model.name, store.read_manifest(trained.stage.name, trained.key),
-                                             parse_curve(history.decode("utf-8")), evaluation_manifest)
+                                             parse_curve(history.decode("utf-8")), evaluation_manifest,
+                                             model.run_of)
         gathered.rows.append(record)
         gathered.curves[model.name] = curve
     return gathered
@@ -103,7 +104,10 @@ def merge(sources: list[Gathered]) -> tuple[list[dict], dict[str, list[dict]]]:
             copy = 2
             while name in curves:  # the same source given twice
                 name, copy = f"{base}#{copy}", copy + 1
-            rows.append({**row, "name": name})
+            # A renamed run's model is renamed too: runs of two experiments' models that
+            # share a name are not seeds of one model.
+            model = row.get("model") or row["name"]
+            rows.append({**row, "name": name, "model": model if name == row["name"] else f"{source.label}/{model}"})
             curves[name] = source.curves.get(row["name"], [])
     return rows, curves
 

@@ -49,12 +49,20 @@ class ExperimentConfig(Section):
     train: TrainConfig | None = None  # how every model is trained; needed once there are models
     evaluate: EvaluateConfig = EvaluateConfig()  # how every model is decoded and scored
     models: list[ModelSpec] = []  # the models trained and compared, one train and evaluate stage each
+    # Train every model once per seed (train.seed), each run its own artifact named after
+    # the model and seed (transformer_tiny.s2); the report gives each model's mean,
+    # standard deviation and every seed's score. []: one run per model, train.seed.
+    seeds: list[int] = []
+    # Train every model at each of these budgets of counted training FLOPs
+    # (train.max_train_flops), each run named after the model and budget (rnn_tiny.3e13);
+    # the report fits quality against compute per family. []: the train section's budget.
+    budgets: list[float] = []
 
     @model_validator(mode="after")
     def _models_need_a_train_section(self) -> ExperimentConfig:
         if self.models and self.train is None:
             raise ValueError("'models' are listed but there is no 'train' section with a budget")
-        for model in self.models:
+        for model in self.trained_models():
             try:
                 self.train_stage_config(model)
             except ValidationError as error:
@@ -70,8 +78,27 @@ class ExperimentConfig(Section):
     def evaluate_stage_config(self, model: ModelSpec) -> EvaluateStageConfig:
         return EvaluateStageConfig(model=model.name, evaluate=self.evaluate)
 
+    def trained_models(self) -> list[ModelSpec]:
+        """The runs the graph trains: each of ``models`` once per budget and seed, the
+        budget and seed set in its train overrides and named in its name. Without
+        ``seeds`` and ``budgets``, ``models`` itself: adding either later leaves the
+        runs already trained under other names untouched."""
+        runs = []
+        for model in self.models:
+            for budget in self.budgets or [None]:
+                for seed in self.seeds or [None]:
+                    name, train = model.name, dict(model.train)
+                    if budget is not None:
+                        name, train["max_train_flops"] = f"{name}.{budget_label(budget)}", budget
+                    if seed is not None:
+                        name, train["seed"] = f"{name}.s{seed}", seed
+                    runs.append(model if name == model.name else
+                                model.model_copy(update={"name": name, "train": train, "run_of": model.name}))
+        return runs
+
     def report_stage_config(self) -> ReportStageConfig:
-        return ReportStageConfig(experiment=self.name, models=[model.name for model in self.models])
+        return ReportStageConfig(experiment=self.name, models=[run.name for run in self.trained_models()],
+                                 run_of={run.name: run.run_of for run in self.trained_models() if run.run_of})
 
     @field_validator("models")
     @classmethod
@@ -82,10 +109,25 @@ class ExperimentConfig(Section):
             raise ValueError(f"model names must be unique; repeated: {', '.join(duplicates)}")
         return value
 
+    @field_validator("seeds", "budgets")
+    @classmethod
+    def _distinct(cls, value: list, info: ValidationInfo) -> list:
+        if len(set(value)) != len(value):
+            raise ValueError(f"{info.field_name} must be distinct; got {value}")
+        if info.field_name == "budgets" and any(budget <= 0 for budget in value):
+            raise ValueError(f"budgets are counted training FLOPs, each above 0; got {value}")
+        return value
+
     @field_validator("mirrors")
     @classmethod
     def _resolve_mirrors(cls, value: list[str], info: ValidationInfo) -> list[str]:
         return [resolve_path(entry, info) for entry in value]
+
+
+def budget_label(flops: float) -> str:
+    """A FLOPs budget as run names show it: 3.5e13 -> "3.5e13", 1e14 -> "1e14"."""
+    mantissa, exponent = f"{flops:.2e}".split("e")
+    return f"{mantissa.rstrip('0').rstrip('.')}e{int(exponent)}"
 
 
 # --------------------------------------------------------------------------- loading

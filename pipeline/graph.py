@@ -39,16 +39,17 @@ DATA_STAGES = (
 
 def pipeline_stages(config: ExperimentConfig) -> tuple[Stage, ...]:
     """The stages of a config, in an order where every stage follows its upstream.
-    After tokenization the graph fans out, one train and one evaluate stage per model,
-    and joins again in the report."""
-    if not config.models:
+    After tokenization the graph fans out, one train and one evaluate stage per trained
+    run (a model, or each of its seeds and budgets), and joins again in the report."""
+    runs = config.trained_models()
+    if not runs:
         return DATA_STAGES
     training = tuple(Stage.of(train, train_stage(model.name), functools.partial(_train_slice, model),
                               upstream=("tokenize",))
-                     for model in config.models)
+                     for model in runs)
     evaluation = tuple(Stage.of(evaluate, evaluate_stage(model.name), functools.partial(_evaluate_slice, model),
                                 upstream=("clean", train_stage(model.name)))
-                       for model in config.models)
+                       for model in runs)
     reporting = Stage.of(report, "report", ExperimentConfig.report_stage_config,
                          upstream=tuple(stage.name for stage in training + evaluation))
     return DATA_STAGES + training + evaluation + (reporting,)

@@ -141,7 +141,7 @@ def trained_artifact(config_file: Path, model_name: str | None, artifact_root: s
     from stages.names import train_stage
 
     experiment = load_experiment(config_file, [])
-    names = [spec.name for spec in experiment.models]
+    names = [spec.name for spec in experiment.trained_models()]
     if model_name not in names:
         fail(f"{config_file}: pick a model with --model: {', '.join(names)}", 2)
     store = open_store(experiment, artifact_root)

@@ -22,6 +22,10 @@ class ModelSpec(Section):
     preset: str = "small"  # a named size of the family (presets.py): tiny, small, base, big, ...
     settings: dict[str, Any] = {}  # hyperparameters over the preset's (d_model, layers, dropout, ...)
     train: dict[str, Any] = {}  # train keys for this model only (lr, warmup_steps, ...)
+    # Set by the experiment's seeds and budgets, not in a config: the configured model
+    # this run is one of (its name without the budget and seed suffixes). Left out
+    # of keys and manifests: the run's name and train overrides already say it.
+    run_of: str | None = Field(default=None, exclude=True)
 
     @model_validator(mode="after")
     def _preset_and_settings_exist(self) -> ModelSpec:

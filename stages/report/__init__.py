@@ -1,12 +1,16 @@
 """report: every model of the experiment side by side, the classic comparison table.
 
-One row per model (``records.FIELDS``): parameters, training tokens, time and
+One row per trained run (``records.FIELDS``): parameters, training tokens, time and
 device-hours, training FLOPs counted three ways, achieved FLOP/s and MFU, best valid
-perplexity, BLEU and chrF greedy and with the beam, decoding speed. Written as
+perplexity, BLEU and chrF greedy and with the beam, decoding speed. Then the comparison
+(``comparison.py``): each model's seeds together (mean, standard deviation), 95%
+confidence intervals and paired significance tests by sacreBLEU, and per family a power
+law of BLEU against training FLOPs when the experiment has several budgets. Written as
 ``report.md``, ``report.html``, ``report.csv`` and ``report.json`` (which also holds
-each model's validation curve), with PNG plots: BLEU against training FLOPs, and
-validation loss against training FLOPs and against wall time. ``nmt report`` writes
-the same files for models gathered from several configs or MLflow runs.
+each model's validation curve and the comparison), with PNG plots: BLEU against
+training FLOPs, the frontier, and validation loss against training FLOPs and against
+wall time. ``nmt report`` writes the same files for models gathered from several
+configs or MLflow runs.
 """
 
 from __future__ import annotations
@@ -18,34 +22,48 @@ from stages.names import EVALUATE, TRAIN, evaluate_stage, train_stage
 from stages.report import records
 from stages.report.config import ReportStageConfig
 
-# 4: lowercased BLEU and best valid BLEU columns, BLEU curves during training
-VERSION = 4
-# The files of each upstream artifact a record reads (besides its manifest): never
-# the train stage's checkpoints.
-READS = {TRAIN: ("metrics.jsonl",), EVALUATE: ()}
+# 5: seeds, confidence intervals, paired significance tests and the compute frontier
+VERSION = 5
+# The files of each upstream artifact the report reads (besides its manifest): never
+# the train stage's checkpoints; of an evaluation, what the significance tests score.
+READS = {TRAIN: ("metrics.jsonl",), EVALUATE: ("hypotheses.txt", "reference.txt")}
 MLFLOW_FILES = ("report.*", "*.png")
 
 
 def run(inputs: dict[str, Path], config: ReportStageConfig, output: Path, ctx: StageContext) -> dict:
-    rows, curves = [], {}
+    rows, curves, outputs = [], {}, {}
     for name in config.models:
-        record, curve = records.from_artifacts(name, inputs[train_stage(name)], inputs.get(evaluate_stage(name)))
+        evaluation = inputs.get(evaluate_stage(name))
+        record, curve = records.from_artifacts(name, inputs[train_stage(name)], evaluation, config.run_of.get(name))
         rows.append(record)
         curves[name] = curve
-    write_report(rows, curves, output, config.experiment)
+        if evaluation is not None:
+            outputs[name] = (_lines(evaluation / "hypotheses.txt"), _lines(evaluation / "reference.txt"))
+    write_report(rows, curves, output, config.experiment, outputs)
     return {"models": len(rows)}
 
 
-def write_report(rows: list[dict], curves: dict[str, list[dict]], output: Path, title: str) -> list[Path]:
-    """The report's files in ``output``; any subset of models renders."""
-    # Imported here: pandas and matplotlib load only when a report is written.
+def write_report(rows: list[dict], curves: dict[str, list[dict]], output: Path, title: str,
+                 outputs: dict[str, tuple[list[str], list[str]]] | None = None) -> list[Path]:
+    """The report's files in ``output``; any subset of models renders. ``outputs`` (run
+    name -> hypotheses and references) adds intervals and significance tests."""
+    # Imported here: pandas, matplotlib and sacreBLEU load only when a report is written.
     from stages.report import tables
+    from stages.report.comparison import compare
     from stages.report.plots import write_plots
 
     output.mkdir(parents=True, exist_ok=True)
-    plots = write_plots(rows, curves, output, title)
-    tables.write_json(rows, curves, output / "report.json", title)
+    comparison = compare(rows, outputs or {})
+    plots = write_plots(rows, curves, output, title, comparison)
+    tables.write_json(rows, curves, output / "report.json", title, comparison)
     tables.write_csv(rows, output / "report.csv")
-    (output / "report.md").write_text(tables.markdown(rows, title, plots), encoding="utf-8")
-    (output / "report.html").write_text(tables.html_page(rows, title, plots), encoding="utf-8")
+    (output / "report.md").write_text(tables.markdown(rows, title, plots, comparison), encoding="utf-8")
+    (output / "report.html").write_text(tables.html_page(rows, title, plots, comparison), encoding="utf-8")
     return [output / name for name in ("report.md", "report.html", "report.csv", "report.json", *plots)]
+
+
+def _lines(path: Path) -> list[str]:
+    # One sentence per "\n"-ended line (evaluate writes them so); not splitlines, which
+    # would also cut at the Unicode line separators a sentence may hold.
+    text = path.read_text(encoding="utf-8")
+    return text[:-1].split("\n") if text else []

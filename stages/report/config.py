@@ -9,4 +9,7 @@ class ReportStageConfig(Section):
     """The report stage's slice: the experiment and its models, in config order."""
 
     experiment: str
-    models: list[str]
+    models: list[str]  # the trained runs, as train/<name> and evaluate/<name> name them
+    # A run's configured model, for runs made by the experiment's seeds or budgets: the
+    # report groups the seeds of one model and draws one line per family over budgets.
+    run_of: dict[str, str] = {}

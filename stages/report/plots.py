@@ -16,15 +16,20 @@ BLEU_VS_FLOPS = "bleu_vs_flops.png"
 LOSS_VS_FLOPS = "valid_loss_vs_flops.png"
 LOSS_VS_TIME = "valid_loss_vs_time.png"
 BLEU_CURVES = "bleu_curves.png"
+FRONTIER = "frontier.png"
 
 
-def write_plots(records: list[dict], curves: dict[str, list[dict]], directory: Path, title: str) -> list[str]:
+def write_plots(records: list[dict], curves: dict[str, list[dict]], directory: Path, title: str,
+                comparison: dict | None = None) -> list[str]:
     """The PNG files written into ``directory``, by name."""
     written = []
     evaluated = [record for record in records if record.get("bleu") is not None]
     if evaluated:
         _bleu_vs_flops(evaluated, directory / BLEU_VS_FLOPS, title)
         written.append(BLEU_VS_FLOPS)
+    if comparison and comparison["frontier"]:
+        _save(frontier_figure(comparison, title), directory / FRONTIER)
+        written.append(FRONTIER)
     if any(curves.get(record["name"]) for record in records):
         _curves(records, curves, "train_flops", "training FLOPs (counted)", directory / LOSS_VS_FLOPS, title)
         _curves(records, curves, "train_seconds", "training time (s)", directory / LOSS_VS_TIME, title)
@@ -33,6 +38,41 @@ def write_plots(records: list[dict], curves: dict[str, list[dict]], directory: P
         _bleu_curves(records, curves, directory / BLEU_CURVES, title)
         written.append(BLEU_CURVES)
     return written
+
+
+def frontier_figure(comparison: dict, title: str):
+    """BLEU against training FLOPs on log axes: each model's mean over seeds at each
+    budget (bars: one standard deviation), and one line per family, its fitted power
+    law, solid over the measured FLOPs and dashed where it extrapolates (to 4x)."""
+    import numpy as np
+
+    figure, axes = plt.subplots(figsize=(6.4, 4.4))
+    for row in comparison["frontier"]:
+        family = row["family"]
+        groups = [group for group in comparison["groups"] if group["family"] == family and group["bleu"]["mean"]]
+        flops = [group["train_flops"] for group in groups]
+        means = [group["bleu"]["mean"] for group in groups]
+        spread = [group["bleu"]["std"] or 0.0 for group in groups]
+        marker = MARKERS.get(family, "D")
+        (line,) = axes.plot(*_law_points(row, row["valid_from"], row["valid_to"], np), label=f"{family}: "
+                            f"BLEU ∝ FLOPs^{row['b']:.2f}")
+        axes.errorbar(flops, means, yerr=spread, fmt=marker, color=line.get_color(), capsize=0)
+        for start, end in ((row["valid_from"] / 4, row["valid_from"]), (row["valid_to"], row["valid_to"] * 4)):
+            axes.plot(*_law_points(row, start, end, np), linestyle="--", color=line.get_color(), alpha=0.5,
+                      label="_extrapolated")
+    axes.set_xscale("log")
+    axes.set_yscale("log")
+    axes.set_xlabel("training FLOPs (counted)")
+    axes.set_ylabel("BLEU (beam; mean over seeds)")
+    axes.set_title(title)
+    axes.grid(True, which="both", alpha=0.3)
+    axes.legend(fontsize=8)
+    return figure
+
+
+def _law_points(row: dict, start: float, end: float, np):
+    flops = np.geomspace(start, end, 20)
+    return flops, row["a"] * flops ** row["b"]
 
 
 def _bleu_vs_flops(records: list[dict], path: Path, title: str) -> None:

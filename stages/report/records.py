@@ -16,7 +16,7 @@ from stages.train.artifact import read_curve
 
 # The fields of report.json and report.csv, in column order.
 FIELDS = (
-    "name", "family", "preset", "parameters", "non_embedding_parameters", "steps", "stop_reason", "train_tokens",
+    "name", "model", "seed", "budget", "family", "preset", "parameters", "non_embedding_parameters", "steps", "stop_reason", "train_tokens",
     "train_seconds", "workers", "device_hours", "train_flops", "train_flops_6nd", "train_flops_paper",
     "flops_per_second", "mfu", "best_valid_ppl", "best_valid_bleu", "bleu", "bleu_lc", "chrf", "greedy_bleu",
     "greedy_bleu_lc", "greedy_chrf", "beam_size",
@@ -27,8 +27,11 @@ FIELDS = (
 )
 
 
-def model_record(name: str, train_config: dict, train_metrics: dict, eval_metrics: dict | None) -> dict:
-    """A model's row: training costs three ways, quality, and decoding speed.
+def model_record(name: str, train_config: dict, train_metrics: dict, eval_metrics: dict | None,
+                 run_of: str | None = None) -> dict:
+    """A trained run's row: training costs three ways, quality, and decoding speed.
+    ``model`` is the configured model it is a run of (``run_of``, else its own name),
+    ``seed`` and ``budget`` its train.seed and train.max_train_flops.
 
     ``train_flops_paper`` is the estimate of Vaswani et al. (2017), table 2: training
     time x devices x the device's peak FLOP/s, the peak the run used (measured, from a
@@ -40,7 +43,8 @@ def model_record(name: str, train_config: dict, train_metrics: dict, eval_metric
     peak_source = train_metrics.get("peak_source") or ("config" if peak else None)
     evaluation = eval_metrics or {}
     record = {
-        "name": name, "family": model["family"], "preset": model["preset"],
+        "name": name, "model": run_of or name, "seed": training.get("seed"),
+        "budget": training.get("max_train_flops"), "family": model["family"], "preset": model["preset"],
         "parameters": train_metrics["parameters"],
         "non_embedding_parameters": train_metrics["non_embedding_parameters"],
         "steps": train_metrics["steps"], "stop_reason": train_metrics.get("stop_reason"),
@@ -85,16 +89,17 @@ def validation_curve(rows: list[dict]) -> list[dict]:
             for row in rows if any(field in row for field in CURVE_FIELDS)]
 
 
-def from_artifacts(name: str, train_dir: Path, eval_dir: Path | None) -> tuple[dict, list[dict]]:
-    """(record, validation curve) of a model from its train and evaluate artifacts."""
+def from_artifacts(name: str, train_dir: Path, eval_dir: Path | None,
+                   run_of: str | None = None) -> tuple[dict, list[dict]]:
+    """(record, validation curve) of a run from its train and evaluate artifacts."""
     return from_reports(name, read_local_manifest(train_dir), read_curve(train_dir),
-                        read_local_manifest(eval_dir) if eval_dir else None)
+                        read_local_manifest(eval_dir) if eval_dir else None, run_of)
 
 
 def from_reports(name: str, train_report: dict, train_curve: list[dict],
-                 eval_report: dict | None) -> tuple[dict, list[dict]]:
+                 eval_report: dict | None, run_of: str | None = None) -> tuple[dict, list[dict]]:
     """The same from any dicts with a stage's ``config`` and ``metrics``: a manifest, or
     the ``stage_report.json`` MLflow keeps."""
     record = model_record(name, train_report["config"], train_report["metrics"],
-                          eval_report["metrics"] if eval_report else None)
+                          eval_report["metrics"] if eval_report else None, run_of)
     return record, validation_curve(train_curve)

@@ -12,6 +12,7 @@ from typing import Callable
 
 import pandas as pd
 
+from stages.report.comparison_tables import sections
 from stages.report.records import FIELDS
 
 
@@ -108,35 +109,47 @@ def hardware_lines(records: list[dict]) -> list[str]:
     return lines
 
 
-def write_json(records: list[dict], curves: dict[str, list[dict]], path: Path, title: str) -> None:
-    path.write_text(json.dumps({"title": title, "fields": list(FIELDS), "models": records, "curves": curves},
-                               indent=2, ensure_ascii=False))
+def write_json(records: list[dict], curves: dict[str, list[dict]], path: Path, title: str,
+               comparison: dict | None = None) -> None:
+    path.write_text(json.dumps({"title": title, "fields": list(FIELDS), "models": records, "curves": curves,
+                                "comparison": comparison}, indent=2, ensure_ascii=False))
 
 
 def write_csv(records: list[dict], path: Path) -> None:
     pd.DataFrame(records, columns=list(FIELDS)).to_csv(path, index=False)
 
 
-def markdown(records: list[dict], title: str, plots: list[str]) -> str:
-    table = display_table(records)
+def _markdown_table(table: pd.DataFrame, left: int) -> str:
     # The cells are formatted already: tabulate must not re-parse "5.00e+13" as a number.
-    align = ["left", "left"] + ["right"] * (len(table.columns) - 2)
-    parts = [f"# {title}", "", table.to_markdown(index=False, disable_numparse=True, colalign=align), ""]
+    align = ["left"] * left + ["right"] * (len(table.columns) - left)
+    return table.to_markdown(index=False, disable_numparse=True, colalign=align)
+
+
+def markdown(records: list[dict], title: str, plots: list[str], comparison: dict | None = None) -> str:
+    parts = [f"# {title}", "", _markdown_table(display_table(records), 2), ""]
     parts += [f"- sacreBLEU {line}" for line in signature_lines(records)]
     parts += [f"- {line}" for line in hardware_lines(records)]
-    parts += ["", NOTES, ""] + [f"![{name}]({name})" for name in plots]
+    parts += ["", NOTES, ""]
+    for section in sections(comparison) if comparison else []:
+        parts += [f"## {section.title}", "", _markdown_table(section.table, section.text_columns), "",
+                  section.note, ""]
+    parts += [f"![{name}]({name})" for name in plots]
     return "\n".join(parts) + "\n"
 
 
-def html_page(records: list[dict], title: str, plots: list[str]) -> str:
+def html_page(records: list[dict], title: str, plots: list[str], comparison: dict | None = None) -> str:
     table = display_table(records).to_html(index=False, border=0, classes="report")
     signatures = "".join(f"<li>sacreBLEU {html.escape(line)}</li>" for line in signature_lines(records))
     signatures += "".join(f"<li>{html.escape(line)}</li>" for line in hardware_lines(records))
+    extra = "".join(f"<h2>{html.escape(section.title)}</h2>"
+                    f"{section.table.to_html(index=False, border=0, classes='report')}"
+                    f"<p>{html.escape(section.note)}</p>"
+                    for section in (sections(comparison) if comparison else []))
     images = "".join(f'<figure><img src="{html.escape(name)}" alt="{html.escape(name)}"></figure>'
                      for name in plots)
     return (f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
             f"<style>{STYLE}</style></head><body><h1>{html.escape(title)}</h1>{table}<ul>{signatures}</ul>"
-            f"<p>{html.escape(NOTES)}</p>{images}</body></html>\n")
+            f"<p>{html.escape(NOTES)}</p>{extra}{images}</body></html>\n")
 
 
 NOTES = ("BLEU: cased, detokenized (the headline); BLEU lc: lowercased, the kind Multi30k papers report; "

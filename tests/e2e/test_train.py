@@ -224,3 +224,41 @@ def test_a_crashed_worker_is_restarted_by_ray_train_from_the_last_checkpoint(tok
     report = json.loads((output / "train_report.json").read_text())
     assert report["metrics"]["restarts"] == 1 and report["metrics"]["steps"] == 40
     assert_same_curve(expected, rows(output))
+
+
+def test_each_seed_is_its_own_artifact_and_a_seed_trained_before_is_a_cache_hit(tokenized, tmp_path, local_ray):
+    """``seeds: [1, 2]`` trains each model twice, under two keys, with different
+    initial weights and batches; growing the list to [2, 1, 3] reuses both."""
+    from pipeline.artifacts import ArtifactState, ArtifactStore
+    from pipeline.config import ExperimentConfig
+    from pipeline.graph import plan
+    from tests.helpers import shipped_config
+
+    raw = shipped_config("smoke.yaml")
+    raw["models"] = [model for model in raw["models"] if model["family"] == "transformer"]
+    raw["train"].update(precision="fp32", max_steps=6, warmup_steps=2, valid_every=3, checkpoint_every=3, log_every=1)
+    raw["train"].pop("max_train_flops", None)
+    store = ArtifactStore(str(tmp_path / "artifacts"))
+
+    def train_runs(seeds: list[int]) -> dict:
+        config = ExperimentConfig.model_validate({**raw, "seeds": seeds})
+        return {item.stage.name: item for item in plan(config, store) if item.stage.group == "train"}
+
+    first = train_runs([1, 2])
+    assert list(first) == ["train/transformer_tiny.s1", "train/transformer_tiny.s2"]
+    assert first["train/transformer_tiny.s1"].key != first["train/transformer_tiny.s2"].key
+    curves = {}
+    for name, item in first.items():
+        staging = store.staging_dir(name, item.key)
+        run_stage(tokenized, item.stage.config_of(ExperimentConfig.model_validate({**raw, "seeds": [1, 2]})),
+                  staging)
+        curves[name] = [row["train_loss"] for row in rows(staging) if "train_loss" in row]
+        store.commit(name, item.key, staging, {"config": {}, "metrics": {}})
+    assert curves["train/transformer_tiny.s1"] != curves["train/transformer_tiny.s2"]
+
+    grown = train_runs([2, 1, 3])
+    assert {name: item.key for name, item in grown.items() if name in first} == \
+           {name: item.key for name, item in first.items()}
+    assert {name: item.status.state for name, item in grown.items()} == {
+        "train/transformer_tiny.s2": ArtifactState.CACHED, "train/transformer_tiny.s1": ArtifactState.CACHED,
+        "train/transformer_tiny.s3": ArtifactState.MISSING}

@@ -111,3 +111,35 @@ def test_how_work_is_spread_is_not_in_the_key_but_what_it_computes_is(tmp_path):
     assert keys("clean.rows_per_task=7") == base
     changed = keys("clean.max_words=60")
     assert changed["download"] == base["download"] and changed["clean"] != base["clean"]
+
+
+def test_seeds_and_budgets_make_one_named_run_per_model_budget_and_seed(tmp_path):
+    from pipeline.artifacts import ArtifactStore
+    from pipeline.graph import plan
+
+    smoke = REPO / "configs" / "smoke.yaml"
+    plain = load_config(smoke)
+    assert plain.trained_models() == plain.models and plain.report_stage_config().run_of == {}
+    swept = load_config(smoke, ["seeds=[1, 2]", "budgets=[1e12, 2.5e12]"])
+    runs = swept.trained_models()
+    assert [run.name for run in runs if run.run_of == "rnn_tiny"] == [
+        "rnn_tiny.1e12.s1", "rnn_tiny.1e12.s2", "rnn_tiny.2.5e12.s1", "rnn_tiny.2.5e12.s2"]
+    trained = swept.train_stage_config(runs[3]).train
+    assert (trained.seed, trained.max_train_flops) == (2, 2.5e12)
+    assert swept.report_stage_config().run_of["transformer_tiny.2.5e12.s1"] == "transformer_tiny"
+
+    # The runs a plain config trains keep their keys: run_of is not part of them.
+    store = ArtifactStore(str(tmp_path / "artifacts"))
+    keys = {item.stage.name: item.key for item in plan(plain, store)}
+    seeded = {item.stage.name: item.key for item in plan(load_config(smoke, ["seeds=[1]"]), store)}
+    assert keys["tokenize"] == seeded["tokenize"] and "train/rnn_tiny" in keys and "train/rnn_tiny.s1" in seeded
+    assert keys["train/rnn_tiny"] != seeded["train/rnn_tiny.s1"]  # another name: another stage
+
+
+@pytest.mark.parametrize(("override", "message"), [
+    ("seeds=[1, 1]", "seeds must be distinct"),
+    ("budgets=[0]", "budgets are counted training FLOPs, each above 0"),
+])
+def test_repeated_seeds_and_empty_budgets_are_refused(override, message):
+    with pytest.raises(ConfigError, match=message):
+        load_config(REPO / "configs" / "smoke.yaml", [override])

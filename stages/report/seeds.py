@@ -1,0 +1,41 @@
+"""The runs of one configured model at one budget, taken together: their seeds' mean,
+standard deviation and each seed's score."""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+
+SCORED = ("bleu", "chrf")  # the record fields summarized over seeds
+
+
+@dataclass(frozen=True)
+class ModelAtBudget:
+    model: str  # the configured model
+    family: str
+    budget: float | None  # train.max_train_flops of its runs
+    runs: tuple[dict, ...]  # the runs' records, by seed
+
+    def summary(self) -> dict:
+        """Per scored field: mean, sample standard deviation (None for one seed) and each
+        seed's value; and the mean training FLOPs the runs used."""
+        row = {"model": self.model, "family": self.family, "budget": self.budget,
+               "seeds": [run.get("seed") for run in self.runs],
+               "train_flops": statistics.fmean(run["train_flops"] for run in self.runs)}
+        for field in SCORED:
+            values = [run[field] for run in self.runs if run.get(field) is not None]
+            row[field] = {"mean": statistics.fmean(values) if values else None,
+                          "std": statistics.stdev(values) if len(values) > 1 else None, "each": values}
+        return row
+
+
+def group_runs(records: list[dict]) -> list[ModelAtBudget]:
+    """The records grouped by configured model and budget, in the order first seen;
+    each group's runs ordered by seed."""
+    groups: dict[tuple, list[dict]] = {}
+    for record in records:
+        # Reports written before runs had a model, seed and budget: each run on its own.
+        groups.setdefault((record.get("model") or record["name"], record.get("budget")), []).append(record)
+    return [ModelAtBudget(model, runs[0]["family"], budget,
+                          tuple(sorted(runs, key=lambda run: run.get("seed") or 0)))
+            for (model, budget), runs in groups.items()]

@@ -1,0 +1,87 @@
+"""The report's comparison: seeds together, intervals and tests between models at one
+budget, and the frontier when there are several budgets."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import random
+from pathlib import Path
+
+import pytest
+
+from stages.report import write_report
+from stages.report.comparison import compare
+from stages.report.records import FIELDS
+
+SAMPLE = Path(__file__).parents[3] / "data" / "multi30k" / "test_2016_flickr.de.gz"
+REFERENCES = gzip.open(SAMPLE, "rt", encoding="utf-8").read().splitlines()[:100]
+
+
+def output(rate: float, seed: int) -> tuple[list[str], list[str]]:
+    """Hypotheses with about ``rate`` of each reference's words dropped, and the references."""
+    generator = random.Random(seed)
+    return [" ".join(w for w in line.split() if generator.random() > rate) or line for line in REFERENCES], REFERENCES
+
+
+def run(model: str, family: str, seed: int, budget: float, bleu: float) -> dict:
+    record = {field: None for field in FIELDS}
+    record.update(name=f"{model}.{budget:.0e}.s{seed}", model=model, family=family, seed=seed, budget=budget,
+                  train_flops=budget * 0.99, bleu=bleu, chrf=bleu + 20, parameters=1000, train_tokens=10,
+                  train_seconds=1.0)
+    return record
+
+
+@pytest.fixture()
+def sweep():
+    """Two families, two seeds each, at three budgets; BLEU grows with the budget."""
+    rows, outputs = [], {}
+    for family, rate in (("transformer", 0.2), ("rnn", 0.4)):
+        for budget, quality in ((1e12, 10.0), (4e12, 15.0), (1.6e13, 22.0)):
+            for seed in (1, 2):
+                record = run(f"{family}_tiny", family, seed, budget, quality * (1 - rate) + seed * 0.1)
+                rows.append(record)
+                outputs[record["name"]] = output(rate + (1.6e13 - budget) / 1e14, seed)
+    return rows, outputs
+
+
+def test_seeds_are_summarized_and_tests_pair_models_at_the_same_budget(sweep):
+    rows, outputs = sweep
+    comparison = compare(rows, outputs)
+    groups = {group["label"]: group for group in comparison["groups"]}
+    assert len(groups) == 6 and groups["rnn_tiny @ 4e12"]["seeds"] == [1, 2]
+    bleu = groups["transformer_tiny @ 1e12"]["bleu"]
+    assert bleu["each"] == pytest.approx([8.1, 8.2]) and bleu["mean"] == pytest.approx(8.15)
+    assert bleu["std"] == pytest.approx(0.0707, abs=1e-4)
+    assert set(comparison["intervals"]) == set(groups)
+    assert set(comparison["intervals"]["rnn_tiny @ 1e12"]) == {"BLEU", "chrF", "chrF++"}
+    pairs = {(test["a"], test["b"]) for test in comparison["tests"]}
+    assert pairs == {(f"transformer_tiny @ {b}", f"rnn_tiny @ {b}") for b in ("1e12", "4e12", "1.6e13")}
+    assert len(comparison["tests"]) == 3 * 3
+    assert [row["family"] for row in comparison["frontier"]] == ["transformer", "rnn"]
+    assert all(row["b"] > 0 and row["points"] == 3 for row in comparison["frontier"])
+
+
+def test_the_report_shows_the_comparison_in_every_format(sweep, tmp_path):
+    rows, outputs = sweep
+    written = {path.name for path in write_report(rows, {}, tmp_path, "sweep", outputs)}
+    assert "frontier.png" in written
+    markdown = (tmp_path / "report.md").read_text()
+    for title in ("## Seeds", "## 95% confidence intervals", "## Paired significance", "## Quality against compute"):
+        assert title in markdown
+    assert "Kocmi et al. 2024" in markdown and "8.15 ± 0.07" in markdown
+    assert "<h2>Paired significance</h2>" in (tmp_path / "report.html").read_text()
+    saved = json.loads((tmp_path / "report.json").read_text())["comparison"]
+    assert len(saved["tests"]) == 9 and saved["practical_delta"]["BLEU"] == 2.34
+
+
+def test_one_seed_at_one_budget_has_no_seeds_table_and_no_frontier(tmp_path):
+    rows = [run("transformer_tiny", "transformer", 1, 3.5e13, 20.0), run("rnn_tiny", "rnn", 1, 3.5e13, 5.0)]
+    outputs = {rows[0]["name"]: output(0.2, 1), rows[1]["name"]: output(0.6, 1)}
+    comparison = compare(rows, outputs)
+    assert [group["label"] for group in comparison["groups"]] == ["transformer_tiny", "rnn_tiny"]
+    assert comparison["frontier"] == [] and len(comparison["tests"]) == 3
+    write_report(rows, {}, tmp_path, "default", outputs)
+    markdown = (tmp_path / "report.md").read_text()
+    assert "## Seeds" not in markdown and "## Quality against compute" not in markdown
+    assert "## Paired significance" in markdown and "rnn_tiny vs transformer_tiny" in markdown
