@@ -18,6 +18,7 @@ from stages.train.data import TokenizedSplit
 from stages.train.engine import build_engine
 from stages.train.loop import TrainLoop
 from stages.train.progress import TrainingProgress
+from stages.train.schedule import Spent
 from stages.train.worker_device import worker_hardware
 
 
@@ -65,9 +66,14 @@ def train_worker(loop_config: dict) -> None:
     facts = vocabulary_facts(tokenized, train_split.vocab)
 
     torch.manual_seed(training.seed)  # the same initial weights on every worker
-    engine = build_engine(build_for_vocabulary(config.model, facts), training, hardware["precision"])
-
     progress, history, best = TrainingProgress(), [], None
+    # The schedule reads what has been spent through the name ``progress``, not this
+    # object: restoring a checkpoint below rebinds the name to the restored progress.
+    # DeepSpeed steps the schedule inside an update, before the loop counts it, so the
+    # counts cover ``progress.step`` updates then, in a resumed run as in a fresh one.
+    engine = build_engine(build_for_vocabulary(config.model, facts), training, hardware["precision"],
+                          spent=lambda: Spent(progress.step, progress.train_flops, progress.train_tokens))
+
     checkpoint = checkpointer.newest_resumable(args.run_dir, args.filesystem, world, training.zero_stage)
     if checkpoint is not None:
         with checkpoint.as_directory() as directory:

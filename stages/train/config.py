@@ -51,7 +51,8 @@ class TrainConfig(Section):
     eps: float = Field(default=1e-9, gt=0.0)  # Adam's epsilon
     weight_decay: float = Field(default=0.0, ge=0.0)  # decoupled with adamw, L2 with adam
     # noam: lr = lr_scale * d_model^-0.5 * min(step^-0.5, step * warmup^-1.5) (section 5.3);
-    # cosine: linear warmup to lr, cosine decay to min_lr at max_steps;
+    # cosine: linear warmup to lr, cosine decay to min_lr at the end of the budget
+    # (max_steps, max_train_flops or max_train_tokens, whichever is spent first);
     # constant: linear warmup to lr, then lr (the RNN recipes' plain Adam).
     schedule: Literal["noam", "cosine", "constant"] = "noam"
     lr: float = Field(default=5e-4, gt=0.0)  # peak learning rate of cosine and constant
@@ -100,8 +101,10 @@ class TrainConfig(Section):
         if all(budget is None for budget in budgets):
             raise ValueError("set at least one budget: max_steps, max_epochs, max_train_tokens, "
                              "max_train_flops or max_wall_time")
-        if self.schedule == "cosine" and self.max_steps is None:
-            raise ValueError("schedule 'cosine' decays to max_steps: set max_steps")
+        if self.schedule == "cosine" and all(
+                budget is None for budget in (self.max_steps, self.max_train_flops, self.max_train_tokens)):
+            raise ValueError("schedule 'cosine' decays to the end of the budget: set max_steps, max_train_flops "
+                             "or max_train_tokens (epochs and wall time have no end it can know in advance)")
         if self.average_last > self.keep_checkpoints:
             raise ValueError("average_last cannot exceed keep_checkpoints")
         if self.precision == "fp16" and not self.use_gpu:

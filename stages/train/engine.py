@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+from typing import Callable
+
 import torch
 
 from stages.train.config import TrainConfig
 from stages.train.deepspeed_config import deepspeed_config
-from stages.train.schedule import learning_rate
+from stages.train.schedule import NOTHING_SPENT, Spent, learning_rate
 
 
-def build_engine(model: torch.nn.Module, training: TrainConfig, precision: str):
+def build_engine(model: torch.nn.Module, training: TrainConfig, precision: str,
+                 spent: Callable[[], Spent] = lambda: NOTHING_SPENT):
     """The DeepSpeed engine that trains ``model``: Adam or AdamW under our learning-rate
-    schedule, in the precision the workers agreed on (deepspeed_config.py).
+    schedule, in the precision the workers agreed on (deepspeed_config.py). ``spent``
+    returns the updates, counted FLOPs and target tokens trained so far, by which a
+    cosine over a FLOPs or tokens budget decays.
 
     The optimizer is torch's fused implementation (one kernel for all parameters, on a
     CPU as on a GPU) rather than one kernel per parameter and operation. DeepSpeed's
@@ -29,7 +34,7 @@ def build_engine(model: torch.nn.Module, training: TrainConfig, precision: str):
     optimizer = optimizer_class(model.parameters(), lr=1.0, betas=training.betas, eps=training.eps,
                                 weight_decay=training.weight_decay, fused=True)
     scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda update: learning_rate(update + 1, training, width))
+        optimizer, lambda update: learning_rate(update + 1, training, width, spent()))
     engine, _, _, _ = deepspeed.initialize(model=model, optimizer=optimizer, lr_scheduler=scheduler,
                                            config=deepspeed_config(training, precision))
     return engine

@@ -262,3 +262,27 @@ def test_each_seed_is_its_own_artifact_and_a_seed_trained_before_is_a_cache_hit(
     assert {name: item.status.state for name, item in grown.items()} == {
         "train/transformer_tiny.s2": ArtifactState.CACHED, "train/transformer_tiny.s1": ArtifactState.CACHED,
         "train/transformer_tiny.s3": ArtifactState.MISSING}
+
+
+def test_a_cosine_over_a_flops_budget_decays_by_the_flops_spent_and_ends_at_the_budget(tokenized, tmp_path,
+                                                                                       local_ray):
+    """The engine's rate follows the FLOPs each update counted (summed over both
+    workers), from the warmup's peak down to ``min_lr`` where the budget runs out."""
+    from stages.train.schedule import Spent, learning_rate
+
+    config = stage_config(workers=2, schedule="cosine", lr=3e-3, min_lr=1e-4, warmup_steps=5, max_steps=None,
+                          max_train_flops=4e11, log_every=1, valid_every=100, checkpoint_every=100)
+    metrics = run_stage(tokenized, config, tmp_path / "out")
+    logged = [row for row in rows(tmp_path / "out") if "lr" in row]
+    report = json.loads((tmp_path / "out" / "train_report.json").read_text())
+    assert report["stop_reason"] == "max_train_flops" and len(logged) == metrics["steps"] >= 15
+    width = 128  # the cosine does not depend on the model's width
+    before = Spent(0, 0.0, 0.0)
+    for row in logged:
+        # A row is written after its update; the rate it shows is the next update's,
+        # which DeepSpeed set from what the updates before this one had spent.
+        assert row["lr"] == pytest.approx(learning_rate(row["step"] + 1, config.train, width, before), rel=1e-6)
+        before = Spent(row["step"], row["train_flops"], row["train_tokens"])
+    rates = [row["lr"] for row in logged]
+    assert rates.index(max(rates)) == 3 and max(rates) == pytest.approx(3e-3)  # update 5, the warmup's last
+    assert rates[3:] == sorted(rates[3:], reverse=True) and rates[-1] < 3e-4

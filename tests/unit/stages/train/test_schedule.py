@@ -1,11 +1,12 @@
-"""Learning-rate schedules: the paper's noam and linear-warmup cosine."""
+"""Learning-rate schedules: the paper's noam and linear-warmup cosine, over updates or a
+budget of FLOPs or tokens."""
 
 from __future__ import annotations
 
 import pytest
 
 from stages.train.config import TrainConfig
-from stages.train.schedule import learning_rate
+from stages.train.schedule import Spent, decay_progress, learning_rate
 
 
 def test_noam_schedule_peaks_at_warmup_with_the_papers_value():
@@ -30,3 +31,44 @@ def test_constant_schedule_warms_up_then_holds_lr():
     assert learning_rate(50, config, 256) == pytest.approx(2e-4)
     assert learning_rate(100, config, 256) == pytest.approx(4e-4)
     assert learning_rate(100_000, config, 256) == pytest.approx(4e-4)
+
+
+def _cosine(**budget) -> TrainConfig:
+    return TrainConfig(schedule="cosine", lr=1e-3, min_lr=1e-5, warmup_steps=10, **budget)
+
+
+@pytest.mark.parametrize("budget_key, spent_of", [
+    ("max_train_flops", lambda updates, cost: Spent(updates, cost * updates, 0.0)),
+    ("max_train_tokens", lambda updates, cost: Spent(updates, 0.0, cost * updates)),
+])
+def test_cosine_over_a_flops_or_tokens_budget_is_the_step_cosine_at_a_steady_cost(budget_key, spent_of):
+    cost = 3.7e9  # per update
+    by_steps, by_budget = _cosine(max_steps=110), _cosine(**{budget_key: 110 * cost})
+    for step in range(11, 111):
+        spent = spent_of(step - 1, cost)  # what the updates before ``step`` used
+        assert learning_rate(step, by_budget, 512, spent) == pytest.approx(learning_rate(step, by_steps, 512))
+    assert learning_rate(110, by_budget, 512, spent_of(109, cost)) == pytest.approx(1e-5)
+    assert learning_rate(500, by_budget, 512, spent_of(499, cost)) == pytest.approx(1e-5)  # past it: min_lr
+
+
+def test_cosine_follows_the_budget_spent_not_the_update_count():
+    config = _cosine(max_train_flops=1e12)
+    # The same update number, twice the cost per update: twice as far down the cosine.
+    cheap = decay_progress(40, config, Spent(39, 39 * 5e9, 0.0))
+    dear = decay_progress(40, config, Spent(39, 39 * 10e9, 0.0))
+    assert cheap == pytest.approx((40 - 10) * 5e9 / (1e12 - 10 * 5e9))
+    assert dear == pytest.approx((40 - 10) * 10e9 / (1e12 - 10 * 10e9))
+
+
+def test_cosine_decays_by_whichever_budget_ends_first():
+    config = _cosine(max_steps=1000, max_train_flops=1e12)
+    spent = Spent(99, 99 * 1e10, 0.0)  # the FLOPs budget ends at update 100
+    assert decay_progress(100, config, spent) == pytest.approx(1.0)
+    assert learning_rate(100, config, 512, spent) == pytest.approx(1e-5)
+
+
+def test_cosine_needs_a_budget_it_can_see_the_end_of():
+    _cosine(max_train_flops=1e12)
+    _cosine(max_train_tokens=10**6)
+    with pytest.raises(ValueError, match="set max_steps, max_train_flops or max_train_tokens"):
+        _cosine(max_wall_time=600)
