@@ -59,9 +59,10 @@ def test_best_by_bleu_needs_bleu_validations_and_zero_3_cannot_decode_per_worker
     assert TrainConfig(max_steps=1, valid_bleu_every=10, best_metric="valid_bleu").valid_bleu_beam == 1
 
 
-@pytest.mark.parametrize("name", ["multi30k_en_de_converged.yaml", "multi30k_en_de_wu2021.yaml",
+@pytest.mark.parametrize("name", ["multi30k_en_de.yaml", "smoke.yaml", "multi30k_sweep.yaml",
+                                  "multi30k_en_de_converged.yaml", "multi30k_en_de_wu2021.yaml",
                                   "multi30k_decoder_only_losses.yaml"])
-def test_the_issue_14_configs_load(name):
+def test_the_shipped_configs_draw_bleu_curves(name):
     from tests.helpers import REPO
 
     config = load_config(REPO / "configs" / name)
@@ -72,3 +73,15 @@ def test_the_ablation_shares_the_default_jobs_data_stages():
     default, ablation = shipped_config("multi30k_en_de.yaml"), shipped_config("multi30k_decoder_only_losses.yaml")
     for section in ("download", "clean", "bpe", "tokenize"):
         assert ablation[section] == default[section], section
+
+
+def test_the_sweep_holds_the_default_jobs_runs_so_it_reuses_them():
+    from tests.helpers import REPO
+
+    default, sweep = load_config(REPO / "configs" / "multi30k_en_de.yaml"), load_config(
+        REPO / "configs" / "multi30k_sweep.yaml")
+    in_sweep = {run.name: sweep.train_stage_config(run) for run in sweep.trained_models()}
+    for run in default.trained_models():
+        assert in_sweep[run.name] == default.train_stage_config(run), run.name
+    assert default.evaluate == sweep.evaluate
+    assert len(in_sweep) == 2 * len(default.trained_models()) + 2 * len(default.models)
