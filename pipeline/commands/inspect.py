@@ -15,7 +15,7 @@ def inspect_models(config: Path, overrides: list[str], artifact_root: str | None
     from pipeline.graph import find_stage, plan
     from stages.models.build import build_model
     from stages.tokenize import read_index
-    from stages.train.flops import cost_summary
+    from stages.models.flops import cost_summary
 
     experiment = load_experiment(config, overrides)
     if not experiment.models:
@@ -46,5 +46,5 @@ def inspect_models(config: Path, overrides: list[str], artifact_root: str | None
                       ("total", "embedding", "non_embedding", "forward_flops_per_tgt_token",
                        "train_flops_per_tgt_token", "six_n")))
     table_console().print(table)
-    table_console().print(f"Sizes from {source}. FLOPs count matrix products (stages/train/flops.py); "
+    table_console().print(f"Sizes from {source}. FLOPs count matrix products (stages/models/flops.py); "
                           "training = 3 x forward; 6N = 6 x non-embedding parameters per token (Kaplan et al. 2020).")

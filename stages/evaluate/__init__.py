@@ -13,7 +13,9 @@ CPUs Ray gave it.
 Output: ``source.txt`` and ``reference.txt`` (the split as scored), ``hypotheses.txt``
 (beam), ``hypotheses.greedy.txt``, ``nbest.jsonl`` (the ``nbest`` best per line with
 model scores) and ``scores.json``: BLEU and chrF with their signatures, the mean
-length-penalized model score, decoding speed, and the resolved precision and device.
+length-penalized model score, decoding speed, the estimated decoding FLOPs per
+sentence of the beam search (``stages/models/flops.py``: the cost to use the model, as
+training FLOPs are the cost to make it), and the resolved precision and device.
 Speed is per task (one CPU thread under the runner): sentences and generated tokens
 (EOS included) per second of decoding, model loading excluded.
 """
@@ -32,8 +34,8 @@ from stages.evaluate.config import EvaluateStageConfig
 from stages.inference.model_file import MODEL_FILES, weights_file
 from stages.names import TRAIN, train_stage
 
-# 3: lowercased BLEU (bleu_lc) beside the cased headline
-VERSION = 3
+# 3: lowercased BLEU (bleu_lc) beside the cased headline; 4: decoding FLOPs per sentence
+VERSION = 4
 # Of the model's train artifact, only what translating reads.
 READS = {TRAIN: MODEL_FILES}
 MLFLOW_FILES = ("*.txt", "nbest.jsonl", "scores.json")
@@ -77,7 +79,8 @@ def run(inputs: dict[str, Path], config: EvaluateStageConfig, output: Path, ctx:
     scores = {"split": settings.split, "sentences": len(sources), "beam_size": settings.beam_size,
               "length_penalty": settings.length_penalty, "decode_wall_seconds": wall_seconds,
               **_hardware_summary([part.hardware for part in parts]),
-              **score_hypotheses(beam, references, "", sum(p.beam_seconds for p in parts))}
+              **score_hypotheses(beam, references, "", sum(p.beam_seconds for p in parts)),
+              "decode_flops_per_sentence": sum(part.beam_flops for part in parts) / len(sources)}
     if settings.greedy:
         greedy = [line for part in parts for line in part.greedy]
         _write_lines(output / "hypotheses.greedy.txt", [line[0].text for line in greedy])

@@ -14,6 +14,7 @@ from pipeline.hardware import cpus_of_this_task, detect_device, resolve_precisio
 from stages.evaluate.config import EvaluateConfig
 from stages.inference.model_file import weights_file
 from stages.inference.translator import Translation, Translator
+from stages.models.flops import decoding_flops
 
 
 @dataclass(frozen=True)
@@ -32,6 +33,7 @@ class Decoded:
     beam_seconds: float
     greedy_seconds: float
     hardware: dict  # the task's resolved precision and device
+    beam_flops: float  # estimated decoding FLOPs of the beam search over the part (stages/models/flops.py)
 
 
 def decode_part(job: DecodeJob) -> Decoded:
@@ -56,4 +58,9 @@ def decode_part(job: DecodeJob) -> Decoded:
                                       settings.batch_size, bar.update)
         greedy_seconds = time.perf_counter() - started
     bar.close()
-    return Decoded(beam, greedy, beam_seconds, greedy_seconds, hardware)
+    # The model's FLOPs, at each sentence's source length (as encoded, EOS included) and
+    # its best output's length (EOS included): the cost of use beside the cost to train.
+    flops = sum(decoding_flops(translator.model, len(source), len(line[0].hypothesis.tokens) + 1,
+                               search.beam_size)
+                for source, line in zip(translator.encode(job.lines), beam))
+    return Decoded(beam, greedy, beam_seconds, greedy_seconds, hardware, flops)

@@ -22,8 +22,9 @@ from stages.names import EVALUATE, TRAIN, evaluate_stage, train_stage
 from stages.report import records
 from stages.report.config import ReportStageConfig
 
-# 5: seeds, confidence intervals, paired significance tests and the compute frontier
-VERSION = 5
+# 5: seeds, confidence intervals, paired significance tests and the compute frontier;
+# 6: decoding FLOPs per sentence
+VERSION = 6
 # The files of each upstream artifact the report reads (besides its manifest): never
 # the train stage's checkpoints; of an evaluation, what the significance tests score.
 READS = {TRAIN: ("metrics.jsonl",), EVALUATE: ("hypotheses.txt", "reference.txt")}

@@ -61,11 +61,12 @@ COLUMNS: tuple[tuple[str, str, Callable], ...] = (
     ("chrF beam", "chrf", _fixed(2)),
     ("sent/s beam", "sentences_per_second", _fixed(1)),
     ("tok/s beam", "tokens_per_second", _fixed(0)),
+    ("decode MFLOPs/sent", "decode_flops_per_sentence", lambda value: f"{value / 1e6:,.1f}"),
 )
 
 # What a terminal shows (the files have every column).
 SUMMARY_COLUMNS = ("model", "precision", "params", "train tokens", "time", "FLOPs counted", "MFU", "valid ppl",
-                   "BLEU greedy", "BLEU beam", "BLEU lc beam", "chrF beam", "sent/s beam")
+                   "BLEU greedy", "BLEU beam", "BLEU lc beam", "chrF beam", "sent/s beam", "decode MFLOPs/sent")
 
 
 def display_table(records: list[dict]) -> pd.DataFrame:
@@ -155,12 +156,14 @@ def html_page(records: list[dict], title: str, plots: list[str], comparison: dic
 NOTES = ("BLEU: cased, detokenized (the headline); BLEU lc: lowercased, the kind Multi30k papers report; "
          "valid BLEU: the best BLEU on the validation split during training (greedy unless "
          "train.valid_bleu_beam says otherwise). "
-         "FLOPs counted: matrix products of every update (stages/train/flops.py), 3 x forward; "
+         "FLOPs counted: matrix products of every update (stages/models/flops.py), 3 x forward; "
          "6ND: 6 x non-embedding parameters x source and target tokens (Kaplan et al. 2020); "
          "time x peak: training seconds x workers x peak FLOP/s per worker (Vaswani et al. 2017, table 2); "
          "the peak is measured on each worker by a matmul probe in the run's precision, taken from the "
          "datasheet for known GPUs, or set in the config ('peak from' says which). "
-         "Decoding speed is per decoding task (one CPU thread under the runner).")
+         "Decoding speed is per decoding task (one CPU thread under the runner); decode MFLOPs/sent: the "
+         "beam search's estimated FLOPs per test sentence (the source's work once, the target's per hypothesis "
+         "at the output's length), the cost to use a model beside the FLOPs that trained it.")
 
 STYLE = ("body{font-family:sans-serif;margin:2em} table.report{border-collapse:collapse} "
          "table.report td,table.report th{padding:4px 10px;text-align:right;border-bottom:1px solid #ddd} "

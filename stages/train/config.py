@@ -64,7 +64,7 @@ class TrainConfig(Section):
     max_steps: int | None = Field(default=None, gt=0)
     max_epochs: int | None = Field(default=None, gt=0)  # passes over the training split
     max_train_tokens: int | None = Field(default=None, gt=0)  # target tokens, all workers
-    max_train_flops: float | None = Field(default=None, gt=0)  # counted, stages/train/flops.py
+    max_train_flops: float | None = Field(default=None, gt=0)  # counted, stages/models/flops.py
     max_wall_time: float | None = Field(default=None, gt=0)  # seconds of training
 
     valid_every: int = Field(default=1000, gt=0)  # steps

@@ -33,7 +33,7 @@ from stages.train.budget_bar import BudgetBar
 from stages.train.config import TrainStageConfig
 from stages.train.data import Batch, TokenizedSplit
 from stages.train.deepspeed_config import cpu_autocast
-from stages.train.flops import training_flops
+from stages.models.flops import training_flops
 from stages.train.loss import translation_loss
 from stages.train.progress import TrainingProgress, budget_reached
 

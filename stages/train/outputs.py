@@ -21,7 +21,7 @@ from stages.inference.model_file import (
 )
 from stages.train import checkpointer
 from stages.train.config import TrainStageConfig
-from stages.train.flops import parameter_counts
+from stages.models.flops import parameter_counts
 
 
 def write_outputs(output: Path, config: TrainStageConfig, tokenized: Path, checkpoints: list,

@@ -131,6 +131,22 @@ def test_stage_scores_equal_sacrebleu_run_on_the_written_files(pipeline_run, fam
     assert scores["bleu_lc_signature"].startswith("nrefs:1|case:lc|eff:no|tok:13a")
 
 
+@pytest.mark.parametrize("family", FAMILIES)
+def test_decoding_flops_are_the_models_count_at_each_sentences_lengths(pipeline_run, family):
+    from stages.models.flops import decoding_flops
+
+    directory = artifact(pipeline_run, f"evaluate/{family}_tiny")
+    scores = json.loads((directory / "scores.json").read_text())
+    translator = Translator.from_file(artifact(pipeline_run, f"train/{family}_tiny") / "model.pt")
+    sources = translator.encode((directory / "source.txt").read_text().splitlines())
+    best = [json.loads(line) for line in (directory / "nbest.jsonl").read_text().splitlines()]
+    outputs = [entry["tokens"] for entry in best if entry["rank"] == 0]  # EOS included
+    expected = [decoding_flops(translator.model, len(source), tokens, scores["beam_size"])
+                for source, tokens in zip(sources, outputs, strict=True)]
+    assert scores["decode_flops_per_sentence"] == pytest.approx(sum(expected) / len(expected))
+    assert scores["decode_flops_per_sentence"] > decoding_flops(translator.model, 1, 1, 1)
+
+
 def test_beam_four_finds_higher_scoring_translations_than_greedy(pipeline_run):
     # The RNN: after 30 updates the tiny Transformer may still answer every sentence
     # alike (in fp32 it says "."), and then beam and greedy cannot differ.
@@ -169,6 +185,7 @@ def test_report_flops_columns_agree_with_the_training_metrics(pipeline_run):
         assert row["device_name"] == scores["device_name"] == detect_device("cpu").name
         assert row["parameters"] == metrics["parameters"] and row["train_tokens"] == metrics["train_tokens"]
         assert row["bleu"] == scores["bleu"] and row["greedy_chrf"] == scores["greedy_chrf"]
+        assert row["decode_flops_per_sentence"] == scores["decode_flops_per_sentence"] > 0
         assert float(csv_rows[row["name"]]["train_flops"]) == pytest.approx(row["train_flops"])
         assert csv_rows[row["name"]]["sacrebleu_signature"] == scores["bleu_signature"]
         assert len(report["curves"][row["name"]]) == 2  # validated at steps 15 and 30

@@ -18,7 +18,7 @@ from stages.models.presets import (
 )
 from stages.models.rnn import RnnTranslator
 from stages.models.transformer import Transformer
-from stages.train.flops import forward_flops, parameter_counts, rnn_recurrent_flops
+from stages.models.flops import forward_flops, parameter_counts, rnn_recurrent_flops
 from stages.train.loss import label_smoothed_cross_entropy
 
 VOCAB, PAD, BOS, EOS, SRC_TAG, TGT_TAG = 60, 0, 2, 3, 4, 5

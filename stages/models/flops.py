@@ -81,6 +81,21 @@ def training_flops(model: nn.Module, src_len: int, tgt_len: int) -> int:
     return 3 * forward_flops(model, src_len, tgt_len)
 
 
+def decoding_flops(model: nn.Module, src_len: int, tgt_len: int, beam_size: int) -> int:
+    """Estimated FLOPs to translate one sentence of ``src_len`` tokens into ``tgt_len``
+    (EOS included) with a beam of ``beam_size``: the work that depends on the source
+    alone (the encoder, or the decoder-only model's source prefix) once, the work the
+    target adds once per hypothesis in the beam.
+
+    Incremental decoding with cached keys and values computes, step after step, the same
+    products as one forward pass over the output, so each hypothesis costs the target
+    part of ``forward_flops``. An estimate: every hypothesis is taken at the output's
+    length, though the search ends a sentence only once ``beam_size`` have finished.
+    """
+    source_part = forward_flops(model, src_len, 0)
+    return source_part + beam_size * (forward_flops(model, src_len, tgt_len) - source_part)
+
+
 def parameter_counts(model: nn.Module) -> dict[str, int]:
     """Total, embedding (token and learned position tables) and non-embedding parameters.
 
