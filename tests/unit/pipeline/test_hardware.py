@@ -82,3 +82,14 @@ def test_a_ray_task_uses_the_cpus_ray_gave_it(local_ray):
 
     assert ray.get(cpus.remote()) == 1
     assert cpus_of_this_task() >= 1  # the driver: every CPU it may run on
+
+
+def test_the_bf16_probe_refuses_emulation_but_not_a_busy_core():
+    from pipeline.hardware import _bf16_probe_problem
+
+    emulated = _bf16_probe_problem(lambda dtype: {"float32": 100.0, "bfloat16": 1.5}[dtype])
+    assert emulated == "the bf16 probe ran matrix products 66.7x slower than fp32"
+    # A window of the bf16 probe that lost its core to another process: not emulation
+    # (what remains is the LSTM check, which this CPU may or may not pass).
+    busy = _bf16_probe_problem(lambda dtype: {"float32": 100.0, "bfloat16": 60.0}[dtype])
+    assert "probe ran" not in busy
