@@ -1,25 +1,16 @@
 """What a service replica decodes with: our own ``Translator``, or the model exported
-to CTranslate2. Either runs in the replica's decode process
-(``stages/inference/decode_pool.py``), takes sources encoded by ``SourceEncoder`` and the
-request's ``SearchSettings``, and gives back the n best ``Translation``s per sentence.
-
-Scores: ours is the length-penalized log-probability of GNMT (Wu et al. 2016, eq. 14,
-``length_penalty`` is alpha); CTranslate2 divides the log-probability by
-length^``length_penalty``. The same setting is passed to both; the rankings are close but
-not the same.
+to CTranslate2 (``stages/inference/ctranslate2_translator.py``). Either runs in the
+replica's decode process (``stages/inference/decode_pool.py``), takes sources encoded by
+``SourceEncoder`` and the request's ``SearchSettings``, and gives back the n best
+``Translation``s per sentence.
 """
 
 from __future__ import annotations
 
-import json
-import tempfile
 from pathlib import Path
 
-import sentencepiece as spm
-
-from stages.inference.beam import Hypothesis
-from stages.inference.search import SearchSettings
-from stages.inference.translator import Translation, open_translator
+from stages.inference.ctranslate2_translator import CTranslate2Translator
+from stages.inference.translator import open_translator
 
 BACKENDS = ("ours", "ctranslate2")
 
@@ -30,47 +21,5 @@ def open_backend(model_dir: Path, backend: str, device: str, threads: int, quant
     bf16 where the device runs it natively, as ``nmt translate``) or "ctranslate2"
     (``quantization`` is its weights' type). Called in the decode process."""
     if backend == "ctranslate2":
-        return CTranslate2Backend(model_dir, device, threads, quantization)
+        return CTranslate2Translator(model_dir, device, threads, quantization)
     return open_translator(model_dir, device, precision)
-
-
-class CTranslate2Backend:
-    """The model exported (``stages.export``) into a directory of the replica's own, then
-    run by ``ctranslate2.Translator``, or ``ctranslate2.Generator`` for a decoder-only model."""
-
-    name = "ctranslate2"
-
-    def __init__(self, model_dir: Path, device: str, threads: int, quantization: str | None = None):
-        import ctranslate2
-
-        from stages.export import export_model
-
-        self._scratch = tempfile.TemporaryDirectory(prefix="nmt-ct2-")
-        exported = export_model(model_dir, "ctranslate2", Path(self._scratch.name) / "model", quantization)
-        self.info = json.loads((exported / "nmt_export.json").read_text())
-        self.src_spm = spm.SentencePieceProcessor(model_file=str(exported / self.info["src_spm"]))
-        self.tgt_spm = spm.SentencePieceProcessor(model_file=str(exported / self.info["tgt_spm"]))
-        device, _, index = device.partition(":")
-        engine = ctranslate2.Generator if self.info["family"] == "decoder_only" else ctranslate2.Translator
-        self.engine = engine(str(exported), device=device, device_index=int(index or 0), intra_threads=threads)
-
-    def translate_batch(self, sources: list[list[int]], search: SearchSettings) -> list[list[Translation]]:
-        """CTranslate2 gives back pieces and its own normalized score only: the
-        ``Hypothesis`` holds the pieces' ids, and that score as its log-probability too."""
-        # Pieces without the EOS that add_source_eos (or the prompt) puts back.
-        tokens = [[self.src_spm.id_to_piece(i) for i in ids[:-1]] for ids in sources]
-        common = dict(beam_size=search.beam_size, num_hypotheses=search.nbest, length_penalty=search.length_penalty,
-                      return_scores=True, max_batch_size=64)
-        if "prompt" in self.info:
-            before, after = self.info["prompt"]["before_source"], self.info["prompt"]["after_source"]
-            results = self.engine.generate_batch([before + t + after for t in tokens], include_prompt_in_result=False,
-                                                 max_length=max(map(len, tokens)) + search.max_length_b, **common)
-            hypotheses = [r.sequences for r in results]
-        else:
-            results = self.engine.translate_batch(tokens, max_decoding_length=max(map(len, tokens)) +
-                                                  search.max_length_b, **common)
-            hypotheses = [r.hypotheses for r in results]
-        return [[Translation(self.tgt_spm.decode_pieces(pieces),
-                             Hypothesis(tuple(self.tgt_spm.piece_to_id(pieces)), score, score))
-                 for pieces, score in zip(found, result.scores)]
-                for found, result in zip(hypotheses, results)]

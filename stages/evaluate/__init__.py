@@ -11,13 +11,15 @@ Each task resolves ``evaluate.precision`` on its own device (``pipeline/hardware
 CPUs Ray gave it.
 
 Output: ``source.txt`` and ``reference.txt`` (the split as scored), ``hypotheses.txt``
-(beam), ``hypotheses.greedy.txt``, ``nbest.jsonl`` (the ``nbest`` best per line with
+(beam), ``hypotheses.greedy.txt``, ``hypotheses.ctranslate2.txt`` (the same beam search
+run by CTranslate2, ``evaluate.ctranslate2``), ``nbest.jsonl`` (the ``nbest`` best per line with
 model scores) and ``scores.json``: BLEU and chrF with their signatures, the mean
 length-penalized model score, decoding speed, the estimated decoding FLOPs per
 sentence of the beam search (``stages/models/flops.py``: the cost to use the model, as
 training FLOPs are the cost to make it), and the resolved precision and device.
 Speed is per task (one CPU thread under the runner): sentences and generated tokens
-(EOS included) per second of decoding, model loading excluded.
+(EOS included) per second of decoding, model loading excluded; CTranslate2's the same,
+its export excluded, on the same threads.
 """
 
 from __future__ import annotations
@@ -34,8 +36,10 @@ from stages.evaluate.config import EvaluateStageConfig
 from stages.inference.model_file import MODEL_FILES, weights_file
 from stages.names import TRAIN, train_stage
 
-# 3: lowercased BLEU (bleu_lc) beside the cased headline; 4: decoding FLOPs per sentence
-VERSION = 4
+# 3: lowercased BLEU (bleu_lc) beside the cased headline; 4: decoding FLOPs per sentence;
+# 5: CTranslate2's BLEU and speed (evaluate.ctranslate2), decoder-only decoding FLOPs
+# without an output projection over the prompt
+VERSION = 5
 # Of the model's train artifact, only what translating reads.
 READS = {TRAIN: MODEL_FILES}
 MLFLOW_FILES = ("*.txt", "nbest.jsonl", "scores.json")
@@ -85,6 +89,15 @@ def run(inputs: dict[str, Path], config: EvaluateStageConfig, output: Path, ctx:
         greedy = [line for part in parts for line in part.greedy]
         _write_lines(output / "hypotheses.greedy.txt", [line[0].text for line in greedy])
         scores.update(score_hypotheses(greedy, references, "greedy_", sum(p.greedy_seconds for p in parts)))
+    if settings.ctranslate2 is not None:
+        scores["ctranslate2_weights"] = settings.ctranslate2
+        if parts[0].ctranslate2_skipped:
+            scores["ctranslate2_skipped"] = parts[0].ctranslate2_skipped
+        else:
+            translated = [line for part in parts for line in part.ctranslate2]
+            _write_lines(output / "hypotheses.ctranslate2.txt", [line[0].text for line in translated])
+            scores.update(score_hypotheses(translated, references, "ctranslate2_",
+                                           sum(p.ctranslate2_seconds for p in parts)))
     (output / "scores.json").write_text(json.dumps(scores, indent=2, ensure_ascii=False))
     return scores
 

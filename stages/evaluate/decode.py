@@ -1,5 +1,6 @@
 """One decoding task of the evaluate stage: load the model, decode a share of the split
-with the beam (and greedily), on as many threads as CPUs the task was given."""
+with the beam (and greedily, and with the model exported to CTranslate2 when
+``evaluate.ctranslate2`` asks), on as many threads as CPUs the task was given."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ import torch
 
 from pipeline.hardware import cpus_of_this_task, detect_device, resolve_precision
 from stages.evaluate.config import EvaluateConfig
+from stages.export import ExportError
+from stages.inference.ctranslate2_translator import CTranslate2Translator
 from stages.inference.model_file import weights_file
 from stages.inference.translator import Translation, Translator
 from stages.models.flops import decoding_flops
@@ -34,6 +37,9 @@ class Decoded:
     greedy_seconds: float
     hardware: dict  # the task's resolved precision and device
     beam_flops: float  # estimated decoding FLOPs of the beam search over the part (stages/models/flops.py)
+    ctranslate2: list[list[Translation]] | None = None  # the beam search run by CTranslate2
+    ctranslate2_seconds: float = 0.0
+    ctranslate2_skipped: str | None = None  # why a model CTranslate2 cannot run was not decoded by it
 
 
 def decode_part(job: DecodeJob) -> Decoded:
@@ -47,7 +53,8 @@ def decode_part(job: DecodeJob) -> Decoded:
                 "device_capability": device.capability, "threads": threads}
     translator = Translator.from_file(weights_file(job.fetch_model(), settings.weights), settings.device, precision)
     search = settings.search_settings()
-    bar = job.progress(total=len(job.lines) * (2 if settings.greedy else 1), desc=job.label, unit="sent")
+    passes = 1 + settings.greedy + (settings.ctranslate2 is not None)
+    bar = job.progress(total=len(job.lines) * passes, desc=job.label, unit="sent")
     started = time.perf_counter()
     beam = translator.translate(job.lines, search, settings.batch_size, bar.update)
     beam_seconds = time.perf_counter() - started
@@ -57,10 +64,22 @@ def decode_part(job: DecodeJob) -> Decoded:
         greedy = translator.translate(job.lines, search.model_copy(update={"beam_size": 1, "nbest": 1}),
                                       settings.batch_size, bar.update)
         greedy_seconds = time.perf_counter() - started
+    ctranslate2, ctranslate2_seconds, skipped = None, 0.0, None
+    if settings.ctranslate2 is not None:
+        try:
+            engine = CTranslate2Translator(job.fetch_model(), settings.device, threads, settings.ctranslate2)
+        except ExportError as error:  # the rnn family: counted as not decoded, not as a failure
+            skipped = str(error)
+            bar.update(len(job.lines))
+        else:
+            started = time.perf_counter()
+            ctranslate2 = translator.translate(job.lines, search, settings.batch_size, bar.update, engine=engine)
+            ctranslate2_seconds = time.perf_counter() - started
     bar.close()
     # The model's FLOPs, at each sentence's source length (as encoded, EOS included) and
     # its best output's length (EOS included): the cost of use beside the cost to train.
     flops = sum(decoding_flops(translator.model, len(source), len(line[0].hypothesis.tokens) + 1,
                                search.beam_size)
                 for source, line in zip(translator.encode(job.lines), beam))
-    return Decoded(beam, greedy, beam_seconds, greedy_seconds, hardware, flops)
+    return Decoded(beam, greedy, beam_seconds, greedy_seconds, hardware, flops, ctranslate2, ctranslate2_seconds,
+                   skipped)

@@ -69,15 +69,17 @@ class Translator:
         return self.tgt_spm.decode(list(tokens))
 
     def translate(self, lines: list[str], search: SearchSettings = DEFAULT_SEARCH, batch_size: int = 64,
-                  on_batch: Callable[[int], None] | None = None,
-                  pool: DecodePool | None = None) -> list[list[Translation]]:
+                  on_batch: Callable[[int], None] | None = None, pool: DecodePool | None = None,
+                  engine=None) -> list[list[Translation]]:
         """The ``search.nbest`` best translations of every line, in input order;
         ``on_batch`` is told how many lines each finished batch held (a progress bar).
-        With ``pool``, the batches decode in its processes, several at a time."""
+        With ``pool``, the batches decode in its processes, several at a time; with
+        ``engine`` (a ``CTranslate2Translator``), by its ``translate_batch`` instead of
+        ours, the sources encoded and batched the same."""
         results: list[list[Translation]] = [[Translation("", Hypothesis((), 0.0, 0.0))] for _ in lines]
         present = [index for index, line in enumerate(lines) if line.strip()]
         translated = self.translate_ids(self.encode([lines[index] for index in present]), search, batch_size,
-                                        on_batch, pool)
+                                        on_batch, pool, engine)
         for index, translations in zip(present, translated):
             results[index] = translations
         if on_batch is not None and len(present) < len(lines):
@@ -86,14 +88,15 @@ class Translator:
 
     def translate_ids(self, sources: list[list[int]], search: SearchSettings = DEFAULT_SEARCH,
                       batch_size: int = 64, on_batch: Callable[[int], None] | None = None,
-                      pool: DecodePool | None = None) -> list[list[Translation]]:
+                      pool: DecodePool | None = None, engine=None) -> list[list[Translation]]:
         """The same for sources already encoded (token ids ending with EOS), none empty."""
         results: list[list[Translation]] = [[] for _ in sources]
         by_length = sorted(range(len(sources)), key=lambda index: -len(sources[index]))
         chunks = [by_length[start:start + batch_size] for start in range(0, len(by_length), batch_size)]
         batches = ([sources[index] for index in chunk] for chunk in chunks)
+        translate_batch = (engine or self).translate_batch
         translated = (pool.map(batches, search) if pool is not None
-                      else (self.translate_batch(batch, search) for batch in batches))
+                      else (translate_batch(batch, search) for batch in batches))
         for chunk, translations_of_batch in zip(chunks, translated):
             for index, translations in zip(chunk, translations_of_batch):
                 results[index] = translations

@@ -93,7 +93,12 @@ def decoding_flops(model: nn.Module, src_len: int, tgt_len: int, beam_size: int)
     length, though the search ends a sentence only once ``beam_size`` have finished.
     """
     source_part = forward_flops(model, src_len, 0)
-    return source_part + beam_size * (forward_flops(model, src_len, tgt_len) - source_part)
+    target_part = forward_flops(model, src_len, tgt_len) - source_part
+    if isinstance(model, DecoderOnlyTranslator):
+        # Training predicts every position (the source too, with ae_loss); decoding reads
+        # the prompt (source tag and source) without projecting it onto the vocabulary.
+        source_part -= 2 * (src_len + 1) * model.config.d_model * model.output.out_features
+    return source_part + beam_size * target_part
 
 
 def parameter_counts(model: nn.Module) -> dict[str, int]:

@@ -88,14 +88,15 @@ CROSSOVER_REACH = 100.0
 
 def crossovers(laws: list[PowerLaw]) -> list[dict]:
     """Every pair of families whose laws cross within ``CROSSOVER_REACH`` of both measured
-    ranges, with where, and whether that lies inside both."""
+    ranges at a BLEU a model can score (0 to 100), with where, and whether that lies
+    inside both ranges."""
     found = []
     for index, first in enumerate(laws):
         for second in laws[index + 1:]:
             flops = crossover(first, second)
             low = max(first.valid_from, second.valid_from) / CROSSOVER_REACH
             high = min(first.valid_to, second.valid_to) * CROSSOVER_REACH
-            if flops is not None and low <= flops <= high:
+            if flops is not None and low <= flops <= high and 0 < first.bleu(flops) <= 100:
                 found.append({"families": [first.family, second.family], "flops": flops,
                               "bleu": first.bleu(flops),
                               "measured": first.holds_at(flops) and second.holds_at(flops)})

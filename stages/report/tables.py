@@ -62,11 +62,15 @@ COLUMNS: tuple[tuple[str, str, Callable], ...] = (
     ("sent/s beam", "sentences_per_second", _fixed(1)),
     ("tok/s beam", "tokens_per_second", _fixed(0)),
     ("decode MFLOPs/sent", "decode_flops_per_sentence", lambda value: f"{value / 1e6:,.1f}"),
+    ("CT2 weights", "ctranslate2_weights", str),
+    ("BLEU CT2", "ctranslate2_bleu", _fixed(2)),
+    ("sent/s CT2", "ctranslate2_sentences_per_second", _fixed(1)),
 )
 
 # What a terminal shows (the files have every column).
 SUMMARY_COLUMNS = ("model", "precision", "params", "train tokens", "time", "FLOPs counted", "MFU", "valid ppl",
-                   "BLEU greedy", "BLEU beam", "BLEU lc beam", "chrF beam", "sent/s beam", "decode MFLOPs/sent")
+                   "BLEU greedy", "BLEU beam", "BLEU lc beam", "chrF beam", "sent/s beam", "decode MFLOPs/sent",
+                   "sent/s CT2")
 
 
 def display_table(records: list[dict]) -> pd.DataFrame:
@@ -163,7 +167,10 @@ NOTES = ("BLEU: cased, detokenized (the headline); BLEU lc: lowercased, the kind
          "datasheet for known GPUs, or set in the config ('peak from' says which). "
          "Decoding speed is per decoding task (one CPU thread under the runner); decode MFLOPs/sent: the "
          "beam search's estimated FLOPs per test sentence (the source's work once, the target's per hypothesis "
-         "at the output's length), the cost to use a model beside the FLOPs that trained it.")
+         "at the output's length), the cost to use a model beside the FLOPs that trained it. "
+         "CT2: the same beam search on the same thread by the model exported to CTranslate2 with the weights "
+         "shown (evaluate.ctranslate2; '-' where the family does not export: CTranslate2 runs Transformers "
+         "only).")
 
 STYLE = ("body{font-family:sans-serif;margin:2em} table.report{border-collapse:collapse} "
          "table.report td,table.report th{padding:4px 10px;text-align:right;border-bottom:1px solid #ddd} "

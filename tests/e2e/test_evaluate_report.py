@@ -43,7 +43,7 @@ def pipeline_run(tmp_path_factory, multi30k, local_ray):
         train = {"workers": 1, "max_tokens": 600, "warmup_steps": 20, "lr_scale": 2.0,
                  "max_steps": 30, "valid_every": 15, "checkpoint_every": 15, "log_every": 5}
         models = [{"name": f"{family}_tiny", "family": family, "preset": "tiny"} for family in FAMILIES]
-        evaluate = {"batch_size": 8, "max_length_b": 20}
+        evaluate = {"batch_size": 8, "max_length_b": 20, "ctranslate2": "int8"}
         config = write_config(root / "exp.yaml", {**small_config(corpus), "train": train, "evaluate": evaluate,
                                                   "models": models})
         first = CliRunner().invoke(app, ["run", str(config)])
@@ -145,6 +145,26 @@ def test_decoding_flops_are_the_models_count_at_each_sentences_lengths(pipeline_
                 for source, tokens in zip(sources, outputs, strict=True)]
     assert scores["decode_flops_per_sentence"] == pytest.approx(sum(expected) / len(expected))
     assert scores["decode_flops_per_sentence"] > decoding_flops(translator.model, 1, 1, 1)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_ctranslate2_decodes_the_families_it_runs_and_the_report_shows_it(pipeline_run, family):
+    directory = artifact(pipeline_run, f"evaluate/{family}_tiny")
+    scores = json.loads((directory / "scores.json").read_text())
+    report = json.loads((artifact(pipeline_run, "report") / "report.json").read_text())
+    (row,) = [row for row in report["models"] if row["name"] == f"{family}_tiny"]
+    assert scores["ctranslate2_weights"] == row["ctranslate2_weights"] == "int8"
+    if family == "rnn":  # CTranslate2 runs Transformers only: skipped, with the reason
+        assert "does not support the rnn family" in scores["ctranslate2_skipped"]
+        assert "ctranslate2_bleu" not in scores and row["ctranslate2_bleu"] is None
+        assert not (directory / "hypotheses.ctranslate2.txt").exists()
+        return
+    hypotheses = directory / "hypotheses.ctranslate2.txt"
+    assert len(hypotheses.read_text().splitlines()) == scores["sentences"]
+    assert scores["ctranslate2_bleu"] == pytest.approx(sacrebleu_cli(directory / "reference.txt", hypotheses)["BLEU"],
+                                                       abs=1e-4)
+    assert row["ctranslate2_bleu"] == scores["ctranslate2_bleu"]
+    assert row["ctranslate2_sentences_per_second"] == scores["ctranslate2_sentences_per_second"] > 0
 
 
 def test_beam_four_finds_higher_scoring_translations_than_greedy(pipeline_run):

@@ -20,7 +20,9 @@ PACKAGES = ("pipeline", "stages")
 PIPELINE_CORE = {"pipeline.section", "pipeline.context", "pipeline.progress_lines", "pipeline.artifacts",
                  "pipeline.object_store", "pipeline.hardware", "pipeline.peak_flops", "pipeline.host_memory"}
 # Packages under stages/ that are not stages: every stage may use them, and they use no stage.
-SHARED = {"inference", "models", "names", "errors", "pair_files"}
+# export is not a stage of the graph: nmt export, the service and evaluate's CTranslate2
+# columns call it.
+SHARED = {"inference", "models", "export", "names", "errors", "pair_files"}
 
 
 def module_files() -> dict[str, Path]:

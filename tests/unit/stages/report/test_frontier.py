@@ -43,6 +43,15 @@ def test_two_laws_cross_where_they_predict_the_same_bleu():
     assert crossover(slow_start, slow_start) is None
 
 
+def test_a_crossing_at_a_bleu_no_model_can_score_is_not_reported():
+    # They meet at 3e13 FLOPs, within reach of the measured range, but at BLEU ~109.
+    steep = fit_power_law("transformer", [1e12, 1e13], [2.0, 30.0])
+    shallow = fit_power_law("rnn", [1e12, 1e13], [60.0, 90.0])
+    flops = crossover(steep, shallow)
+    assert flops == pytest.approx(3e13, rel=1e-6) and steep.bleu(flops) > 100
+    assert crossovers([steep, shallow]) == []
+
+
 def test_the_frontier_plot_has_one_line_per_family_on_log_axes():
     groups, laws = [], []
     for family, exponent in (("rnn", 0.3), ("transformer", 0.2), ("decoder_only", 0.25)):
