@@ -126,10 +126,11 @@ def _bf16_probe_problem(rate: Callable[[str], float] | None = None) -> str:
 
     fp32, bf16 = (rate or _matmul_rate)("float32"), (rate or _matmul_rate)("bfloat16")
     # Emulated bf16 runs tens to hundreds of times slower than fp32, native bf16 at
-    # least as fast. Half of fp32's rate lies far from both, so that processes probing
-    # side by side on busy cores (a train worker, the evaluate task beside it) reach the
-    # same verdict: a threshold at fp32's rate itself let them disagree.
-    if bf16 < fp32 / 2:
+    # least as fast (3.4x on a Zen 4 with AVX512-BF16). A quarter of fp32's rate lies
+    # far from both, so that processes probing side by side on busy cores (a train
+    # worker, the evaluate task beside it) reach the same verdict: thresholds at fp32's
+    # rate and at half of it each let them disagree.
+    if bf16 < fp32 / 4:
         return f"the bf16 probe ran matrix products {fp32 / bf16:.1f}x slower than fp32"
     try:
         with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
@@ -140,20 +141,27 @@ def _bf16_probe_problem(rate: Callable[[str], float] | None = None) -> str:
 
 
 def _matmul_rate(dtype: str) -> float:
-    """256 x 256 matrix products per second: the best of three 10 ms windows, since a
-    window in which the scheduler gave the core to another process reads slow."""
+    """256 x 256 matrix products per second on one thread: the best of three 10 ms
+    windows, since a window in which the scheduler gave the core to another process
+    reads slow. One thread, because threads that wait for each other at every product
+    read many times slower when other processes hold the cores."""
     import torch
 
-    a, b = (torch.randn(256, 256, dtype=getattr(torch, dtype)) for _ in range(2))
-    a @ b  # the first call builds oneDNN's kernel
-    best = 0.0
-    for _ in range(3):
-        started, repeats = time.perf_counter(), 0
-        while time.perf_counter() - started < 0.01:
-            a @ b
-            repeats += 1
-        best = max(best, repeats / (time.perf_counter() - started))
-    return best
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        a, b = (torch.randn(256, 256, dtype=getattr(torch, dtype)) for _ in range(2))
+        a @ b  # the first call builds oneDNN's kernel
+        best = 0.0
+        for _ in range(3):
+            started, repeats = time.perf_counter(), 0
+            while time.perf_counter() - started < 0.01:
+                a @ b
+                repeats += 1
+            best = max(best, repeats / (time.perf_counter() - started))
+        return best
+    finally:
+        torch.set_num_threads(threads)
 
 
 def _cuda_device(device: str) -> Device:
