@@ -5,6 +5,9 @@ everything that determines its content: the stage's name and code version, its
 config slice, and the keys of its upstream artifacts. A change to an unrelated
 config section leaves the key, and so the cached artifact, untouched.
 
+Runs that share a store hold a lease on a key while they compute it
+(``pipeline/leases.py``), and a commit never replaces a committed artifact.
+
 Trust comes from the manifest alone. A stage writes into a staging directory;
 ``commit`` hashes every file, writes ``MANIFEST.json`` last, and only then makes the
 directory visible under its key (a rename on a local disk; on object stores, which
@@ -32,6 +35,7 @@ from pathlib import Path
 
 import pyarrow.fs as pafs
 
+from pipeline.leases import Lease
 from pipeline.object_store import open_filesystem, redact
 
 MANIFEST = "MANIFEST.json"
@@ -226,6 +230,10 @@ class ArtifactStore:
 
     # ------------------------------------------------------------------ writing
 
+    def lease(self, stage: str, key: str) -> Lease:
+        """The lease a run holds on ``stage/key`` while it computes it (``pipeline/leases.py``)."""
+        return Lease(self.fs, f"{self.path(stage, key)}.lease", self.is_local)
+
     def staging_dir(self, stage: str, key: str, keep_previous: bool = False) -> Path:
         """The local directory a stage writes into; never trusted until committed.
 
@@ -250,7 +258,16 @@ class ArtifactStore:
         return None if self.is_local else (self.fs, f"{self.path(stage, key)}.partial")
 
     def commit(self, stage: str, key: str, staging: Path, metadata: dict) -> ArtifactStatus:
-        """Hash every file, write the manifest last, then make the artifact visible."""
+        """Hash every file, write the manifest last, then make the artifact visible.
+
+        A committed artifact is never replaced: if another run committed the key first
+        (runs sharing a store hold a lease per key, so only if one lost its lease), this
+        one's staging is dropped and theirs stands; it was made from the same inputs.
+        """
+        existing = self.status(stage, key)
+        if existing.state == ArtifactState.CACHED:
+            shutil.rmtree(staging, ignore_errors=True)
+            return existing
         files = {
             str(path.relative_to(staging)): {"size": path.stat().st_size, "sha256": file_sha256(path)}
             for path in sorted(staging.rglob("*"))

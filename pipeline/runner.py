@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable
 
-from pipeline.artifacts import ArtifactStore
+from pipeline.artifacts import ArtifactState, ArtifactStore
 from pipeline.config import ExperimentConfig
 from pipeline.context import (
     DownloadSources,
@@ -27,6 +27,7 @@ from pipeline.context import (
 )
 from pipeline.graph import PlannedStage
 from pipeline.hardware import CPU_BF16_ENV
+from pipeline.leases import held
 from pipeline.progress_lines import PROGRESS_ENV, choose_progress_style
 from pipeline.ray_output import filter_worker_output
 from pipeline.stage import Stage
@@ -57,23 +58,46 @@ def execute_stage(stage: Stage, section, key: str, upstream_keys: dict[str, str]
     what makes Ray wait for those stages before starting this one.
     """
     started = time.time()
-    inputs = {name: store.local_path(name, upstream_key, stage.reads.get(name))
-              for name, upstream_key in upstream_keys.items()}
-    staging = store.staging_dir(stage.name, key, keep_previous=stage.resumable)
-    fetchers = {name: functools.partial(store.local_path, name, upstream_key, stage.reads.get(name))
-                for name, upstream_key in upstream_keys.items()}
-    ctx = StageContext(tasks=RayTasks(), progress=ray_progress, input_fetchers=fetchers, metrics_sink=metrics_sink,
-                       resources=stage_resources(stage, store, key, mirrors, training_turn))
-    try:
-        metrics = stage.run(inputs, section, staging, ctx)
-    finally:
-        if training_turn is not None:  # its workers started, or never will: the next train stage may ask
-            training_turn.started()
-    status = store.commit(stage.name, key, staging, {
-        "version": stage.version, "config": section.model_dump(mode="json"),
-        "upstream": upstream_keys, "metrics": metrics,
-    })
+    # Another run of the same key (a second driver on the same store) computes it first,
+    # and this one then finds its artifact: one writer per key (pipeline/leases.py).
+    with held(store.lease(stage.name, key), on_wait=_waiting_for(stage.name)) as lease:
+        done = store.status(stage.name, key)
+        if done.state == ArtifactState.CACHED:
+            if training_turn is not None:
+                training_turn.started()
+            metrics = (store.read_manifest(stage.name, key) or {}).get("metrics", {})
+            return StageResult(stage.name, key, True, metrics, started, time.time(), done.size_bytes)
+        inputs = {name: store.local_path(name, upstream_key, stage.reads.get(name))
+                  for name, upstream_key in upstream_keys.items()}
+        staging = store.staging_dir(stage.name, key, keep_previous=stage.resumable)
+        fetchers = {name: functools.partial(store.local_path, name, upstream_key, stage.reads.get(name))
+                    for name, upstream_key in upstream_keys.items()}
+        ctx = StageContext(tasks=RayTasks(), progress=ray_progress, input_fetchers=fetchers,
+                           metrics_sink=metrics_sink, resources=stage_resources(stage, store, key, mirrors,
+                                                                                training_turn))
+        try:
+            metrics = stage.run(inputs, section, staging, ctx)
+        finally:
+            if training_turn is not None:  # its workers started, or never will: the next train stage may ask
+                training_turn.started()
+        lease.check()
+        status = store.commit(stage.name, key, staging, {
+            "version": stage.version, "config": section.model_dump(mode="json"),
+            "upstream": upstream_keys, "metrics": metrics,
+        })
     return StageResult(stage.name, key, False, metrics, started, time.time(), status.size_bytes)
+
+
+def _waiting_for(stage: str) -> Callable[[dict], None]:
+    """What a stage task says while another run holds its key: once, then every minute."""
+    said = [0.0]
+
+    def report(lease: dict) -> None:
+        if time.time() - said[0] >= 60:
+            said[0] = time.time()
+            print(f"{stage}: waiting for {lease.get('holder', 'another run')}, which is computing the same "
+                  "artifact", flush=True)
+    return report
 
 
 def stage_resources(stage: Stage, store: ArtifactStore, key: str, mirrors: list[str],

@@ -153,3 +153,25 @@ def test_a_store_unpickled_in_another_working_directory_names_the_same_place(tmp
     (tmp_path / "elsewhere").mkdir()
     monkeypatch.chdir(tmp_path / "elsewhere")  # e.g. a Ray Train worker's trial directory
     assert pickle.loads(pickle.dumps(store)).path("tokenize", "k") == str(tmp_path / "artifacts" / "tokenize" / "k")
+
+
+@pytest.mark.parametrize("remote", [False, True], ids=["local", "object store"])
+def test_a_committed_artifact_is_never_replaced_by_a_later_commit_of_its_key(tmp_path, remote):
+    """Two runs that both computed a key (one lost its lease): the first commit stands,
+    whole, and the second's staging is dropped."""
+    if remote:
+        (tmp_path / "remote").mkdir()
+        store = ArtifactStore("store", local_cache=tmp_path / "cache",
+                              filesystem=pafs.SubTreeFileSystem(str(tmp_path / "remote"), pafs.LocalFileSystem()))
+    else:
+        store = ArtifactStore(str(tmp_path / "store"))
+    first = store.staging_dir("train", "k1")
+    _stage_output(first, "first run")
+    store.commit("train", "k1", first, {"metrics": {"run": 1}})
+    second = store.staging_dir("train", "k1")
+    _stage_output(second, "second run, other bytes")
+    status = store.commit("train", "k1", second, {"metrics": {"run": 2}})
+    assert status.state == ArtifactState.CACHED and not second.exists()
+    assert store.read_manifest("train", "k1")["metrics"] == {"run": 1}
+    assert store.status("train", "k1", verify=True).state == ArtifactState.CACHED
+    assert (store.local_path("train", "k1") / "data.txt").read_text() == "first run"

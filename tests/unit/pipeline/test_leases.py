@@ -1,0 +1,126 @@
+"""One writer per artifact key: the lease's exclusion, renewal, expiry and takeover, on a
+local filesystem (exclusive create) and through the object-store path (claim, settle,
+read back)."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import subprocess
+import sys
+import threading
+import time
+
+import pyarrow.fs as pafs
+import pytest
+
+from pipeline import leases
+from pipeline.leases import Lease, LeaseLost, held
+
+
+@pytest.fixture(autouse=True)
+def quick(monkeypatch):
+    monkeypatch.setattr(leases, "POLL_SECONDS", 0.02)
+    monkeypatch.setattr(leases, "SETTLE_SECONDS", 0.05)
+
+
+def local_lease(tmp_path, **kwargs) -> Lease:
+    return Lease(pafs.LocalFileSystem(), str(tmp_path / "train" / "k1.lease"), local=True, **kwargs)
+
+
+def object_store_lease(tmp_path, **kwargs) -> Lease:
+    """The object-store protocol (no exclusive create) on a local directory."""
+    (tmp_path / "train").mkdir(exist_ok=True)
+    return Lease(pafs.LocalFileSystem(), str(tmp_path / "train" / "k1.lease"), local=False, **kwargs)
+
+
+@pytest.mark.parametrize("make", [local_lease, object_store_lease])
+def test_a_held_key_is_refused_to_a_second_run_until_released(tmp_path, make):
+    first, second = make(tmp_path), make(tmp_path)
+    first.acquire()
+    with pytest.raises(TimeoutError, match="still held by"):
+        second.acquire(timeout=0.2)
+    first.release()
+    assert first.read() is None
+    second.acquire(timeout=1)
+    second.check()
+    second.release()
+
+
+def test_a_lease_whose_holder_stopped_renewing_is_taken_over_and_the_old_holder_cannot_commit(tmp_path):
+    now = [1000.0]
+    stale = local_lease(tmp_path, clock=lambda: now[0])
+    stale.acquire()
+    stale._stop.set()  # its renewals stop, as when its node is lost
+    taker = local_lease(tmp_path, clock=lambda: now[0])
+    with pytest.raises(TimeoutError):
+        taker.acquire(timeout=0.1)  # not yet expired
+    now[0] += leases.EXPIRE_SECONDS + 1
+    taker.acquire(timeout=1)
+    assert taker.read()["token"] == taker.token
+    with pytest.raises(LeaseLost, match="was lost"):
+        stale.check()
+    taker.release()
+
+
+def test_a_lease_held_by_a_process_gone_from_this_machine_is_taken_at_once(tmp_path):
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    path = tmp_path / "train" / "k1.lease"
+    path.parent.mkdir()
+    path.write_text(json.dumps({"holder": "a killed run", "host": os.uname().nodename, "pid": int(dead.stdout),
+                                "token": "old", "renewed": time.time(), "expires_after": 3600}))
+    lease = local_lease(tmp_path)
+    lease.acquire(timeout=1)
+    assert lease.read()["token"] == lease.token
+    lease.release()
+
+
+def test_a_held_lease_is_renewed_and_released_when_the_block_fails(tmp_path, monkeypatch):
+    monkeypatch.setattr(leases, "RENEW_SECONDS", 0.05)
+    lease = local_lease(tmp_path)
+    with pytest.raises(RuntimeError, match="the stage failed"):
+        with held(lease):
+            first = lease.read()["renewed"]
+            time.sleep(0.3)
+            assert lease.read()["renewed"] > first
+            raise RuntimeError("the stage failed")
+    assert not (tmp_path / "train" / "k1.lease").exists()
+
+
+def test_waiting_runs_are_told_who_holds_the_key(tmp_path):
+    holder = local_lease(tmp_path, holder="run A")
+    holder.acquire()
+    seen = []
+    waiter = local_lease(tmp_path)
+    threading.Timer(0.2, holder.release).start()
+    waiter.acquire(timeout=5, on_wait=seen.append)
+    assert seen and seen[0]["holder"] == "run A"
+    waiter.release()
+
+
+def _count_under_lease(root: str, local: bool, rounds: int) -> None:
+    """Read, pause, write back +1: lost updates unless the lease excludes the others."""
+    leases.POLL_SECONDS, leases.SETTLE_SECONDS = 0.01, 0.05
+    counter = os.path.join(root, "counter")
+    for _ in range(rounds):
+        with held(Lease(pafs.LocalFileSystem(), os.path.join(root, "k1.lease"), local)):
+            value = int(open(counter).read())
+            time.sleep(0.01)
+            with open(counter, "w") as handle:
+                handle.write(str(value + 1))
+
+
+@pytest.mark.parametrize("local", [True, False], ids=["exclusive create", "claim and read back"])
+def test_processes_racing_for_one_key_never_hold_it_together(tmp_path, local):
+    (tmp_path / "counter").write_text("0")
+    processes = [multiprocessing.get_context("spawn").Process(target=_count_under_lease,
+                                                              args=(str(tmp_path), local, 5))
+                 for _ in range(4)]
+    for process in processes:
+        process.start()
+    for process in processes:
+        process.join(60)
+    assert [process.exitcode for process in processes] == [0] * 4
+    assert (tmp_path / "counter").read_text() == "20"
+    assert not list(tmp_path.glob("k1.lease*"))
