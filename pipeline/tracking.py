@@ -51,31 +51,47 @@ def absolute_tracking_uri(uri: str) -> str:
 class MetricsSink:
     """Rows with a ``step`` logged to one MLflow run as they come, from any process (a
     training worker's rank 0). Picklable; best effort: a store that stays unreachable
-    costs the live curve a few points, never the training run."""
+    costs the live curve a few points, never the training run.
+
+    One value per metric and step: a worker group that Ray Train restarts from a
+    checkpoint trains the steps after it again, and its new sink (a fresh process)
+    learns from the run's history which steps are logged already and skips them, so
+    the curve keeps the values first logged."""
 
     ATTEMPTS = 3
 
     def __init__(self, tracking_uri: str, run_id: str):
         self.tracking_uri, self.run_id = tracking_uri, run_id
         self._client = None
+        self._last_step: dict[str, int] = {}  # per metric, the last step the run holds
 
     def __getstate__(self) -> dict:
-        return {"tracking_uri": self.tracking_uri, "run_id": self.run_id, "_client": None}
+        return {"tracking_uri": self.tracking_uri, "run_id": self.run_id, "_client": None, "_last_step": {}}
 
     def __call__(self, rows: list[dict]) -> None:
         if self._client is None:
             self._client = MlflowClient(self.tracking_uri)
-        metrics = series_metrics(rows)
         for attempt in range(self.ATTEMPTS):
             try:
+                metrics = self._new(series_metrics(rows))
                 for start in range(0, len(metrics), MAX_METRICS_PER_BATCH):
                     self._client.log_batch(self.run_id, metrics=metrics[start:start + MAX_METRICS_PER_BATCH])
+                for metric in metrics:
+                    self._last_step[metric.key] = max(self._last_step[metric.key], metric.step)
                 return
             except Exception as error:  # a locked SQLite file, a restarting server
                 if attempt == self.ATTEMPTS - 1:
                     warnings.warn(f"MLflow: {len(rows)} metric row(s) not logged to run {self.run_id}: {error}")
                 else:
                     time.sleep(0.5 * (attempt + 1))
+
+
+    def _new(self, metrics: list[Metric]) -> list[Metric]:
+        """The metrics at steps past what the run holds of each (read once per metric)."""
+        for name in {metric.key for metric in metrics} - set(self._last_step):
+            history = self._client.get_metric_history(self.run_id, name)
+            self._last_step[name] = max((metric.step for metric in history), default=-1)
+        return [metric for metric in metrics if metric.step > self._last_step[metric.key]]
 
 
 def series_metrics(rows: list[dict]) -> list[Metric]:
@@ -106,12 +122,24 @@ class RunTracker:
         in the MLflow UI, and its metrics can be logged while it runs."""
         tags = {"mlflow.parentRunId": self.parent_id, "nmt.stage": stage, "nmt.artifact_key": key,
                 "nmt.cache_hit": str(cache_hit).lower()}
+        earlier = None if cache_hit else self.unfinished_attempt(stage, key)
+        if earlier is not None:
+            tags["nmt.earlier_attempt"] = earlier  # the run this one resumes (train) or retries
         run = self.client.create_run(self.experiment_id, start_time=int((started or time.time()) * 1000),
                                      run_name=stage, tags=tags)
         params = {"artifact_key": key, **flatten(config_slice)}
         self.client.log_batch(run.info.run_id, params=[Param(name, value[:MAX_PARAM_CHARS])
                                                        for name, value in params.items()])
         return run.info.run_id
+
+    def unfinished_attempt(self, stage: str, key: str) -> str | None:
+        """The latest earlier run of ``stage`` at ``key`` that did not finish (killed,
+        failed, or left running by a driver that died), if any."""
+        found = self.client.search_runs(
+            [self.experiment_id], order_by=["attributes.start_time DESC"], max_results=1,
+            filter_string=(f"tags.`nmt.stage` = '{stage}' and tags.`nmt.artifact_key` = '{key}' "
+                           "and attributes.status != 'FINISHED'"))
+        return found[0].info.run_id if found else None
 
     def close_stage(self, run_id: str, stage: str, key: str, config_slice: dict, result, status: str = "FINISHED",
                     error: str | None = None) -> None:

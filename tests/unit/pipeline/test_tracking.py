@@ -23,3 +23,35 @@ def test_a_pickled_metrics_sink_logs_rows_on_the_step_axis_of_an_open_stage_run(
     history = tracker.client.get_metric_history(run_id, "train_loss")
     assert [(m.step, m.value) for m in history] == [(1, 2.0), (2, 1.5)]
     assert tracker.client.get_run(run_id).info.status == "RUNNING"  # until the stage ends
+
+
+def test_a_restarted_worker_s_sink_logs_each_step_once(tmp_path):
+    """Ray Train restarts a worker group from the checkpoint at step 30 after 50 steps
+    were logged: the new group's sink (a new process) skips steps 31-50."""
+    tracker = RunTracker(f"sqlite:///{tmp_path / 'mlflow.db'}", "sink")
+    tracker.start("sink", "name: sink\n", "nmt run")
+    run_id = tracker.open_stage("train/t", "k", {})
+    first = pickle.loads(pickle.dumps(tracker.live_sink(run_id)))
+    first([{"step": step, "train_loss": 10.0 - step / 10} for step in range(0, 51, 10)])
+    restarted = pickle.loads(pickle.dumps(tracker.live_sink(run_id)))
+    restarted([{"step": step, "train_loss": 99.0} for step in (40, 50)])
+    restarted([{"step": step, "train_loss": 4.0, "valid_loss": 4.5} for step in (60, 70)])
+    history = tracker.client.get_metric_history(run_id, "train_loss")
+    assert [(m.step, m.value) for m in history] == [(0, 10.0), (10, 9.0), (20, 8.0), (30, 7.0), (40, 6.0),
+                                                    (50, 5.0), (60, 4.0), (70, 4.0)]
+    assert [m.step for m in tracker.client.get_metric_history(run_id, "valid_loss")] == [60, 70]
+
+
+def test_a_stage_run_again_after_an_unfinished_attempt_is_linked_to_it(tmp_path):
+    tracker = RunTracker(f"sqlite:///{tmp_path / 'mlflow.db'}", "resume")
+    tracker.start("first", "name: resume\n", "nmt run")
+    killed = tracker.open_stage("train/t", "k1", {})
+    tracker.abandon_stage(killed)
+    other_key = tracker.open_stage("train/t", "k2", {})
+    tracker.start("second", "name: resume\n", "nmt run")
+    resumed = tracker.open_stage("train/t", "k1", {})
+    tags = tracker.client.get_run(resumed).data.tags
+    assert tags["nmt.earlier_attempt"] == killed
+    assert "nmt.earlier_attempt" not in tracker.client.get_run(other_key).data.tags
+    hit = tracker.open_stage("train/t", "k1", {}, cache_hit=True)
+    assert "nmt.earlier_attempt" not in tracker.client.get_run(hit).data.tags
