@@ -134,6 +134,10 @@ def connect_ray(address: str | None) -> None:
 
         # Ship this checkout's code to the cluster so its workers run what the driver runs.
         runtime_env["py_modules"] = [pipeline, stages]
+    else:
+        # Without an address Ray would join the cluster last started on this machine
+        # (`ray start`, another tool's): a local instance of our own is what was asked for.
+        address = "local"
     ray.init(address=address, runtime_env=runtime_env, logging_level=logging.WARNING, log_to_driver=True)
     filter_worker_output()
 

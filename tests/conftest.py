@@ -40,7 +40,7 @@ def local_ray():
     """One real local Ray instance for the whole session (starting one takes seconds)."""
     import ray
 
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     yield
     ray.shutdown()
 

@@ -50,10 +50,34 @@ def watch_for_ready(process: subprocess.Popen, ready: threading.Event) -> None:
             ready.set()
 
 
+@pytest.fixture(scope="module")
+def bystander_ray(tmp_path_factory):
+    """Another Ray instance on this machine, started by ``ray start`` as a user's own
+    would be: the cluster a bare ``ray.init()`` joins. It offers no CPUs, so a service
+    that joined it instead of starting its own would never get a replica placed."""
+    from tests.ray_cluster import ray_binary
+    from tests.s3_server import free_port, kill_group
+
+    port = free_port()
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled"}
+    env.pop("RAY_ADDRESS", None)
+    process = subprocess.Popen([ray_binary(), "start", "--head", "--block", f"--port={port}", "--num-cpus=0",
+                                "--include-dashboard=false", f"--ray-client-server-port={free_port()}"],
+                               env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                               start_new_session=True)
+    latest = Path("/tmp/ray/ray_current_cluster")
+    deadline = time.time() + 120
+    while not (latest.is_file() and latest.read_text().strip().endswith(f":{port}")):
+        assert process.poll() is None and time.time() < deadline, "the bystander Ray instance did not start"
+        time.sleep(0.2)
+    yield process
+    kill_group(process)
+
+
 @pytest.fixture(scope="module", params=["ray", "haproxy"])
-def serve_process(experiment, request) -> tuple[subprocess.Popen, str]:
+def serve_process(experiment, bystander_ray, request) -> tuple[subprocess.Popen, str]:
     """The service behind each ingress in turn (``nmt serve --ingress``): every test of
-    the API runs against both."""
+    the API runs against both, beside another Ray instance on the machine."""
     ingress = request.param
     if ingress == "haproxy" and shutil.which("haproxy") is None:
         pytest.skip("no haproxy binary (tests/install_system_packages.sh installs it)")
@@ -117,6 +141,20 @@ def test_requests_come_in_through_the_ingress_asked_for(serve_process, request):
         except psutil.Error:  # gone meanwhile
             pass
     assert bool(haproxies) == (request.node.callspec.params["serve_process"] == "haproxy")
+    assert requests.get(f"{url}/health", timeout=30).status_code == 200
+
+
+def test_the_service_runs_its_own_ray_instance_beside_another_one(serve_process, bystander_ray):
+    process, url = serve_process
+    raylets = []
+    for child in psutil.Process(process.pid).children(recursive=True):
+        try:
+            if child.name() == "raylet":
+                raylets.append(child)
+        except psutil.Error:
+            pass
+    assert len(raylets) == 1  # started its own, did not join the bystander's
+    assert bystander_ray.poll() is None
     assert requests.get(f"{url}/health", timeout=30).status_code == 200
 
 

@@ -143,7 +143,7 @@ from stages import train
 from stages.train.config import TrainStageConfig
 from pipeline.context import StageContext
 
-ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
+ray.init(address="local", num_cpus=1, include_dashboard=False, log_to_driver=False)
 config = TrainStageConfig.model_validate_json(sys.argv[1])
 train.run({"tokenize": Path(sys.argv[2])}, config, Path(sys.argv[3]), StageContext())
 """
