@@ -157,7 +157,9 @@ class ArtifactStore:
         """Every file under ``directory`` by its relative name; empty if there is none."""
         try:
             infos = self.fs.get_file_info(pafs.FileSelector(directory, recursive=True))
-        except OSError:  # FileNotFoundError; on S3, also a bucket that does not exist yet
+        except FileNotFoundError:  # on SeaweedFS also an emptied directory that still reads as one
+            return {}
+        except OSError:  # on S3, also a bucket that does not exist yet
             if self.fs.get_file_info(directory).type == pafs.FileType.NotFound:
                 return {}
             raise
@@ -192,7 +194,9 @@ class ArtifactStore:
 
         Each file is hashed as it downloads and kept only if it matches the manifest,
         so a copy in the cache is trusted without reading it again, for as long as the
-        store's manifest names the same sha256 for it.
+        store's manifest names the same sha256 for it and the copy keeps the size and
+        modification time it had when it was checked (a copy written to since, by
+        anything, is fetched again).
         """
         manifest = self.read_manifest(stage, key)
         if manifest is None:
@@ -200,15 +204,20 @@ class ArtifactStore:
         if self.is_local:
             return Path(self.path(stage, key))
         target = self.local_cache / stage / key
-        cached = _read_json(target / MANIFEST).get("files", {})
+        copy = _read_json(target / MANIFEST)
+        cached, checked = copy.get("files", {}), copy.get("checked_mtime_ns", {})
         for name, entry in manifest["files"].items():
             if files is not None and not any(fnmatch.fnmatch(name, pattern) for pattern in files):
                 continue
             local = target / name
-            if cached.get(name) == entry and local.is_file() and local.stat().st_size == entry["size"]:
+            if (cached.get(name) == entry and local.is_file() and local.stat().st_size == entry["size"]
+                    and checked.get(name) == local.stat().st_mtime_ns):
                 continue
             self._download(stage, key, name, entry, local)
-        _write_json_durably(target / MANIFEST, manifest)
+            checked[name] = local.stat().st_mtime_ns
+        # The copy's manifest: the store's, and when each file here was last checked.
+        _write_json_durably(target / MANIFEST, {**manifest, "checked_mtime_ns": {
+            name: mtime for name, mtime in checked.items() if name in manifest["files"]}})
         return target
 
     def _download(self, stage: str, key: str, name: str, entry: dict, local: Path) -> None:
@@ -257,15 +266,16 @@ class ArtifactStore:
         directory is already on it."""
         return None if self.is_local else (self.fs, f"{self.path(stage, key)}.partial")
 
-    def commit(self, stage: str, key: str, staging: Path, metadata: dict) -> ArtifactStatus:
+    def commit(self, stage: str, key: str, staging: Path, metadata: dict, replace: bool = False) -> ArtifactStatus:
         """Hash every file, write the manifest last, then make the artifact visible.
 
-        A committed artifact is never replaced: if another run committed the key first
-        (runs sharing a store hold a lease per key, so only if one lost its lease), this
-        one's staging is dropped and theirs stands; it was made from the same inputs.
+        A committed artifact is not replaced unless asked (``replace``: ``nmt run
+        --force``): if another run committed the key first (runs sharing a store hold a
+        lease per key, so only if one lost its lease), this one's staging is dropped and
+        theirs stands; it was made from the same inputs.
         """
         existing = self.status(stage, key)
-        if existing.state == ArtifactState.CACHED:
+        if existing.state == ArtifactState.CACHED and not replace:
             shutil.rmtree(staging, ignore_errors=True)
             return existing
         files = {
@@ -281,7 +291,7 @@ class ArtifactStore:
             **metadata,
             "files": files,
         }
-        self._discard_invalid(stage, key)
+        self._discard_existing(stage, key)
         if self.is_local:
             _write_json_durably(staging / MANIFEST, manifest)
             final = Path(self.path(stage, key))
@@ -304,7 +314,7 @@ class ArtifactStore:
                 self.fs.delete_dir(f"{destination}.partial")
         return ArtifactStatus(stage, key, ArtifactState.CACHED, sum(f["size"] for f in files.values()))
 
-    def _discard_invalid(self, stage: str, key: str) -> None:
+    def _discard_existing(self, stage: str, key: str) -> None:
         directory = self.path(stage, key)
         if self.fs.get_file_info(directory).type == pafs.FileType.NotFound:
             return
@@ -318,7 +328,10 @@ class ArtifactStore:
             manifest_path = f"{directory}/{MANIFEST}"
             if self.fs.get_file_info(manifest_path).type == pafs.FileType.File:
                 self.fs.delete_file(manifest_path)
-            self.fs.delete_dir(directory)
+            try:
+                self.fs.delete_dir(directory)
+            except FileNotFoundError:  # SeaweedFS: an emptied directory that still reads as one
+                pass
 
 
 def read_local_manifest(artifact: Path) -> dict:

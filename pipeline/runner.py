@@ -51,8 +51,9 @@ class StageResult:
 
 def execute_stage(stage: Stage, section, key: str, upstream_keys: dict[str, str], store: ArtifactStore,
                   mirrors: list[str], metrics_sink: Callable | None, training_turn: TrainingTurn | None,
-                  *upstream_results: StageResult) -> StageResult:
+                  *upstream_results: StageResult, forced: bool = False) -> StageResult:
     """Run one stage and commit its artifact; the body of each stage's Ray task.
+    ``forced``: recompute and replace the artifact even if it is committed (``--force``).
 
     ``upstream_results`` are not read: passing the upstream ObjectRefs as arguments is
     what makes Ray wait for those stages before starting this one.
@@ -62,7 +63,7 @@ def execute_stage(stage: Stage, section, key: str, upstream_keys: dict[str, str]
     # and this one then finds its artifact: one writer per key (pipeline/leases.py).
     with held(store.lease(stage.name, key), on_wait=_waiting_for(stage.name)) as lease:
         done = store.status(stage.name, key)
-        if done.state == ArtifactState.CACHED:
+        if done.state == ArtifactState.CACHED and not forced:
             if training_turn is not None:
                 training_turn.started()
             metrics = (store.read_manifest(stage.name, key) or {}).get("metrics", {})
@@ -84,7 +85,7 @@ def execute_stage(stage: Stage, section, key: str, upstream_keys: dict[str, str]
         status = store.commit(stage.name, key, staging, {
             "version": stage.version, "config": section.model_dump(mode="json"),
             "upstream": upstream_keys, "metrics": metrics,
-        })
+        }, replace=forced)
     return StageResult(stage.name, key, False, metrics, started, time.time(), status.size_bytes)
 
 
@@ -171,7 +172,8 @@ def run_pipeline(config: ExperimentConfig, planned: list[PlannedStage], store: A
         section = item.stage.config_of(config)
         turn = TrainingTurn(start_order, item.stage.name) if start_order and item.stage.name in training else None
         ref = task.options(name=f"stage:{item.stage.name}", num_cpus=item.stage.task_cpus).remote(
-            item.stage, section, item.key, item.upstream_keys, store, mirrors, on_submit(item), turn, *upstream_refs)
+            item.stage, section, item.key, item.upstream_keys, store, mirrors, on_submit(item), turn, *upstream_refs,
+            forced=item.status.state == ArtifactState.CACHED)  # planned to run though cached: --force
         refs[item.stage.name] = ref
         pending[ref] = item
         log.info("%-9s submitted (key %s)", item.stage.name, item.key)

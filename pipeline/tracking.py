@@ -149,6 +149,8 @@ class RunTracker:
             metrics["seconds"] = result.ended - result.started
         # Text results (the resolved precision, the device, where the peak came from) are tags.
         texts = {f"nmt.{name}": value for name, value in result.metrics.items() if isinstance(value, str)}
+        # A stage submitted to run may end as a hit: another run committed it meanwhile.
+        texts["nmt.cache_hit"] = str(result.cache_hit).lower()
         if error:
             texts["nmt.error"] = error
         self.client.log_batch(

@@ -54,6 +54,9 @@ class SeaweedS3:
     secret_key: str = SECRET_KEY
     process: subprocess.Popen | None = None
     port: int = 0
+    # weed's other ports, picked at the first start and kept, so that a server started
+    # again after stop() (a restart, as benchmarks/faults.py does) is the same endpoint.
+    ports: dict | None = None
 
     @property
     def endpoint(self) -> str:
@@ -85,15 +88,18 @@ class SeaweedS3:
             "actions": ["Admin", "Read", "Write", "List", "Tagging"]}]}
         config = self.directory / "identities.json"
         config.write_text(json.dumps(identities))
-        self.port = free_port()
-        ports = {name: free_port() for name in ("master.port", "master.port.grpc", "volume.port", "volume.port.grpc",
-                                                 "filer.port", "filer.port.grpc", "s3.port.grpc")}
+        if self.ports is None:
+            self.port = free_port()
+            self.ports = {name: free_port() for name in ("master.port", "master.port.grpc", "volume.port",
+                                                          "volume.port.grpc", "filer.port", "filer.port.grpc",
+                                                          "s3.port.grpc")}
+        ports = self.ports
         command = [binary, "server", f"-dir={self.directory / 'data'}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
                    "-volume.max=100", "-master.volumeSizeLimitMB=64", "-master.telemetry=false",
                    "-s3", f"-s3.port={self.port}", "-s3.port.iceberg=0", "-s3.port.lance=0",
                    f"-s3.config={config}", *(f"-{name}={port}" for name, port in ports.items())]
         (self.directory / "data").mkdir(exist_ok=True)
-        log = open(self.directory / "weed.log", "wb")
+        log = open(self.directory / "weed.log", "ab")
         self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         self._wait_until_ready(timeout)
         return self

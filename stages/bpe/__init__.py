@@ -30,7 +30,9 @@ from stages.bpe.config import BpeConfig
 from stages.errors import InputDataError
 from stages.pair_files import count_rows
 
-VERSION = 2  # 2: the sample of a big corpus is drawn here, not by SentencePiece
+# 2: the sample of a big corpus is drawn here, not by SentencePiece; 3: the model
+# without the temporary paths SentencePiece records (the same key, the same bytes)
+VERSION = 3
 # Fixed ids so every model and every run agrees: padding is 0, as torch's embedding
 # and loss code assume by default.
 SPECIAL_IDS = {"pad": 0, "unk": 1, "bos": 2, "eos": 3}
@@ -125,3 +127,16 @@ def _train_model(text: Path, prefix: Path, config: BpeConfig, user_symbols: list
     except RuntimeError as error:
         raise InputDataError(f"bpe: SentencePiece could not train on {text.name}: {error} "
                              "(for a small corpus, lower bpe.vocab_size)") from None
+    _clear_paths(prefix.with_suffix(".model"))
+
+
+def _clear_paths(model_file: Path) -> None:
+    """SentencePiece records its input file and output prefix in the model: temporary
+    paths, different on every run. Cleared, so that the same key is the same bytes."""
+    from sentencepiece import sentencepiece_model_pb2
+
+    proto = sentencepiece_model_pb2.ModelProto()
+    proto.ParseFromString(model_file.read_bytes())
+    del proto.trainer_spec.input[:]
+    proto.trainer_spec.model_prefix = ""
+    model_file.write_bytes(proto.SerializeToString())

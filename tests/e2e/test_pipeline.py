@@ -77,9 +77,12 @@ def test_cached_rerun_recomputes_nothing_and_a_setting_reruns_only_its_stage(wor
     assert len(list((workdir / "artifacts" / "tokenize").glob("*/train-*-of-00003.arrow"))) == 3
     assert {k: v for k, v in manifests(workdir).items() if k in written} == written
 
+    before_force = manifests(workdir)
     forced = nmt("run", str(SMOKE), "--until", "tokenize", "--force", "bpe")
     assert forced.exit_code == 0, forced.output
     assert stage_runs(workdir)[-1] == {"download": True, "clean": True, "bpe": False, "tokenize": False}
+    rewritten = {path for path, mtime in manifests(workdir).items() if before_force.get(path) != mtime}
+    assert {path.split("/")[1] for path in rewritten} == {"bpe", "tokenize"}  # recomputed, committed again
 
     status = nmt("status", str(SMOKE))
     assert status.exit_code == 0

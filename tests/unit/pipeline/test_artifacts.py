@@ -175,3 +175,21 @@ def test_a_committed_artifact_is_never_replaced_by_a_later_commit_of_its_key(tmp
     assert store.read_manifest("train", "k1")["metrics"] == {"run": 1}
     assert store.status("train", "k1", verify=True).state == ArtifactState.CACHED
     assert (store.local_path("train", "k1") / "data.txt").read_text() == "first run"
+
+
+def test_a_cached_copy_written_to_after_its_check_is_fetched_again(tmp_path):
+    """A byte flipped in a node's cached copy (same size) is not trusted: the copy's
+    modification time no longer matches the one recorded when it was checked."""
+    (tmp_path / "remote").mkdir()
+    store = ArtifactStore("store", local_cache=tmp_path / "cache",
+                          filesystem=pafs.SubTreeFileSystem(str(tmp_path / "remote"), pafs.LocalFileSystem()))
+    staging = store.staging_dir("tokenize", "k1")
+    _stage_output(staging, "the right bytes")
+    store.commit("tokenize", "k1", staging, {})
+    copy = store.local_path("tokenize", "k1") / "data.txt"
+    time.sleep(0.01)
+    copy.write_text("the wrong bytes")  # same length
+    assert (store.local_path("tokenize", "k1") / "data.txt").read_text() == "the right bytes"
+    untouched = copy.stat().st_mtime_ns
+    store.local_path("tokenize", "k1")  # trusted as checked: not fetched again
+    assert copy.stat().st_mtime_ns == untouched

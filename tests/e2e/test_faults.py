@@ -1,0 +1,43 @@
+"""A subset of the fault-injection matrix (``benchmarks/faults.py``), one case of each
+kind: a killed driver, a lost worker, the S3 server restarted, a full disk and a
+corrupted cached copy (runs on one store at once: ``test_concurrent_runs.py``). Each
+case's re-run must complete with the uninterrupted run's keys and data, nothing
+half-written left, the cause named where the first run failed, and no data lost."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+
+from benchmarks import faults
+
+pytestmark = pytest.mark.slow
+
+
+def can_mount_tmpfs(tmp_path) -> bool:
+    target = tmp_path / "probe"
+    target.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(target)],
+                      capture_output=True).returncode != 0:
+        return False
+    subprocess.run(["umount", str(target)], check=True)
+    return True
+
+
+def test_a_fault_of_each_kind_is_survived_with_no_data_lost(tmp_path, multi30k, s3, monkeypatch):
+    # ``s3`` only for its check that weed is installed: the matrix starts a server of its
+    # own, which it stops and starts again.
+    monkeypatch.setenv("NMT_MIRROR", str(multi30k))
+    cases = ["kill:tokenize", "worker:train/rnn_tiny", "s3:tokenize", "corrupt:tokenize"]
+    if can_mount_tmpfs(tmp_path):  # a filesystem of its own to fill: needs mount rights
+        cases.append("disk:clean")
+    rc = faults.main(["--cases", *cases, "--seed", "1", "--work", str(tmp_path / "work"),
+                      "--json", str(tmp_path / "cases.json")])
+    results = json.loads((tmp_path / "cases.json").read_text())
+    assert [f"{case['kind']}:{case['stage']}" for case in results] == cases
+    for case in results:
+        assert case["survived"], case
+        assert case["lost"] == [] and case["leftovers"] == []
+    assert rc == 0
