@@ -102,9 +102,14 @@ class Root:
     def copy_in(self, source: Path, stages: list[tuple[str, str]]) -> None:
         """The uninterrupted run's artifacts of ``stages`` (name, key), into this root."""
         for stage, key in stages:
-            self.fs.create_dir(f"{self.path}/{stage}/{key}", recursive=True)
-            pafs.copy_files(str(source / stage / key), f"{self.path}/{stage}/{key}",
-                            source_filesystem=pafs.LocalFileSystem(), destination_filesystem=self.fs)
+            directory = source / stage / key
+            # The manifest last, as a commit writes it: a file newer than its manifest is not trusted.
+            for path in sorted(directory.rglob("*"), key=lambda path: path.name == MANIFEST):
+                if path.is_file():
+                    target = f"{self.path}/{stage}/{key}/{path.relative_to(directory).as_posix()}"
+                    self.fs.create_dir(target.rsplit("/", 1)[0], recursive=True)
+                    with self.fs.open_output_stream(target) as stream:
+                        stream.write(path.read_bytes())
 
 
 def nmt_run(workdir: Path, root: Root, until: str, *extra: str) -> subprocess.Popen:
@@ -206,6 +211,7 @@ class Matrix:
             self.s3 = SeaweedS3(self.work / "seaweedfs").start()
         prefix = f"faults/{case_dir.name}"
         fs = self.s3.filesystem()
+        fs.create_dir("faults")  # the bucket
         fs.delete_dir_contents(prefix, missing_dir_ok=True)  # a case tried before in the same --work
         return Root(self.s3.uri(prefix), fs, prefix, self.s3.env())
 

@@ -144,8 +144,12 @@ class Lease:
             descriptor = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
         except FileExistsError:
             return False
-        with os.fdopen(descriptor, "wb") as handle:
-            handle.write(self._record())
+        try:
+            with os.fdopen(descriptor, "wb") as handle:
+                handle.write(self._record())
+        except OSError:  # a full disk: no half-written lease left to block every later run
+            os.unlink(self.path)
+            raise
         return True
 
     def _claim_by_reading_back(self, expired: dict | None) -> bool:
@@ -158,9 +162,13 @@ class Lease:
         if self.local:
             # Whole or not at all: a reader never sees half a record.
             partial = f"{self.path}.{self.token[:8]}.tmp"
-            with open(partial, "wb") as handle:
-                handle.write(self._record())
-            os.replace(partial, self.path)
+            try:
+                with open(partial, "wb") as handle:
+                    handle.write(self._record())
+                os.replace(partial, self.path)
+            finally:
+                if os.path.exists(partial):  # the write failed (a full disk)
+                    os.unlink(partial)
         else:
             with self.fs.open_output_stream(self.path) as stream:
                 stream.write(self._record())

@@ -38,6 +38,6 @@ def test_a_fault_of_each_kind_is_survived_with_no_data_lost(tmp_path, multi30k, 
     results = json.loads((tmp_path / "cases.json").read_text())
     assert [f"{case['kind']}:{case['stage']}" for case in results] == cases
     for case in results:
-        assert case["survived"], case
+        assert case["survived"], f"{case['kind']}:{case['stage']}: {case}"
         assert case["lost"] == [] and case["leftovers"] == []
     assert rc == 0
