@@ -130,29 +130,28 @@ def test_health_and_the_openapi_document(service):
     assert {"sentences", "beam_size", "nbest", "length_penalty"} <= set(request_schema["properties"])
 
 
+def descendants_named(process: subprocess.Popen, name: str) -> list[psutil.Process]:
+    found = []
+    for child in psutil.Process(process.pid).children(recursive=True):
+        try:
+            if child.name() == name:
+                found.append(child)
+        except psutil.Error:  # gone meanwhile
+            pass
+    return found
+
+
 def test_requests_come_in_through_the_ingress_asked_for(serve_process, request):
     """--ingress haproxy runs HAProxy under the service; the Ray proxy alone runs none."""
     process, url = serve_process
-    haproxies = []
-    for child in psutil.Process(process.pid).children(recursive=True):
-        try:
-            if child.name() == "haproxy":
-                haproxies.append(child)
-        except psutil.Error:  # gone meanwhile
-            pass
+    haproxies = descendants_named(process, "haproxy")
     assert bool(haproxies) == (request.node.callspec.params["serve_process"] == "haproxy")
     assert requests.get(f"{url}/health", timeout=30).status_code == 200
 
 
 def test_the_service_runs_its_own_ray_instance_beside_another_one(serve_process, bystander_ray):
     process, url = serve_process
-    raylets = []
-    for child in psutil.Process(process.pid).children(recursive=True):
-        try:
-            if child.name() == "raylet":
-                raylets.append(child)
-        except psutil.Error:
-            pass
+    raylets = descendants_named(process, "raylet")
     assert len(raylets) == 1  # started its own, did not join the bystander's
     assert bystander_ray.poll() is None
     assert requests.get(f"{url}/health", timeout=30).status_code == 200
