@@ -170,7 +170,8 @@ def export(
     quantization: Optional[str] = typer.Option(
         None, "--quantization", help="ctranslate2 weights: int8, int8_float32, int8_float16, int8_bfloat16, "
                                      "int16, float16, bfloat16 or float32 (default: float32)."),
-    force: bool = typer.Option(False, "--force", help="Replace the output directory if it exists."),
+    force: bool = typer.Option(False, "--force", help="Replace the output directory if an earlier nmt export wrote it "
+                                                      "(never the working directory or the model's)."),
     artifact_root: Optional[str] = RootOpt,
 ) -> None:
     """Export a trained model for CTranslate2 or Hugging Face Transformers, with its SentencePiece model(s)."""

@@ -160,15 +160,32 @@ def test_what_a_format_cannot_hold_is_refused_and_leaves_no_directory(tokenized,
     assert [p.name for p in tmp_path.iterdir()] == ["model"]  # no staging directory left behind
 
 
-def test_an_existing_directory_is_kept_unless_forced(tokenized, tmp_path):
+def test_force_replaces_an_earlier_export_and_nothing_else(tokenized, tmp_path, monkeypatch):
     model = train_briefly(tokenized, tmp_path / "model", "transformer", updates=1)
     (tmp_path / "out").mkdir()
     (tmp_path / "out" / "mine.txt").write_text("keep")
     with pytest.raises(ExportError, match="already exists"):
         export_model(model, "ctranslate2", tmp_path / "out")
+    with pytest.raises(ExportError, match="is not an earlier export"):
+        export_model(model, "ctranslate2", tmp_path / "out", force=True)
     assert (tmp_path / "out" / "mine.txt").read_text() == "keep"
-    export_model(model, "ctranslate2", tmp_path / "out", force=True)
-    assert (tmp_path / "out" / "model.bin").is_file() and not (tmp_path / "out" / "mine.txt").exists()
+
+    export_model(model, "ctranslate2", tmp_path / "exported")
+    (tmp_path / "exported" / "stale.txt").write_text("from the earlier export")
+    export_model(model, "ctranslate2", tmp_path / "exported", force=True)
+    assert (tmp_path / "exported" / "model.bin").is_file() and not (tmp_path / "exported" / "stale.txt").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["exported", "model", "out"]  # nothing left aside
+
+
+@pytest.mark.parametrize("where", ["working directory", "its parent", "model directory"])
+def test_force_refuses_the_working_directory_its_parents_and_the_model(tokenized, tmp_path, monkeypatch, where):
+    model = train_briefly(tokenized, tmp_path / "work" / "model", "transformer", updates=1)
+    monkeypatch.chdir(tmp_path / "work")
+    target = {"working directory": ".", "its parent": "..", "model directory": "model"}[where]
+    before = sorted(str(p) for p in tmp_path.rglob("*"))
+    with pytest.raises(ExportError, match="never replaces"):
+        export_model(model, "ctranslate2", tmp_path / "work" / target, force=True)
+    assert sorted(str(p) for p in tmp_path.rglob("*")) == before
 
 
 def test_bad_quantization_and_format_are_named(tokenized, tmp_path):
