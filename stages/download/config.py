@@ -61,7 +61,7 @@ class FilesSource(Section):
     # line: line N of one file is the translation of line N of the other; document:
     # blank lines separate documents, sentences inside are aligned by the clean stage.
     alignment: Literal["line", "document"] = "line"
-    max_pairs: int | None = Field(default=None, gt=0)  # the first N pairs only
+    max_pairs: int | None = Field(default=None, gt=0)  # the first N pairs are used; all are read and checked
 
 
 class TsvSource(Section):
@@ -71,7 +71,7 @@ class TsvSource(Section):
     file: FileRef  # the tab-separated file, plain or gzip
     src_column: int = Field(default=0, ge=0)  # 0-based column of the source side
     tgt_column: int = Field(default=1, ge=0)  # 0-based column of the target side
-    max_pairs: int | None = Field(default=None, gt=0)  # the first N pairs only
+    max_pairs: int | None = Field(default=None, gt=0)  # the first N pairs are used; all are read and checked
 
 
 class HuggingFaceSource(Section):
@@ -88,7 +88,7 @@ class HuggingFaceSource(Section):
     streaming: bool = False  # read rows as they arrive instead of downloading the split first
     src_field: str | None = None  # flat rows: the source column (default: the translation dict)
     tgt_field: str | None = None  # flat rows: the target column
-    max_pairs: int | None = Field(default=None, gt=0)  # the first N pairs only
+    max_pairs: int | None = Field(default=None, gt=0)  # the first N pairs are used; all are read and checked
 
 
 class SacrebleuSource(Section):
@@ -97,7 +97,7 @@ class SacrebleuSource(Section):
     type: Literal["sacrebleu"]  # this kind of source
     test_set: str  # a test set sacreBLEU knows (wmt14, wmt19, ...)
     langpair: str | None = None  # default: src_lang-tgt_lang
-    max_pairs: int | None = Field(default=None, gt=0)  # the first N pairs only
+    max_pairs: int | None = Field(default=None, gt=0)  # the first N pairs are used; all are read and checked
 
 
 # Every source type, once: the ``Source`` union and the error messages derive from it.

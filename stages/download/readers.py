@@ -163,4 +163,13 @@ def _seed_sacrebleu_cache_from_mirrors(dataset, mirrors: list[str]) -> None:
 
 
 def limit(pairs: Iterator[Pair], max_pairs: int | None) -> Iterator[Pair]:
-    return pairs if max_pairs is None else islice(pairs, max_pairs)
+    """The first ``max_pairs`` pairs, after which the rest is still read and thrown
+    away: ``max_pairs`` limits what is used, not what is checked. Stopping early would
+    skip the comparison of both files' line counts, so a line missing in the middle of
+    one file would silently misalign every pair after it."""
+    if max_pairs is None:
+        yield from pairs
+        return
+    yield from islice(pairs, max_pairs)
+    for _ in pairs:  # reads (and checks) to the end
+        pass

@@ -58,6 +58,23 @@ def test_max_pairs_takes_the_first_pairs(tmp_path):
     assert _pairs(output) == list(zip(EN, DE))[:2]
 
 
+def test_max_pairs_still_compares_both_files_to_the_end(tmp_path):
+    """A line missing in the middle of one file misaligns every later pair: max_pairs
+    below the line counts must not hide it."""
+    src = write_lines(tmp_path / "a.en", [f"sentence {i}" for i in range(10)])
+    tgt = write_lines(tmp_path / "a.de", [f"Satz {i}" for i in range(10) if i != 5])
+    with pytest.raises(InputDataError, match=f"differ in length: {src} has 10 lines, {tgt} has 9"):
+        _download(tmp_path, _files(src, tgt, max_pairs=3))
+
+
+def test_max_pairs_still_checks_the_unused_lines_encoding(tmp_path):
+    src = write_lines(tmp_path / "a.en", EN)
+    tgt = tmp_path / "a.de"
+    tgt.write_bytes("Ein Hund rennt.\nZwei M\u00e4nner\n".encode() + b"Ein M\xe4dchen singt.\n")
+    with pytest.raises(InputDataError, match=r"a\.de: line 3: invalid UTF-8"):
+        _download(tmp_path, _files(src, tgt, max_pairs=1))
+
+
 def test_tsv_columns(tmp_path):
     tsv = write_lines(tmp_path / "train.tsv", [f"id{i}\t{d}\t{e}" for i, (e, d) in enumerate(zip(EN, DE))])
     _, output = _download(tmp_path, {"type": "tsv", "file": {"path": str(tsv)}, "src_column": 2, "tgt_column": 1})
