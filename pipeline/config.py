@@ -138,9 +138,20 @@ def load_config(path: str | Path, overrides: list[str] = ()) -> ExperimentConfig
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"{path}: config file not found")
-    text = path.read_text(encoding="utf-8")
     try:
-        raw = yaml.safe_load(text)
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as error:
+        line = path.read_bytes()[:error.start].count(b"\n") + 1
+        raise ConfigError(f"{path}: line {line}: not UTF-8 (byte {error.object[error.start]:#04x}); "
+                          "save the config as UTF-8") from None
+    except OSError as error:
+        raise ConfigError(f"{path}: cannot read the config: {error.strerror}") from None
+    try:
+        raw = yaml.load(text, Loader=_UniqueKeyLoader)
+    except yaml.MarkedYAMLError as error:  # one line: where, and what
+        where = f"line {error.problem_mark.line + 1}, column {error.problem_mark.column + 1}: " \
+            if error.problem_mark else ""
+        raise ConfigError(f"{path}: {where}not valid YAML: {error.problem or error.context}") from None
     except yaml.YAMLError as error:
         raise ConfigError(f"{path}: not valid YAML: {error}") from None
     if not isinstance(raw, dict):
@@ -152,6 +163,21 @@ def load_config(path: str | Path, overrides: list[str] = ()) -> ExperimentConfig
     except ValidationError as error:
         problems = describe_problems(error, text, overrides, ExperimentConfig, SOURCE_TYPES)
         raise ConfigError(f"{path}: invalid config\n{problems}") from None
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """YAML's safe loader, but a key given twice in one mapping is an error: PyYAML
+    keeps the last value silently, so a setting written twice would be lost."""
+
+    def construct_mapping(self, node, deep=False):
+        seen: dict = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if isinstance(key, (str, int, float, bool)) and key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key {key!r} (first at line {seen[key] + 1})", key_node.start_mark)
+            seen[key] = key_node.start_mark.line
+        return super().construct_mapping(node, deep=deep)
 
 
 def _apply_override(raw: dict, override: str) -> None:

@@ -143,3 +143,17 @@ def test_seeds_and_budgets_make_one_named_run_per_model_budget_and_seed(tmp_path
 def test_repeated_seeds_and_empty_budgets_are_refused(override, message):
     with pytest.raises(ConfigError, match=message):
         load_config(REPO / "configs" / "smoke.yaml", [override])
+
+
+def test_a_key_given_twice_names_file_both_lines_and_key(tmp_path):
+    path = tmp_path / "twice.yaml"
+    path.write_text("name: x\ntrain:\n  max_steps: 10\n  workers: 1\n  max_steps: 20\n")
+    with pytest.raises(ConfigError, match=rf"{path}: line 5, column 3: .*duplicate key 'max_steps' \(first at line 3\)"):
+        load_config(path)
+
+
+def test_a_config_that_is_not_utf8_names_file_and_line(tmp_path):
+    path = tmp_path / "latin1.yaml"
+    path.write_bytes(b"name: x\n# caf\xe9\n")
+    with pytest.raises(ConfigError, match=rf"{path}: line 2: not UTF-8 \(byte 0xe9\)"):
+        load_config(path)
