@@ -97,11 +97,30 @@ class Lease:
     # ------------------------------------------------------------------ the record
 
     def read(self) -> dict | None:
+        """The lease's record; None when there is no lease. A lease file that cannot be
+        read (empty, truncated, not JSON: a holder killed while writing it, a stray file)
+        reads as a record renewed at the file's modification time, so that it expires
+        like any other instead of blocking the key for ever."""
         try:
             with self.fs.open_input_stream(self.path) as stream:
-                return json.loads(stream.read().decode("utf-8"))
-        except (FileNotFoundError, OSError, json.JSONDecodeError):
+                data = stream.read()
+        except (FileNotFoundError, OSError):
             return None
+        try:
+            record = json.loads(data.decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            record = None
+        if isinstance(record, dict):
+            return record
+        return self._unreadable_record()
+
+    def _unreadable_record(self) -> dict | None:
+        info = self.fs.get_file_info(self.path)
+        if info.type == pafs.FileType.NotFound:
+            return None
+        written = info.mtime.timestamp() if info.mtime is not None else 0.0
+        return {"holder": f"an unreadable lease file ({self.path}), which expires {EXPIRE_SECONDS:.0f} s after "
+                          "it was written", "renewed": written, "expires_after": EXPIRE_SECONDS}
 
     def _record(self) -> bytes:
         return json.dumps({"holder": self.holder, "host": socket.gethostname(), "pid": os.getpid(),
@@ -199,9 +218,10 @@ def held(lease: Lease, on_wait: Callable[[dict], None] | None = None) -> Iterato
 def _read_local(path: str) -> dict:
     try:
         with open(path, "rb") as handle:
-            return json.loads(handle.read().decode("utf-8"))
-    except (FileNotFoundError, json.JSONDecodeError):
+            record = json.loads(handle.read().decode("utf-8"))
+    except (FileNotFoundError, UnicodeDecodeError, json.JSONDecodeError):
         return {}
+    return record if isinstance(record, dict) else {}
 
 
 def _process_alive(pid) -> bool:

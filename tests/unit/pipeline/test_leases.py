@@ -76,6 +76,25 @@ def test_a_lease_held_by_a_process_gone_from_this_machine_is_taken_at_once(tmp_p
     lease.release()
 
 
+@pytest.mark.parametrize("make", [local_lease, object_store_lease])
+@pytest.mark.parametrize("content", [b"", b'{"holder": "half a reco', b"\xff\xfe", b"[1, 2]"])
+def test_an_unreadable_lease_file_expires_like_any_other(tmp_path, make, content):
+    """An empty or garbled lease file (a holder killed while writing it) blocks the key
+    only until the expiry time has passed since it was written, never for ever."""
+    path = tmp_path / "train" / "k1.lease"
+    path.parent.mkdir(exist_ok=True)
+    path.write_bytes(content)
+    lease = make(tmp_path)
+    with pytest.raises(TimeoutError, match="an unreadable lease file"):
+        lease.acquire(timeout=0.2)  # just written: it may be a live holder's
+    old = time.time() - leases.EXPIRE_SECONDS - 5
+    os.utime(path, (old, old))
+    lease.acquire(timeout=1)
+    assert lease.read()["token"] == lease.token
+    lease.release()
+    assert not path.exists()
+
+
 def test_a_held_lease_is_renewed_and_released_when_the_block_fails(tmp_path, monkeypatch):
     monkeypatch.setattr(leases, "RENEW_SECONDS", 0.05)
     lease = local_lease(tmp_path)
