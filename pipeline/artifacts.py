@@ -39,6 +39,9 @@ from pipeline.leases import Lease
 from pipeline.object_store import open_filesystem, redact
 
 MANIFEST = "MANIFEST.json"
+# Written into an artifact in which ``nmt verify`` found a file that does not match its
+# sha256: from then on the artifact is invalid for every run, which recomputes it.
+CORRUPTED = "CORRUPTED.json"
 KEY_LENGTH = 20  # hex digits: 80 bits, collision-free for any realistic number of artifacts
 
 
@@ -135,7 +138,10 @@ class ArtifactStore:
         Every file the manifest names must be there with its size, and none may have
         been modified after the manifest was written (the manifest is written last).
         Contents are not read: sha256 is computed at commit and whenever a file is
-        downloaded. ``verify`` re-hashes every file as well (``nmt verify``).
+        downloaded. ``verify`` re-hashes every file as well (``nmt verify``), and marks
+        an artifact whose contents no longer match (``CORRUPTED``): a file changed in
+        place with its size and modification time kept passes the listing check, so
+        without the mark the next run would trust it again.
         """
         directory = self.path(stage, key)
         listing = self._listing(directory)
@@ -145,13 +151,30 @@ class ArtifactStore:
         if manifest is None or MANIFEST not in listing:
             return ArtifactStatus(stage, key, ArtifactState.INVALID, reason="no readable manifest")
         size = sum(entry["size"] for entry in manifest["files"].values())
+        if CORRUPTED in listing:
+            return ArtifactStatus(stage, key, ArtifactState.INVALID, size, self._corruption(directory))
         problem = self._check_listing(listing, manifest["files"])
         if not problem and verify:
             problem = next((f"{name} does not match its sha256" for name, entry in manifest["files"].items()
                             if self._sha256(f"{directory}/{name}") != entry["sha256"]), "")
+            if problem:
+                self._mark_corrupted(directory, problem)
         if problem:
             return ArtifactStatus(stage, key, ArtifactState.INVALID, size, problem)
         return ArtifactStatus(stage, key, ArtifactState.CACHED, size)
+
+    def _mark_corrupted(self, directory: str, problem: str) -> None:
+        record = {"problem": problem, "found": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "host": socket.gethostname()}
+        with self.fs.open_output_stream(f"{directory}/{CORRUPTED}") as stream:
+            stream.write(json.dumps(record).encode("utf-8"))
+
+    def _corruption(self, directory: str) -> str:
+        try:
+            with self.fs.open_input_stream(f"{directory}/{CORRUPTED}") as stream:
+                found = json.loads(stream.read().decode("utf-8"))
+            return f"nmt verify found {found['problem']} ({found['found']})"
+        except (OSError, ValueError, KeyError, TypeError):
+            return "nmt verify marked it corrupted"
 
     def _listing(self, directory: str) -> dict[str, pafs.FileInfo]:
         """Every file under ``directory`` by its relative name; empty if there is none."""

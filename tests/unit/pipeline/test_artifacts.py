@@ -86,6 +86,14 @@ def test_a_same_size_change_that_keeps_its_mtime_is_caught_by_verify(tmp_path):
     assert store.status("clean", "k1").state == ArtifactState.CACHED  # the listing cannot tell
     status = store.status("clean", "k1", verify=True)
     assert status.state == ArtifactState.INVALID and status.reason == "data.txt does not match its sha256"
+    # What verify found holds for every later run: the artifact is invalid, and a commit replaces it.
+    later = store.status("clean", "k1")
+    assert later.state == ArtifactState.INVALID and "nmt verify found data.txt does not match" in later.reason
+    staging = store.staging_dir("clean", "k1")
+    _stage_output(staging)
+    assert store.commit("clean", "k1", staging, {}).state == ArtifactState.CACHED
+    assert store.status("clean", "k1", verify=True).state == ArtifactState.CACHED
+    assert path.read_text() == "hello"
 
 
 def test_directory_without_manifest_is_invalid_and_replaced_on_commit(tmp_path):
