@@ -11,10 +11,11 @@ def export_files(model: Path, model_name: str | None, format: str, output: Path,
                  force: bool, artifact_root: str | None) -> None:
     from pipeline.commands.translate import model_file
     from stages.export import ExportError, export_model
+    from stages.inference.model_file import ModelFileError
 
     try:
         written = export_model(model_file(model, model_name, artifact_root), format, output, quantization, force)
-    except (ExportError, FileNotFoundError) as error:
+    except (ExportError, FileNotFoundError, ModelFileError) as error:
         fail(str(error), 2)
     size = sum(path.stat().st_size for path in written.rglob("*") if path.is_file())
     console.print(f"{format} model in {written} ({size / 2**20:.1f} MiB)")

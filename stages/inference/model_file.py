@@ -6,10 +6,16 @@ was built with (sizes, special and language-tag ids) and fp32 weights, so evalua
 stage writes it (``save_model_file``); ``ModelFiles`` finds it with the artifact's
 ``vocab.json`` and SentencePiece models, and ``SourceEncoder`` turns text into the ids
 every decoder reads.
+
+Loading checks what it loads: a weights file with the artifact's ``MANIFEST.json``
+beside it must match the sha256 the manifest records (one flipped byte otherwise loads
+silently and translates wrongly), and weights that are NaN or infinite are refused
+(they would decode to nothing, or fail deep in the search).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -62,6 +68,7 @@ def load_model_file(path: Path, device: str = "cpu") -> tuple[nn.Module, dict]:
     """The model in eval mode, and the file's contents besides the weights."""
     import torch
 
+    check_against_manifest(Path(path))
     try:
         data = torch.load(path, map_location=device, weights_only=True)
     except FileNotFoundError:
@@ -69,9 +76,40 @@ def load_model_file(path: Path, device: str = "cpu") -> tuple[nn.Module, dict]:
     except Exception as error:  # torch raises what its unpickler met: name the file
         raise RuntimeError(f"{path}: not a model file that nmt-pipeline wrote ({type(error).__name__}: "
                            f"{error})") from error
+    state_dict = data.pop("state_dict")
+    broken = [name for name, tensor in state_dict.items()
+              if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all())]
+    if broken:
+        raise ModelFileError(f"{path}: {len(broken)} weight tensor(s) hold NaN or infinite values "
+                             f"({', '.join(broken[:3])}{', ...' if len(broken) > 3 else ''}); "
+                             "the model diverged or the file is damaged")
     model = build_for_vocabulary(ModelSpec.model_validate(data["spec"]), data["vocabulary"])
-    model.load_state_dict(data.pop("state_dict"))
+    model.load_state_dict(state_dict)
     return model.to(device).eval(), data
+
+
+class ModelFileError(RuntimeError):
+    """A weights file that must not be loaded: damaged, or not what its manifest records."""
+
+
+def check_against_manifest(path: Path) -> None:
+    """Raises ``ModelFileError`` when the train artifact's manifest beside ``path``
+    records another sha256 for it. A file with no manifest beside it (copied out of its
+    artifact) is not checked: there is nothing to check it against."""
+    manifest_file = path.parent / "MANIFEST.json"
+    if not manifest_file.is_file():
+        return
+    try:
+        expected = json.loads(manifest_file.read_text())["files"][path.name]["sha256"]
+    except (ValueError, KeyError, TypeError):
+        return  # a manifest that does not list this file: not the artifact's weights
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    if digest.hexdigest() != expected:
+        raise ModelFileError(f"{path}: its sha256 does not match {manifest_file} (the file was changed or damaged "
+                             "after training); retrain it (nmt run --force train/MODEL) or restore the file")
 
 
 @dataclass(frozen=True)
