@@ -202,6 +202,12 @@ def serve(
     max_sentences: int = typer.Option(64, "--max-sentences", min=1, help="Sentences a request may hold."),
     max_input_tokens: int = typer.Option(256, "--max-input-tokens", min=1,
                                          help="SentencePiece tokens a sentence may have (longer: HTTP 413)."),
+    max_input_chars: int = typer.Option(2048, "--max-input-chars", min=1,
+                                        help="Characters a sentence may have, checked before tokenizing "
+                                             "(longer: HTTP 413)."),
+    batch_deadline_s: float = typer.Option(30.0, "--batch-deadline-s", min=0.1,
+                                           help="A batch decoding longer is stopped: its decode process is "
+                                                "restarted and its requests get HTTP 503."),
     max_batch_sentences: int = typer.Option(64, "--max-batch-sentences", min=1,
                                             help="Sentences of concurrent requests decoded as one batch."),
     batch_wait_ms: float = typer.Option(10.0, "--batch-wait-ms", min=0.0,
@@ -231,7 +237,8 @@ def serve(
     device = "cuda" if gpus_per_replica > 0 else "cpu"
     settings = ServiceSettings(backend=backend, quantization=quantization, device=device,
                                threads=max(1, int(cpus_per_replica)), max_sentences=max_sentences,
-                               max_input_tokens=max_input_tokens, max_batch_sentences=max_batch_sentences,
+                               max_input_tokens=max_input_tokens, max_input_chars=max_input_chars,
+                               batch_deadline_s=batch_deadline_s, max_batch_sentences=max_batch_sentences,
                                batch_wait_s=batch_wait_ms / 1000,
                                batch_max_wait_s=(max(ServiceSettings.batch_max_wait_s, batch_wait_ms / 1000)
                                                  if batch_max_wait_ms is None else batch_max_wait_ms / 1000))

@@ -6,6 +6,7 @@ import os
 import shutil
 import signal
 import threading
+import time
 from pathlib import Path
 
 from pipeline.commands.output import console, fail
@@ -65,5 +66,46 @@ def serve_model(model: Path, model_name: str | None, host: str, port: int, repli
     stop = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: stop.set())
-    stop.wait()
+    failing = ReplicaStartWatch()
+    while not stop.wait(STATUS_POLL_S):
+        reason = failing.reason(serve.status())
+        if reason:
+            serve.shutdown()
+            fail(reason, 1)
     serve.shutdown()
+
+
+STATUS_POLL_S = 2.0
+# Ray Serve retries a replica whose constructor fails for ever once the deployment has
+# started (the model file deleted, a node that cannot fetch it); requests meanwhile wait
+# on a replica that never comes. After this long with no healthy deployment and start
+# failures reported (several retries: each takes Serve a few seconds), nmt serve stops.
+START_FAILURE_WINDOW_S = 20.0
+
+
+class ReplicaStartWatch:
+    """Watches the service's deployment in Ray Serve's status: how long its replicas
+    have been failing to start, with no healthy deployment in between."""
+
+    def __init__(self, window_s: float = START_FAILURE_WINDOW_S, clock=time.monotonic):
+        self.window_s, self.clock = window_s, clock
+        self.failing_since: float | None = None
+
+    def reason(self, status) -> str:
+        """'' while the service is healthy or may still come up; else why it will not."""
+        application = status.applications.get("nmt")
+        deployment = next(iter(application.deployments.values()), None) if application else None
+        if deployment is None:
+            return ""
+        state, message = str(getattr(deployment.status, "value", deployment.status)), deployment.message or ""
+        if state == "HEALTHY" or "failed to start" not in message:
+            self.failing_since = None
+            return ""
+        now = self.clock()
+        if self.failing_since is None:
+            self.failing_since = now
+        if state == "DEPLOY_FAILED" or now - self.failing_since >= self.window_s:
+            error = message.strip().splitlines()[-1]
+            return (f"the service's replicas have failed to start for {now - self.failing_since:.0f} s "
+                    f"(Ray Serve: {state}); stopping. Last error: {error}")
+        return ""

@@ -21,25 +21,39 @@ Requests with different search settings share the wait but are decoded apart. Ra
 Serve's health check fails once the child has died, and Serve replaces the replica.
 
 Bad requests get a 4xx with a message and never reach the model: malformed JSON and
-unknown or out-of-range options (422, FastAPI's validation), too many sentences (413),
-a sentence over the length limit (413, naming its index).
+unknown or out-of-range options (422, FastAPI's validation, naming the field and its
+limit), a body over ``max_body_bytes`` (413, before it is read whole), too many
+sentences (413), a sentence over the character or token limit (413, naming its index;
+characters are counted before anything is tokenized, and tokenizing runs off the event
+loop), a ``min_length`` that a sentence's longest allowed output cannot exceed (422).
+
+No request can hold the decoder for ever: every search setting is bounded
+(``stages/inference/search.py``), and each batch has a deadline (``batch_deadline_s``).
+A batch that runs past it has its decode process killed and restarted: only that
+batch's requests get a 503, and ``/health`` answers 503 until the new process has
+loaded. Requests with different search settings are decoded apart, and one group's
+failure fails that group's requests alone.
 """
 
 # No ``from __future__ import annotations``: FastAPI reads the endpoint annotations as
 # classes to tell a JSON body from query parameters.
 import asyncio
 import functools
+import os
 import time
 from dataclasses import dataclass
 from typing import Callable
 
 from fastapi import FastAPI, HTTPException
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field, model_validator
 from ray import serve
 
 from pipeline.serving.backends import open_backend
 from pipeline.serving.batcher import DynamicBatcher
-from stages.inference.decode_pool import DecodePool, DecodeProcessExited
+from pipeline.serving.body_limit import BodyLimit
+from stages.inference.decode_pool import DecodeDeadlineExceeded, DecodePool, DecodeProcessExited
 from stages.inference.model_file import ModelFiles, SourceEncoder
 from stages.inference.search import SearchSettings
 
@@ -54,6 +68,8 @@ class ServiceSettings:
     threads: int = 1  # intra-op threads per replica
     max_sentences: int = 64  # per request
     max_input_tokens: int = 256  # SentencePiece tokens per sentence, EOS included
+    max_input_chars: int = 2048  # characters per sentence, checked before tokenizing
+    batch_deadline_s: float = 30.0  # a decode running longer is stopped (its process restarted)
     max_batch_sentences: int = 64
     batch_wait_s: float = 0.01  # how long a batch that is not full waits for more
     batch_max_wait_s: float = 0.15  # ... while it holds fewer than the last round had in flight (batcher.py)
@@ -103,8 +119,28 @@ class Health(BaseModel):
     model: str
 
 
+def body_limit_bytes(settings: ServiceSettings) -> int:
+    """The largest request body worth reading: ``max_sentences`` sentences of
+    ``max_input_chars`` characters, each written as a 6-byte JSON escape at worst."""
+    return settings.max_sentences * (6 * settings.max_input_chars + 8) + 4096
+
+
 api = FastAPI(title="nmt-pipeline translation service",
               description="Translate sentences with a model trained by nmt-pipeline.")
+@api.exception_handler(RequestValidationError)
+async def _validation_error(request, error: RequestValidationError) -> JSONResponse:
+    """FastAPI's 422, with each error's field and message but not the input it echoes:
+    an input of NaN or Infinity cannot be written as JSON, and answering it made a 500."""
+    detail = [{"loc": list(e.get("loc", ())), "msg": e.get("msg", ""), "type": e.get("type", "")}
+              for e in error.errors()]
+    return JSONResponse(status_code=422, content={"detail": detail})
+
+
+# The replica's limit comes in its environment (service_app sets it): the middleware is
+# built with the app, before any replica's settings exist.
+BODY_LIMIT_ENV = "NMT_SERVE_BODY_LIMIT"
+api.add_middleware(BodyLimit,
+                   limit=lambda: int(os.environ.get(BODY_LIMIT_ENV) or body_limit_bytes(ServiceSettings())))
 
 
 @dataclass(frozen=True)
@@ -143,6 +179,8 @@ class TranslationService:
     def health(self) -> Health:
         if not self.decoder.alive():
             raise HTTPException(503, "the decode process has exited; Ray Serve will replace this replica")
+        if not self.decoder.ready():
+            raise HTTPException(503, "the decode process is restarting (a batch ran past its deadline)")
         return Health(status="ok", backend=self.decoder.name, model=self.model_name)
 
     @api.get("/stats", response_model=Stats)
@@ -154,33 +192,59 @@ class TranslationService:
         limit = self.settings.max_sentences
         if len(request.sentences) > limit:
             raise HTTPException(413, f"{len(request.sentences)} sentences: at most {limit} a request")
+        for index, sentence in enumerate(request.sentences):  # before any tokenizing
+            if len(sentence) > self.settings.max_input_chars:
+                raise HTTPException(413, f"sentences[{index}] is {len(sentence)} characters long: at most "
+                                         f"{self.settings.max_input_chars}")
         present = [i for i, sentence in enumerate(request.sentences) if sentence.strip()]
-        sources = self.encoder.encode([request.sentences[i] for i in present])
+        # In a worker thread: the event loop goes on taking requests (and /health) meanwhile.
+        sources = await asyncio.to_thread(self.encoder.encode, [request.sentences[i] for i in present])
         for index, ids in zip(present, sources):
             if len(ids) > self.settings.max_input_tokens:
                 raise HTTPException(413, f"sentences[{index}] is {len(ids)} tokens long: at most "
                                          f"{self.settings.max_input_tokens}")
+        search = request.search_settings()
         try:
-            found = await self.batcher.submit(Job(sources, request.search_settings())) if sources else []
-        except DecodeProcessExited as error:  # Ray Serve's health check will replace this replica
-            raise HTTPException(503, f"{error}; retry: this replica is being replaced") from None
+            search.check_min_length([len(ids) for ids in sources], self._model_limit)
+        except ValueError as error:
+            raise HTTPException(422, str(error)) from None
+        found = await self.batcher.submit(Job(sources, search)) if sources else []
+        if isinstance(found, DecodeProcessExited):  # Ray Serve's health check will replace this replica
+            raise HTTPException(503, f"{found}; retry: this replica is being replaced")
+        if isinstance(found, DecodeDeadlineExceeded):
+            raise HTTPException(503, f"{found}; retry once /health answers ok")
+        if isinstance(found, Exception):
+            raise HTTPException(500, f"decoding failed: {str(found).strip().splitlines()[-1]}")
         translations = [Translation(text="", score=0.0, nbest=[Hypothesis(text="", score=0.0)])
                         for _ in request.sentences]  # a blank line translates to a blank line
         for index, hypotheses in zip(present, found):
             nbest = [Hypothesis(text=candidate.text, score=candidate.hypothesis.score) for candidate in hypotheses]
-            translations[index] = Translation(text=nbest[0].text, score=nbest[0].score, nbest=nbest)
+            if nbest:  # a search in which nothing finished: the empty translation
+                translations[index] = Translation(text=nbest[0].text, score=nbest[0].score, nbest=nbest)
         return TranslateResponse(translations=translations)
 
-    def _decode(self, jobs: list[Job]) -> list[list[list]]:
-        """Each job's translations (``stages.inference.translator.Translation`` lists): the
-        jobs that share search settings decoded as one batch."""
+    def _model_limit(self, source_tokens: int) -> int | None:
+        """The output tokens the model's positions leave after a source of this length."""
+        positions = self.decoder.positions
+        return None if positions is None else max(1, positions - source_tokens - 2)
+
+    def _decode(self, jobs: list[Job]) -> list:
+        """Each job's translations (``stages.inference.translator.Translation`` lists), or
+        the exception that failed its group: the jobs that share search settings are
+        decoded as one batch, and one group's failure is its own."""
         results: list = [None] * len(jobs)
         for search in dict.fromkeys(job.search for job in jobs):
             members = [i for i, job in enumerate(jobs) if job.search == search]
             sources = [ids for i in members for ids in jobs[i].sources]
             started = time.perf_counter()
-            decoded = iter(self.decoder.translate(sources, search))
-            self.stats.decode_seconds += time.perf_counter() - started
+            try:
+                decoded = iter(self.decoder.translate(sources, search, self.settings.batch_deadline_s))
+            except Exception as error:  # noqa: BLE001 - handed to this group's requests
+                for i in members:
+                    results[i] = error
+                continue
+            finally:
+                self.stats.decode_seconds += time.perf_counter() - started
             self.stats.batches += 1
             self.stats.sentences += len(sources)
             self.stats.requests += len(members)
@@ -199,5 +263,6 @@ def service_app(fetch_model: Callable, model_name: str, settings: ServiceSetting
     ongoing = max(8, 2 * settings.max_batch_sentences)
     return TranslationService.options(
         num_replicas=replicas, max_ongoing_requests=ongoing,
-        ray_actor_options={"num_cpus": cpus_per_replica, "num_gpus": gpus_per_replica},
+        ray_actor_options={"num_cpus": cpus_per_replica, "num_gpus": gpus_per_replica,
+                           "runtime_env": {"env_vars": {BODY_LIMIT_ENV: str(body_limit_bytes(settings))}}},
     ).bind(fetch_model, model_name, settings)

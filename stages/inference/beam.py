@@ -41,9 +41,21 @@ def length_penalty(length: int, alpha: float) -> float:
     return ((5.0 + length) / 6.0) ** alpha
 
 
-def max_output_lengths(src: Tensor, pad_id: int, a: float, b: int) -> Tensor:
-    """(B,) most tokens (EOS included) each sentence may generate: a * |x| + b."""
-    return ((src != pad_id).sum(dim=1).double() * a).floor().long() + b
+def max_output_lengths(src: Tensor, pad_id: int, a: float, b: int, positions: int | None = None) -> Tensor:
+    """(B,) most tokens (EOS included) each sentence may generate: a * |x| + b, and no
+    more than a model with ``positions`` positions has left after the source (what a
+    decoder-only model's prompt takes; an encoder-decoder has more, so this is safe for
+    both). ``model_positions`` says what a model has (None: unbounded, an RNN)."""
+    lengths = (src != pad_id).sum(dim=1)
+    limits = (lengths.double() * a).floor().long() + b
+    if positions is not None:
+        limits = torch.minimum(limits, (positions - lengths - 2).clamp(min=1))
+    return limits
+
+
+def model_positions(model: nn.Module) -> int | None:
+    """The positions a model's position table has (None when it has none: the RNN)."""
+    return getattr(getattr(model, "config", None), "max_positions", None)
 
 
 def row_top_k(values: Tensor, k: int, groups: int = 16) -> tuple[Tensor, Tensor]:
@@ -104,7 +116,7 @@ def beam_search(model: nn.Module, src: Tensor, beam_size: int, *, bos_id: int, e
     # one by one are Python lists: reading a tensor element costs microseconds of op
     # dispatch, and that per-step overhead runs on one thread whatever the thread count.
     sentence_ids = list(range(batch))  # original index of each live sentence
-    limits = max_output_lengths(src, pad_id, max_length_a, max_length_b).cpu()
+    limits = max_output_lengths(src, pad_id, max_length_a, max_length_b, model_positions(model)).cpu()
     tokens = torch.full((batch, 1), bos_id, dtype=torch.long, device=device)
     scores = torch.zeros((batch, 1), device=device)  # (sentences, live beams each)
     candidate_rank = torch.arange(2 * k, device=device)

@@ -22,7 +22,10 @@ by calling ``open_engine``, a picklable callable (``translator.open_translator``
 service's CTranslate2 backend), and then answers batches of token ids with
 ``Translation`` lists, in order. A process that dies (killed, out of memory) fails the
 batch it held and every later one with ``DecodeProcessExited``, naming its pid and exit
-code; it is never a hang. Processes are started with ``spawn``: forking a process that
+code; it is never a hang. A batch given a deadline (the service's) that runs past it
+kills its process and raises ``DecodeDeadlineExceeded``; the pool starts a new
+process in its place, and reports itself not ready until that one has loaded.
+Processes are started with ``spawn``: forking a process that
 runs torch's or Ray's threads can copy locks held by threads that do not exist in the
 child. A spawned process imports the main module again, so a script that starts a pool
 needs the ``if __name__ == "__main__":`` guard (``nmt`` and the benchmarks have it).
@@ -55,6 +58,10 @@ class DecodeProcessExited(RuntimeError):
     """A decode process died (killed, out of memory): its pool cannot decode any more."""
 
 
+class DecodeDeadlineExceeded(RuntimeError):
+    """A batch ran past its deadline: its process was killed (and is being replaced)."""
+
+
 class DecodeProcess:
     """One child process with one engine, fed through a pipe, one batch at a time."""
 
@@ -68,10 +75,11 @@ class DecodeProcess:
         child_end.close()  # so that the child's death reads as EOF here
         self._lock = threading.Lock()
         self.name = ""
+        self.positions: int | None = None  # what the engine's model has (beam.model_positions)
 
     def wait_ready(self) -> None:
         """Blocks until the engine has loaded; raises what loading raised in the child."""
-        self.name = self._receive()
+        self.name, self.positions = self._receive()
 
     @property
     def pid(self) -> int:
@@ -80,15 +88,26 @@ class DecodeProcess:
     def alive(self) -> bool:
         return self._process.is_alive()
 
-    def translate(self, sources: list[list[int]], search) -> list[list[Any]]:
+    def translate(self, sources: list[list[int]], search, deadline_s: float | None = None) -> list[list[Any]]:
         """Blocks until the child has decoded ``sources`` (waiting on the pipe releases the
-        GIL: an event loop can call it from a worker thread)."""
+        GIL: an event loop can call it from a worker thread). Past ``deadline_s`` seconds
+        the child is killed (a search cannot be interrupted from inside) and
+        ``DecodeDeadlineExceeded`` raised."""
         with self._lock:
             try:
                 self._connection.send((sources, search))
             except (BrokenPipeError, OSError):
                 raise self._exited() from None
+            if deadline_s is not None and not self._connection.poll(deadline_s):
+                self.kill()
+                raise DecodeDeadlineExceeded(f"a batch of {len(sources)} sentences ran past its deadline of "
+                                             f"{deadline_s:g} s; its decode process (pid {self.pid}) was stopped")
             return self._receive()
+
+    def kill(self) -> None:
+        self._process.kill()
+        self._process.join()
+        self._connection.close()
 
     def close(self) -> None:
         self._connection.close()  # the child reads EOF and returns
@@ -119,28 +138,62 @@ class DecodePool:
         the first loading error."""
         if workers < 1 or threads_per_worker < 1:
             raise ValueError(f"workers ({workers}) and threads per worker ({threads_per_worker}) must be at least 1")
+        self._open_engine, self._threads = open_engine, threads_per_worker
         self.processes: list[DecodeProcess] = []
         try:
-            with threads_of_spawned_children(threads_per_worker):
-                self.processes = [DecodeProcess(open_engine, threads_per_worker) for _ in range(workers)]
+            self.processes = [self._start() for _ in range(workers)]
             for process in self.processes:  # they load at the same time
                 process.wait_ready()
         except BaseException:
             self.close()
             raise
-        self.name = self.processes[0].name
+        self.name, self.positions = self.processes[0].name, self.processes[0].positions
         self.pids = {process.pid for process in self.processes}
         self._idle: queue.SimpleQueue[DecodeProcess] = queue.SimpleQueue()
         for process in self.processes:
             self._idle.put(process)
+        self._restarting = 0  # processes being replaced, changed under _restart_lock
+        self._restart_lock = threading.Lock()
+        self.restart_error = ""  # why the last replacement process failed to load, if it did
 
-    def translate(self, sources: list[list[int]], search) -> list[list[Any]]:
-        """One batch on the first idle process; blocks until it is decoded."""
+    def _start(self) -> DecodeProcess:
+        with threads_of_spawned_children(self._threads):
+            return DecodeProcess(self._open_engine, self._threads)
+
+    def translate(self, sources: list[list[int]], search, deadline_s: float | None = None) -> list[list[Any]]:
+        """One batch on the first idle process; blocks until it is decoded. Past
+        ``deadline_s`` the process is killed, a new one started in its place (in the
+        background), and ``DecodeDeadlineExceeded`` raised."""
         process = self._idle.get()
         try:
-            return process.translate(sources, search)
+            return process.translate(sources, search, deadline_s)
+        except DecodeDeadlineExceeded:
+            self._replace(process)  # the new process goes idle once loaded
+            process = None
+            raise
         finally:
-            self._idle.put(process)
+            if process is not None:  # a dead one too: its next batch fails at once, never waits
+                self._idle.put(process)
+
+    def _replace(self, process: DecodeProcess) -> None:
+        with self._restart_lock:
+            self._restarting += 1
+
+        def start_again() -> None:
+            try:
+                fresh = self._start()
+                fresh.wait_ready()
+            except Exception as error:  # noqa: BLE001 - reported by alive(), which fails the replica
+                self.restart_error = f"a new decode process could not load the model: {error}"
+                return
+            finally:
+                with self._restart_lock:
+                    self._restarting -= 1
+            self.processes[self.processes.index(process)] = fresh
+            self.pids = {each.pid for each in self.processes}
+            self._idle.put(fresh)
+
+        threading.Thread(target=start_again, name="nmt-decode-restart", daemon=True).start()
 
     def map(self, batches: Iterable[list[list[int]]], search) -> Iterator[list[list[Any]]]:
         """Each batch's translations under ``search`` (a ``SearchSettings``), in batch
@@ -149,7 +202,15 @@ class DecodePool:
             yield from threads.map(lambda batch: self.translate(batch, search), batches)
 
     def alive(self) -> bool:
-        return all(process.alive() for process in self.processes)
+        """No process died unexpectedly, and none failed to be replaced (one killed at a
+        deadline and still being replaced counts as alive)."""
+        if self.restart_error:
+            return False
+        return self._restarting > 0 or all(process.alive() for process in self.processes)
+
+    def ready(self) -> bool:
+        """Every process is alive and loaded: none is being replaced."""
+        return self._restarting == 0 and not self.restart_error and all(p.alive() for p in self.processes)
 
     def close(self) -> None:
         for process in self.processes:
@@ -191,7 +252,7 @@ def _decode_batches(connection, open_engine: Callable[[], Engine], threads: int)
     except Exception:
         connection.send(("error", f"loading the model ({_describe(open_engine)}):\n{traceback.format_exc()}"))
         return
-    connection.send(("ready", engine.name))
+    connection.send(("ready", (engine.name, getattr(engine, "positions", None))))
     while True:
         try:
             sources, search = connection.recv()

@@ -14,21 +14,34 @@ from pipeline.hardware import Precision
 from pipeline.section import Section
 
 
+# Upper bounds of every search setting, so that no request or config can ask for a
+# search that never ends: the search's steps and memory grow with the beam and the
+# output length. Generous for translation (fairseq's and Marian's defaults sit far below).
+MAX_BEAM_SIZE = 64
+MAX_LENGTH_A = 10.0
+MAX_OUTPUT_TOKENS = 1024  # bounds max_length_b and min_length
+
+
 class SearchSettings(Section):
     """Beam search with GNMT's length penalty (Wu et al. 2016, section 7).
 
     Defaults are Vaswani et al. (2017), section 6.1: beam 4, length penalty alpha 0.6,
-    at most source length + 50 tokens (``max_length_a * |x| + max_length_b``).
+    at most source length + 50 tokens (``max_length_a * |x| + max_length_b``). Every
+    number is finite and bounded (``MAX_*`` above); the model's own limit (its
+    positions) is applied where it is loaded (``output_length_limits``).
     """
 
-    beam_size: int = Field(default=4, gt=0, description="Beam size; 1 is greedy.")
+    beam_size: int = Field(default=4, gt=0, le=MAX_BEAM_SIZE, description="Beam size; 1 is greedy.")
     nbest: int = Field(default=1, gt=0, description="Hypotheses kept per sentence, best first (at most beam_size).")
-    length_penalty: float = Field(default=0.6, ge=0.0, le=10.0,
+    length_penalty: float = Field(default=0.6, ge=0.0, le=10.0, allow_inf_nan=False,
                                   description="GNMT's alpha (CTranslate2: the exponent of the length).")
-    max_length_a: float = Field(default=1.0, ge=0.0, description="At most a * source length + b output tokens.")
-    max_length_b: int = Field(default=50, gt=0, le=512, description="At most a * source length + b output tokens.")
+    max_length_a: float = Field(default=1.0, ge=0.0, le=MAX_LENGTH_A, allow_inf_nan=False,
+                                description="At most a * source length + b output tokens.")
+    max_length_b: int = Field(default=50, gt=0, le=MAX_OUTPUT_TOKENS,
+                              description="At most a * source length + b output tokens.")
     # fairseq's default of 1: a weak model's likeliest output is often the empty one.
-    min_length: int = Field(default=1, ge=0, description="Tokens before EOS may end a hypothesis.")
+    min_length: int = Field(default=1, ge=0, le=MAX_OUTPUT_TOKENS,
+                            description="Tokens before EOS may end a hypothesis (below each sentence's maximum).")
     # auto: bf16 where the device runs it natively, else fp32; fp16 on older GPUs
     # (pipeline/hardware.py), resolved on the device that decodes. bf16 and fp16 are autocast.
     precision: Precision = Field(default="auto", description="Autocast precision.")
@@ -41,6 +54,22 @@ class SearchSettings(Section):
         if self.precision == "fp16" and not self.device.startswith("cuda"):
             raise ValueError("precision fp16 needs a cuda device; on a CPU use auto, bf16 or fp32")
         return self
+
+    def output_length_limit(self, source_tokens: int, model_limit: int | None = None) -> int:
+        """Most tokens (EOS included) a sentence of ``source_tokens`` tokens may produce:
+        ``a * |x| + b``, within ``model_limit`` (the positions the model has left)."""
+        limit = int(source_tokens * self.max_length_a) + self.max_length_b
+        return limit if model_limit is None else max(1, min(limit, model_limit))
+
+    def check_min_length(self, source_lengths: list[int], model_limit_of=lambda length: None) -> None:
+        """Raises ``ValueError`` naming the first sentence whose longest allowed output is
+        not longer than ``min_length``: none of its hypotheses could end on their own."""
+        for index, length in enumerate(source_lengths):
+            limit = self.output_length_limit(length, model_limit_of(length))
+            if self.min_length >= limit:
+                raise ValueError(f"min_length ({self.min_length}) must be below the output length allowed for "
+                                 f"sentence {index} ({limit} tokens: max_length_a * {length} source tokens + "
+                                 f"max_length_b, within the model's positions)")
 
     def search_settings(self) -> SearchSettings:
         """Just the search settings, of a section that extends them (the evaluate config,

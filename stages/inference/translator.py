@@ -21,7 +21,7 @@ from torch.nn.utils.rnn import pad_sequence
 
 from pipeline.hardware import detect_device, resolve_precision
 from pipeline.host_memory import keep_freed_memory
-from stages.inference.beam import Hypothesis, beam_search
+from stages.inference.beam import Hypothesis, beam_search, model_positions
 from stages.inference.decode_pool import DecodePool
 from stages.inference.model_file import ModelFiles, SourceEncoder, load_model_file
 from stages.inference.search import DEFAULT_SEARCH, SearchSettings
@@ -44,6 +44,7 @@ class Translator:
         self.device, self.precision = device, precision
         self.pad_id, self.bos_id, self.eos_id = special_ids["pad"], special_ids["bos"], special_ids["eos"]
         self.encoder = SourceEncoder(src_spm, self.eos_id)
+        self.positions = model_positions(model)  # bounds the output length (beam.max_output_lengths)
 
     @classmethod
     def from_file(cls, model_file: Path, device: str = "cpu", precision: str = "fp32") -> Translator:

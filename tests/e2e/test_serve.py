@@ -219,6 +219,17 @@ def test_concurrent_clients_each_get_their_own_translations_in_order(service, se
     (json.dumps({"sentences": ["a"], "device": "cuda"}), 422, "device: set by the replica"),
     (json.dumps({"sentences": []}), 422, "at least 1 item"),
     (json.dumps({"sentences": "a"}), 422, "valid list"),
+    # Settings that would hold the decoder for ever, or crash it: bounded, finite, per sentence.
+    (json.dumps({"sentences": ["A dog runs on the beach."], "min_length": 1_000_000_000, "max_length_a": 1e6,
+                 "beam_size": 16}), 422, "less than or equal to"),
+    (json.dumps({"sentences": ["a"], "max_length_a": float("nan")}), 422, "finite number"),
+    (json.dumps({"sentences": ["a"], "max_length_a": float("inf")}), 422, "finite number"),
+    (json.dumps({"sentences": ["a"], "max_length_a": 1e30}), 422, "less than or equal to 10"),
+    (json.dumps({"sentences": ["a dog", "a"], "min_length": 60, "max_length_b": 50}), 422,
+     "min_length (60) must be below the output length allowed for sentence 0"),
+    # Sizes checked before anything is tokenized: characters, then the body itself.
+    (json.dumps({"sentences": ["fine", "x" * 3000]}), 413, "sentences[1] is 3000 characters long: at most 2048"),
+    (json.dumps({"sentences": ["x" * 1_000_000] * 4}), 413, "request body over"),
 ])
 def test_bad_requests_get_a_4xx_with_a_message_and_the_service_stays_up(service, body, status, message):
     response = requests.post(f"{service}/translate", data=body, headers={"Content-Type": "application/json"},

@@ -14,7 +14,7 @@ import signal
 import pytest
 import torch
 
-from stages.inference.decode_pool import DecodePool, DecodeProcessExited
+from stages.inference.decode_pool import DecodeDeadlineExceeded, DecodePool, DecodeProcessExited
 from stages.inference.search import SearchSettings
 from stages.inference.translator import Translator, open_translator
 from tests.trained_models import train_briefly
@@ -90,3 +90,18 @@ def test_a_pool_needs_at_least_one_process_of_one_thread(model):
         DecodePool(fp32_translator(model), workers=0)
     with pytest.raises(ValueError, match="threads per worker"):
         DecodePool(fp32_translator(model), workers=1, threads_per_worker=0)
+
+
+def test_a_batch_past_its_deadline_kills_its_process_and_the_pool_comes_back(model, lines):
+    """What keeps one request from holding a service's decoder: the batch fails at its
+    deadline, the pool is not ready while a new process loads, then decodes again."""
+    translator = Translator.from_file(model)
+    sources = translator.encode(lines[:8])
+    endless = SearchSettings(beam_size=32, max_length_a=10.0, max_length_b=1024, min_length=1000)
+    with DecodePool(fp32_translator(model), workers=1) as pool:
+        (old_pid,) = pool.pids
+        with pytest.raises(DecodeDeadlineExceeded, match=f"deadline of 0.5 s.*pid {old_pid}"):
+            pool.translate(sources, endless, deadline_s=0.5)
+        assert pool.alive() and not pool.ready()  # being replaced: alive, not ready
+        found = pool.translate(sources, SearchSettings(beam_size=2), deadline_s=60)  # waits for the new one
+        assert len(found) == 8 and pool.ready() and pool.pids != {old_pid}
