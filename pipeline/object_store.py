@@ -7,7 +7,9 @@ or MinIO), ``scheme`` (``http`` for one without TLS) and ``region``. Credentials
 the standard ways: the AWS environment variables (``AWS_ACCESS_KEY_ID``,
 ``AWS_SECRET_ACCESS_KEY``, ``AWS_SESSION_TOKEN``), the AWS profile files
 (``AWS_PROFILE``), instance metadata, or, least recommended, ``access_key`` and
-``secret_key`` in the URI itself (or ``s3://KEY:SECRET@bucket/...``). Buckets are
+``secret_key`` in the URI itself (or ``s3://KEY:SECRET@bucket/...``; there a ``/``,
+``@``, ``:`` or ``%`` in the key or secret must be percent-encoded, as ``%2F``, ``%40``,
+``%3A`` and ``%25``, and a URI that could be read two ways is refused). Buckets are
 created when missing, as a local root's directory would be. Any other pyarrow
 filesystem URI (``gs://``, ``hdfs://``, ``file://``) is opened by pyarrow.
 
@@ -18,15 +20,18 @@ artifact root is shown, logged and tracked only in its redacted form.
 from __future__ import annotations
 
 import re
-from urllib.parse import parse_qsl, urlsplit
+from urllib.parse import parse_qsl, unquote, urlsplit
 
 import pyarrow.fs as pafs
 
 SECRET_QUERY_KEYS = ("access_key", "secret_key", "session_token")
 # Query options an s3:// root may carry, passed to pyarrow's S3FileSystem.
 S3_OPTIONS = ("endpoint_override", "scheme", "region", *SECRET_QUERY_KEYS)
-_USERINFO = re.compile(r"(?P<scheme>\b[a-z][a-z0-9+.-]*://)[^/@\s?#]+@", re.IGNORECASE)
-_SECRET_QUERY = re.compile(rf"(?P<key>[?&](?:{'|'.join(SECRET_QUERY_KEYS)})=)[^&\s#'\"]*", re.IGNORECASE)
+# Everything from the scheme to the last "@" of the same word: a secret written with a
+# raw "/", ":", "@" or "#" (which the URI then cannot parse) is still all redacted;
+# at worst a path holding an "@" is redacted too.
+_USERINFO = re.compile(r"(?P<scheme>\b[a-z][a-z0-9+.-]*://)[^\s'\"]*@", re.IGNORECASE)
+_SECRET_QUERY = re.compile(rf"(?P<key>[?&](?:{'|'.join(SECRET_QUERY_KEYS)})=)[^&\s'\"]*", re.IGNORECASE)
 
 
 def redact(text: str) -> str:
@@ -45,9 +50,10 @@ def open_filesystem(uri: str) -> tuple[pafs.FileSystem, str]:
     if unknown:
         raise ValueError(f"artifact root {redact(uri)}: unknown option(s) {', '.join(unknown)}; "
                          f"an s3:// root takes {', '.join(S3_OPTIONS)}")
-    if parts.username:
-        options.setdefault("access_key", parts.username)
-        options.setdefault("secret_key", parts.password or "")
+    key, secret = _credentials(uri)
+    if key is not None:
+        options.setdefault("access_key", key)
+        options.setdefault("secret_key", secret)
     bucket = parts.hostname or ""
     if len(bucket) < 3:
         raise ValueError(f"artifact root {redact(uri)}: {bucket!r} is not a valid bucket name "
@@ -55,3 +61,22 @@ def open_filesystem(uri: str) -> tuple[pafs.FileSystem, str]:
     options.setdefault("region", "us-east-1")
     filesystem = pafs.S3FileSystem(allow_bucket_creation=True, **options)
     return filesystem, f"{bucket}{parts.path}".rstrip("/")
+
+
+def _credentials(uri: str) -> tuple[str | None, str]:
+    """(key, secret) written as ``s3://KEY:SECRET@bucket``, percent-decoded; (None, '')
+    when there are none. Raises ``ValueError`` (naming the rule, never the secret) for a
+    URI whose credentials could be read more than one way: an "@" that is not the
+    authority's only one, or one after the first "/" (a raw "/" in the secret)."""
+    rest = uri.split("://", 1)[1]
+    end = min((rest.index(c) for c in "/?#" if c in rest), default=len(rest))
+    authority, after = rest[:end], rest[end:]
+    rule = ("credentials in an s3:// URI must percent-encode '/', '@', ':' and '%' (as %2F, %40, %3A, %25); "
+            "better, leave them out and set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY")
+    if authority.count("@") > 1 or ("@" in after.split("?", 1)[0] and ":" in authority):
+        raise ValueError(f"artifact root {redact(uri)}: can be read more than one way: {rule}")
+    if "@" not in authority:
+        return None, ""
+    userinfo = authority.rsplit("@", 1)[0]
+    key, _, secret = userinfo.partition(":")
+    return unquote(key), unquote(secret)

@@ -11,6 +11,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from urllib.parse import quote
 
 import pyarrow.fs as pafs
 import pytest
@@ -82,12 +83,23 @@ def test_credentials_never_reach_manifests_mlflow_logs_or_errors(s3, tmp_path, m
     assert result.returncode == 0, result.stderr[-3000:].replace(s3.secret_key, "<SECRET>")
     assert "secret_key=***" in result.stderr  # the root is shown, redacted
 
-    wrong = root.replace(s3.secret_key, "not-the-secret-key")
-    refused = nmt(tmp_path, env, "status", SMOKE, "--artifact-root", wrong)
-    assert refused.returncode != 0 and "ACCESS_DENIED" in refused.stderr + refused.stdout
-    assert "not-the-secret-key" not in refused.stderr + refused.stdout
-
-    written = [result.stdout, result.stderr, refused.stdout, refused.stderr]
+    written = [result.stdout, result.stderr]
+    # Wrong secrets holding the characters a URI parser splits at, in each form a root
+    # takes: refused by the server (or, unencoded, by the rule), never shown.
+    server = f"endpoint_override={s3.endpoint}&scheme=http"
+    for wrong in ("not/the@secret:key", "100%-wrong#secret&key=x", "plus+slash/at@colon:end"):
+        encoded = quote(wrong, safe="")
+        for uri, expected in [
+            (f"s3://{s3.access_key}:{encoded}@nmt-artifacts/run-two?{server}", "ACCESS_DENIED"),
+            (f"s3://nmt-artifacts/run-two?{server}&access_key={s3.access_key}&secret_key={encoded}",
+             "ACCESS_DENIED"),
+            (f"s3://{s3.access_key}:{wrong}@nmt-artifacts/run-two?{server}", "read more than one way"),
+        ]:
+            refused = nmt(tmp_path, env, "status", SMOKE, "--artifact-root", uri)
+            shown = refused.stdout + refused.stderr
+            assert refused.returncode != 0 and expected in shown, (wrong, shown[-2000:].replace(wrong, "<WRONG>"))
+            assert wrong not in shown and encoded not in shown
+            written += [refused.stdout, refused.stderr]
     fs = s3.filesystem()
     for info in fs.get_file_info(pafs.FileSelector("nmt-artifacts/run-two", recursive=True)):
         if info.base_name == "MANIFEST.json":
