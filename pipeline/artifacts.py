@@ -104,6 +104,32 @@ class ArtifactStore:
         self.is_local = isinstance(self.fs, pafs.LocalFileSystem)
         self.local_cache = local_cache or default_cache_dir() / "artifacts"
 
+    def check_usable(self, writable: bool) -> None:
+        """Raises ``OSError`` naming the root (redacted) and the cause unless it can be
+        listed, and, if ``writable``, written: so that a root that is a file, read-only
+        or unreachable fails before Ray and MLflow start, not at the first commit."""
+        shown = redact(self.root_uri)
+        try:
+            info = self.fs.get_file_info(self.root)
+            if info.type == pafs.FileType.File:
+                raise OSError(f"{shown} is a file, not a directory")
+            if not writable:
+                return
+            if self.is_local and info.type == pafs.FileType.NotFound:
+                # Created at the first commit; what must hold now is that it can be.
+                existing = next(parent for parent in Path(self.root).parents if parent.exists())
+                if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
+                    raise OSError(f"{shown} cannot be created: {existing} is not a writable directory")
+                return
+            self.fs.create_dir(self.root, recursive=True)  # an object store's bucket
+            probe = f"{self.root}/.nmt-write-check-{uuid.uuid4().hex[:8]}"
+            with self.fs.open_output_stream(probe) as stream:
+                stream.write(b"ok")
+            self.fs.delete_file(probe)
+        except OSError as error:
+            cause = redact(str(error).strip().splitlines()[0]) if str(error).strip() else type(error).__name__
+            raise OSError(cause if cause.startswith(shown) else f"{shown}: {cause}") from None
+
     def __reduce__(self):
         # A filesystem built from a URI carries credentials resolved on this machine;
         # rebuilding it from the URI on each Ray worker resolves them there instead.

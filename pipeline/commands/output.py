@@ -35,11 +35,15 @@ def load_experiment(config: Path, overrides: list[str]) -> ExperimentConfig:
         fail(str(error), 2)
 
 
-def open_store(config: ExperimentConfig, artifact_root: str | None) -> ArtifactStore:
+def open_store(config: ExperimentConfig, artifact_root: str | None, writable: bool = False) -> ArtifactStore:
+    """The config's artifact store, checked: it can be listed (and written, if
+    ``writable``), or the command exits with one line saying why."""
     try:
-        return ArtifactStore(artifact_root or config.artifact_root)
+        store = ArtifactStore(artifact_root or config.artifact_root)
+        store.check_usable(writable)
     except (ValueError, OSError) as error:
         fail(f"artifact root: {error}", 2)
+    return store
 
 
 def human_bytes(size: int) -> str:

@@ -41,7 +41,7 @@ def run_experiment(config: Path, overrides: list[str], until: str | None, force:
     from stages.download.locate import mirrors_from
 
     experiment = load_experiment(config, overrides)
-    store = open_store(experiment, artifact_root)
+    store = open_store(experiment, artifact_root, writable=True)  # before Ray and MLflow start
     try:
         planned = plan(experiment, store, until, tuple(force))
     except ValueError as error:

@@ -46,3 +46,19 @@ def test_evaluate_precision_is_checked_too(tmp_path, monkeypatch):
     data["evaluate"] = {"precision": "bf16"}
     result = nmt("run", str(write_config(tmp_path / "exp.yaml", data)), "--artifact-root", str(tmp_path / "a"))
     assert result.exit_code == 2 and "evaluate.precision: bf16 is refused" in " ".join(result.output.split())
+
+
+@pytest.mark.parametrize("root, message", [
+    ("a-file", "is a file, not a directory"),
+    ("s3://nmt-artifacts/run?endpoint_override=127.0.0.1:9&scheme=http&access_key=AK&secret_key=SECRET%2Fx",
+     "Could not connect"),
+])
+def test_an_unusable_artifact_root_is_one_error_line_before_mlflow_or_ray(tmp_path, monkeypatch, root, message):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "a-file").write_text("not a directory")
+    result = nmt("run", str(SMOKE), "--artifact-root", root)
+    assert result.exit_code == 2
+    output = " ".join(result.output.split())
+    assert output.startswith("error: artifact root:") and message in output and "Traceback" not in output
+    assert "SECRET" not in output
+    assert not (tmp_path / "mlflow.db").exists()
