@@ -32,6 +32,7 @@ def translate_text(model: Path, model_name: str | None, input_file: Path | None,
                        max(1, torch.get_num_threads() // workers))
             if workers > 1 else contextlib.nullcontext())
     lines = _input_lines(input_file)
+    _check_lengths(translator, lines, input_file)
     started = time.time()
     # Chunks of many batches: output streams out while the rest translates, in input order.
     chunk = batch_size * 16
@@ -80,10 +81,29 @@ def _load(model: Path, model_name: str | None, artifact_root: str | None, search
 
 
 def _input_lines(input_file: Path | None) -> list[str]:
-    text = input_file.read_text(encoding="utf-8") if input_file else sys.stdin.read()
+    """The input's lines, decoded strictly: a byte that is not UTF-8 exits naming the
+    file (or stdin) and the line, never a replacement character or a traceback."""
+    raw = input_file.read_bytes() if input_file else sys.stdin.buffer.read()
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as error:
+        line = raw[:error.start].count(b"\n") + 1
+        fail(f"{input_file or 'stdin'}: line {line}: invalid UTF-8 (byte {raw[error.start]:#04x})", 2)
     # Lines end at "\n" only: str.splitlines would also split at U+2028 and friends
     # inside a sentence, and the output would no longer line up with the input.
     return [line.removesuffix("\r") for line in text.removesuffix("\n").split("\n")] if text else []
+
+
+def _check_lengths(translator, lines: list[str], input_file: Path | None) -> None:
+    """Exits naming the first line longer than the model's positions can read (a source,
+    its language tags and one output token): the model could not translate it."""
+    if translator.positions is None:  # an RNN reads any length
+        return
+    limit = translator.positions - 3
+    for number, ids in enumerate(translator.encode(lines), 1):
+        if len(ids) > limit:
+            fail(f"{input_file or 'stdin'}: line {number} is {len(ids)} tokens long; this model reads at most "
+                 f"{limit} (its {translator.positions} positions): split the line", 2)
 
 
 def _alignment(translator, line: str, translation) -> str:

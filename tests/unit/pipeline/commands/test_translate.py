@@ -8,6 +8,9 @@ import gzip
 import pytest
 from typer.testing import CliRunner
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from pipeline.cli import app
 from tests.trained_models import train_briefly
 
@@ -62,8 +65,52 @@ def test_translate_refuses_bf16_on_a_cpu_without_it(rnn, monkeypatch):
     (["--device", "tpu"], "--device: String should match pattern"),
     (["--length-penalty", "-1"], "--length-penalty: Input should be greater than or equal to 0"),
     (["--precision", "fp16"], "precision fp16 needs a cuda device"),
+    (["--beam-size", "10000"], "--beam-size: Input should be less than or equal to 64"),
+    (["--max-length-a", "1e30"], "--max-length-a: Input should be less than or equal to 10"),
+    (["--max-length-a", "nan"], "--max-length-a: Input should be a finite number"),
+    (["--min-length", "1000000000"], "--min-length: Input should be less than or equal to 1024"),
 ])
 def test_search_settings_are_checked_as_the_evaluate_config_checks_them(tmp_path, options, message):
-    """The CLI's options are a SearchSettings: refused before any model is read."""
+    """The CLI's options are a SearchSettings (bounded, finite): refused before any model is read."""
     refused = CliRunner().invoke(app, ["translate", str(tmp_path / "no-model.pt"), *options], input="A dog.\n")
     assert refused.exit_code == 2 and message in " ".join(refused.output.split())
+
+
+def test_input_that_is_not_utf8_is_one_line_naming_the_line(transformer, tmp_path):
+    (tmp_path / "input.en").write_bytes(b"A dog.\nA caf\xe9.\n")
+    refused = CliRunner().invoke(app, ["translate", str(transformer), "--input", str(tmp_path / "input.en")])
+    assert refused.exit_code == 2 and f"{tmp_path / 'input.en'}: line 2: invalid UTF-8 (byte 0xe9)" in \
+        " ".join(refused.output.split())
+
+
+def test_a_line_longer_than_the_model_reads_is_named(transformer):
+    refused = CliRunner().invoke(app, ["translate", str(transformer)], input="A dog.\n" + "word " * 5000 + "\n")
+    assert refused.exit_code == 2 and "stdin: line 2 is" in refused.output and "split the line" in refused.output
+
+
+OPTION_VALUES = {
+    "--beam-size": st.integers(-2, 100), "--nbest": st.integers(-1, 70), "--min-length": st.integers(-1, 2000),
+    "--max-length-b": st.integers(-1, 2000),
+    "--max-length-a": st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.floats(0, 12)),
+    "--length-penalty": st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.floats(0, 11)),
+}
+
+
+@settings(max_examples=25, deadline=None)
+@given(options=st.sets(st.sampled_from(sorted(OPTION_VALUES)), max_size=4)
+       .flatmap(lambda chosen: st.fixed_dictionaries({name: OPTION_VALUES[name] for name in sorted(chosen)})))
+def test_any_search_options_translate_or_exit_with_one_error_line(transformer, options):
+    """Whatever the search options, nmt translate prints one line per input line or
+    exits 2 with an error: line naming an option; never a traceback, never a hang."""
+    import time
+
+    arguments = [str(part) for name, value in options.items() for part in (name, value)]
+    started = time.monotonic()
+    result = CliRunner().invoke(app, ["translate", str(transformer), "--precision", "fp32", *arguments],
+                                input="A dog runs.\nTwo men talk.\n")
+    assert time.monotonic() - started < 120, options
+    if result.exit_code == 0:
+        assert len(result.stdout.splitlines()) == 2, result.output
+    else:
+        assert result.exit_code == 2 and result.output.startswith("error: "), (options, result.output)
+        assert not isinstance(result.exception, Exception) or isinstance(result.exception, SystemExit)
