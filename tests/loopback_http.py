@@ -1,9 +1,11 @@
 """A loopback HTTP file server for download tests: serves in-memory files, honours
-Range requests (so resuming can be tested) and can drop a connection part-way."""
+Range requests (so resuming can be tested), can drop a connection part-way, and can
+trickle a response a byte at a time (a server that never quite stops)."""
 
 from __future__ import annotations
 
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
@@ -13,6 +15,8 @@ class LoopbackFileServer:
         # path -> number of bytes after which the next response is cut off (once).
         self.cut_after: dict[str, int] = {}
         self.requests: list[tuple[str, str | None]] = []
+        # path -> seconds between the bytes of its responses: a trickle, never a stop.
+        self.trickle_s: dict[str, float] = {}
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -38,6 +42,12 @@ class LoopbackFileServer:
                     self.send_response(200)
                 self.send_header("Content-Length", str(len(body) - start))
                 self.end_headers()
+                if self.path in server.trickle_s:
+                    for index in range(start, len(body)):
+                        self.wfile.write(body[index:index + 1])
+                        self.wfile.flush()
+                        time.sleep(server.trickle_s[self.path])
+                    return
                 cut = server.cut_after.pop(self.path, None)
                 self.wfile.write(body[start:cut] if cut is not None else body[start:])
                 if cut is not None:

@@ -4,11 +4,17 @@ Bytes go to ``<dest>.part``; an interrupted download (a dropped connection, a
 killed run) continues from there with a Range request. The file gets its final
 name only after its sha256 matches the pinned digest, so a later run never trusts
 a truncated or corrupted download.
+
+A per-read timeout alone never ends a server that trickles a byte now and then, so
+each attempt also has a deadline and a floor on its rate: an attempt that runs past
+``ATTEMPT_DEADLINE_S``, or receives less than ``STALL_BYTES`` in ``STALL_WINDOW_S``,
+is cut off and counts as a failed attempt (the next one resumes from the ``.part``).
 """
 
 from __future__ import annotations
 
 import os
+import threading
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -21,6 +27,8 @@ from stages.errors import InputDataError
 CHUNK_BYTES = 1 << 20
 # Exponential backoff between attempts: 1, 2, 4, 8 s rides out a flaky mirror or proxy.
 RETRY_BACKOFF_S = 1.0
+ATTEMPT_DEADLINE_S = 1800.0  # an attempt's wall time; the next attempt resumes
+STALL_WINDOW_S, STALL_BYTES = 60.0, 16 * 1024  # less than 16 KiB a minute: stalled
 
 
 class DownloadError(InputDataError):
@@ -83,11 +91,53 @@ def _download_to(url: str, partial: Path, progress: Callable[..., Any], timeout_
         # Left on, urllib3 discards a chunk cut short by a dropped connection; off, the
         # bytes that did arrive are kept and the length check below resumes after them.
         response.raw.enforce_content_length = False
-        with open(partial, "ab" if have else "wb") as handle:
-            for chunk in response.raw.stream(CHUNK_BYTES, decode_content=False):
-                handle.write(chunk)
-                bar.update(len(chunk))
+        watch = _AttemptWatch(response)
+        try:
+            with open(partial, "ab" if have else "wb") as handle:
+                # read1: what has arrived, up to a chunk, so a trickle still reaches the file.
+                while chunk := response.raw.read1(CHUNK_BYTES):
+                    handle.write(chunk)
+                    watch.received += len(chunk)
+                    bar.update(len(chunk))
+        except Exception as error:
+            if watch.why:
+                raise requests.Timeout(watch.why) from None
+            raise error
+        finally:
+            watch.stop()
+        if watch.why:
+            raise requests.Timeout(watch.why)
         bar.close()
         if total is not None and partial.stat().st_size < total:
             raise requests.exceptions.ChunkedEncodingError(
                 f"connection closed at {partial.stat().st_size} of {total} bytes")
+
+
+class _AttemptWatch:
+    """Closes ``response`` once its attempt has run past ``ATTEMPT_DEADLINE_S`` or
+    stalled (under ``STALL_BYTES`` in ``STALL_WINDOW_S``); ``why`` then says which.
+    Closing the connection is what ends a read blocked on a trickling server."""
+
+    def __init__(self, response):
+        self.received, self.why = 0, ""
+        self._response, self._stop = response, threading.Event()
+        threading.Thread(target=self._watch, name="download-watch", daemon=True).start()
+
+    def _watch(self) -> None:
+        started = window_start = time.monotonic()
+        at_window_start = 0
+        while not self._stop.wait(min(1.0, STALL_WINDOW_S / 4)):
+            now = time.monotonic()
+            if now - started > ATTEMPT_DEADLINE_S:
+                self.why = f"the attempt ran past its deadline of {ATTEMPT_DEADLINE_S:g} s"
+            elif now - window_start >= STALL_WINDOW_S:
+                if self.received - at_window_start < STALL_BYTES:
+                    self.why = (f"stalled: {self.received - at_window_start} bytes in the last "
+                                f"{STALL_WINDOW_S:g} s (at least {STALL_BYTES} expected)")
+                window_start, at_window_start = now, self.received
+            if self.why:
+                self._response.close()
+                return
+
+    def stop(self) -> None:
+        self._stop.set()

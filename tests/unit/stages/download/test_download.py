@@ -8,6 +8,7 @@ import io
 import json
 import socket
 import tarfile
+import time
 import zipfile
 
 import pyarrow.parquet as pq
@@ -181,6 +182,22 @@ def test_checksum_mismatch_fails_and_keeps_nothing(tmp_path):
         with pytest.raises(InputDataError, match="checksum mismatch: expected sha256"):
             locate_file(ref, [], tmp_path / "downloads", _progress)
     assert not [p for p in (tmp_path / "downloads").rglob("*") if p.is_file()]
+
+
+def test_a_server_that_trickles_bytes_is_cut_off_as_stalled_not_waited_on(tmp_path, monkeypatch):
+    from stages.download import http
+
+    monkeypatch.setattr(http, "STALL_WINDOW_S", 1.0)
+    monkeypatch.setattr(http, "STALL_BYTES", 100)
+    with LoopbackFileServer() as server:
+        server.files["/train.en.gz"] = b"x" * 10_000
+        server.trickle_s["/train.en.gz"] = 0.05  # 20 bytes a second, for ever enough
+        ref = _ref(f"{server.url}/train.en.gz", server.files["/train.en.gz"])
+        started = time.monotonic()
+        with pytest.raises(InputDataError, match=r"unreachable after 2 attempts \(stalled: \d+ bytes in the last 1 s"):
+            http.fetch_url(ref.url, tmp_path / "f", ref.sha256, _progress, retries=1, backoff_s=0.01)
+        assert time.monotonic() - started < 10
+    assert (tmp_path / "f.part").stat().st_size > 0  # what arrived is kept for the next attempt to resume
 
 
 def test_unreachable_url_says_what_to_put_where(tmp_path):
