@@ -49,8 +49,10 @@ def offline_rate(model: Path, backend: str, lines: list[str], beam: int, batch: 
 
 
 def start_service(model: Path, backend: str, batch: int, wait_ms: float,
-                  max_wait_ms: float | None, ingress: str, gpus_per_replica: float = 0.0) -> tuple[subprocess.Popen, str]:
-    """``nmt serve`` for ``model`` on a free port, once it has printed its "ready" line."""
+                  max_wait_ms: float | None, ingress: str, gpus_per_replica: float = 0.0,
+                  extra: tuple[str, ...] = ()) -> tuple[subprocess.Popen, str]:
+    """``nmt serve`` for ``model`` on a free port, once it has printed its "ready" line;
+    ``extra``: more of its options."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
@@ -58,7 +60,8 @@ def start_service(model: Path, backend: str, batch: int, wait_ms: float,
                                 "--backend", backend, "--max-batch-sentences", str(batch),
                                 "--max-sentences", str(batch), "--batch-wait-ms", str(wait_ms),
                                 "--ingress", ingress, "--gpus-per-replica", str(gpus_per_replica),
-                                *(["--batch-max-wait-ms", str(max_wait_ms)] if max_wait_ms is not None else [])],
+                                *(["--batch-max-wait-ms", str(max_wait_ms)] if max_wait_ms is not None else []),
+                                *extra],
                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     for line in process.stdout:
         if line.startswith("ready"):

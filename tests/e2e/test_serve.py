@@ -18,6 +18,8 @@ from pathlib import Path
 import psutil
 import pytest
 import requests
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from tests.helpers import slice_multi30k, small_config, write_config
 
@@ -239,6 +241,39 @@ def test_bad_requests_get_a_4xx_with_a_message_and_the_service_stays_up(service,
     assert requests.get(f"{service}/health", timeout=30).status_code == 200
 
 
+def test_a_bad_request_fails_alone_among_concurrent_good_ones(service, sentences):
+    """Requests batched together: one whose settings no output can satisfy gets its 422,
+    the well-formed ones beside it their translations."""
+    bad = {"sentences": [sentences[0]], "min_length": 200, "max_length_b": 100}
+    bodies = [bad if k % 4 == 0 else {"sentences": sentences[k:k + 2], "beam_size": 2} for k in range(16)]
+    with ThreadPoolExecutor(16) as pool:
+        answers = list(pool.map(lambda body: requests.post(f"{service}/translate", json=body, timeout=120), bodies))
+    assert [answer.status_code for answer in answers] == [422 if k % 4 == 0 else 200 for k in range(16)]
+    assert all(len(answer.json()["translations"]) == 2 for k, answer in enumerate(answers) if k % 4)
+
+
+JSON_VALUES = st.recursive(st.none() | st.booleans() | st.integers(-2**40, 2**40) | st.floats() | st.text(max_size=20),
+                           lambda children: st.lists(children, max_size=3), max_leaves=5)
+SEARCH_FIELDS = ("beam_size", "nbest", "length_penalty", "max_length_a", "max_length_b", "min_length")
+FIELD_VALUES = st.one_of(JSON_VALUES, st.integers(-2, 2000), st.floats(-1, 12), st.just(float("nan")))
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck))
+@given(body=st.fixed_dictionaries({"sentences": st.one_of(JSON_VALUES, st.lists(st.text(max_size=60), max_size=4))},
+                                  optional={name: FIELD_VALUES for name in SEARCH_FIELDS}))
+def test_any_json_body_gets_a_200_or_a_4xx_in_time_never_a_500(serve_process, request, body):
+    """Hypothesis over the request model: whatever the fields hold, an answer within the
+    deadline, and never a server error (a 503 only where a batch ran past its deadline)."""
+    if request.node.callspec.params["serve_process"] != "ray":
+        pytest.skip("the request model is the same behind either ingress")
+    url = serve_process[1]
+    raw = json.dumps(body, allow_nan=True)  # NaN and Infinity go out as such
+    response = requests.post(f"{url}/translate", data=raw, headers={"Content-Type": "application/json"},
+                             timeout=90)
+    assert response.status_code == 200 or 400 <= response.status_code < 500 or \
+        (response.status_code == 503 and "deadline" in response.text), (raw, response.status_code, response.text)
+
+
 def decode_process(serve_pid: int) -> psutil.Process:
     """The replica's decode process: a spawned child of the Ray Serve replica, itself a
     descendant of the nmt serve process (which started the local Ray instance)."""
@@ -274,3 +309,32 @@ def test_a_replica_whose_decode_process_dies_answers_503_and_is_replaced(serve_p
     assert response.status_code == 200, response.text
     assert [t["text"] for t in response.json()["translations"]] == expected
     assert decode_process(process.pid).pid != killed.pid
+
+
+def test_serve_stops_with_the_reason_when_its_replica_can_no_longer_start(experiment, tmp_path):
+    """The model deleted while serving: once the replica is replaced, its constructor
+    fails for ever. nmt serve must stop, saying why, not leave requests waiting."""
+    config, env = experiment
+    (trained,) = (config.parent / "artifacts" / "train" / MODEL).iterdir()
+    model = shutil.copytree(trained, tmp_path / "model")
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    log = tmp_path / "serve.log"
+    with open(log, "w") as errors:
+        process = subprocess.Popen([sys.executable, "-m", "pipeline", "serve", str(model), "--port", str(port)],
+                                   cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=errors, text=True,
+                                   start_new_session=True)
+    ready = threading.Event()
+    threading.Thread(target=watch_for_ready, args=(process, ready), daemon=True).start()
+    try:
+        assert ready.wait(timeout=300), f"nmt serve did not get ready: {log.read_text()[-3000:]}"
+        (model / "model.pt").unlink()
+        decode_process(process.pid).kill()  # Serve's health check fails; its new replica cannot load
+        process.wait(timeout=240)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+    message = " ".join(log.read_text().split())
+    assert process.returncode == 1, message[-3000:]
+    assert "failed to start" in message and "model.pt" in message, message[-3000:]
