@@ -108,10 +108,11 @@ def abuse_until(url: str, stop: threading.Event, answers: dict) -> None:
 def slow_within_bounds(url: str, lines: list[str]) -> list[tuple[str, str]]:
     """The deadline phase: what the slow request, /health and a later request got."""
     slow = json.dumps({"sentences": lines[:8], "beam_size": 16, "max_length_a": 10.0, "max_length_b": 1024,
-                       "min_length": 1000})
+                       "min_length": 900})
     rows = []
     status, seconds, text = send(url, slow)
-    rows.append(("slow request (beam 16, 1,000 tokens at least)", f"{status} after {seconds:.1f} s: {text}"))
+    rows.append(("slow request (8 sentences, beam 16, 900 tokens at least)",
+                 f"{status} after {seconds:.1f} s: {text}"))
     health = requests.get(f"{url}/health", timeout=TIMEOUT_S)
     rows.append(("/health right after", f"{health.status_code}: {' '.join(health.text.split())[:90]}"))
     started, back = time.perf_counter(), None
