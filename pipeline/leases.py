@@ -119,8 +119,8 @@ class Lease:
         if info.type == pafs.FileType.NotFound:
             return None
         written = info.mtime.timestamp() if info.mtime is not None else 0.0
-        return {"holder": f"an unreadable lease file ({self.path}), which expires {EXPIRE_SECONDS:.0f} s after "
-                          "it was written", "renewed": written, "expires_after": EXPIRE_SECONDS}
+        return {"holder": f"an unreadable lease file ({self.path}; it expires {EXPIRE_SECONDS:.0f} s after it "
+                          "was written)", "renewed": written, "expires_after": EXPIRE_SECONDS}
 
     def _record(self) -> bytes:
         return json.dumps({"holder": self.holder, "host": socket.gethostname(), "pid": os.getpid(),
