@@ -184,7 +184,10 @@ class ArtifactStore:
             problem = next((f"{name} does not match its sha256" for name, entry in manifest["files"].items()
                             if self._sha256(f"{directory}/{name}") != entry["sha256"]), "")
             if problem:
-                self._mark_corrupted(directory, problem)
+                try:
+                    self._mark_corrupted(directory, problem)
+                except OSError as error:  # a read-only store: the next run cannot be told
+                    problem += f" (not marked for later runs: {redact(str(error).strip())})"
         if problem:
             return ArtifactStatus(stage, key, ArtifactState.INVALID, size, problem)
         return ArtifactStatus(stage, key, ArtifactState.CACHED, size)
