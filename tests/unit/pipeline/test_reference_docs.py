@@ -21,7 +21,8 @@ def test_the_configuration_page_gives_every_key_its_type_default_and_description
     assert "| `precision` | `auto` \\| `fp32` \\| `bf16` \\| `fp16` | `'auto'` |" in page
     # A description written in a parent section (SearchSettings) reaches EvaluateConfig's table.
     evaluate = page.split("## `EvaluateConfig`")[1].split("## ")[0]
-    assert "| `min_length` | int | `1` | Tokens before EOS may end a hypothesis. fairseq's default of 1" in evaluate
+    assert ("| `min_length` | int | `1` | Tokens before EOS may end a hypothesis (below each sentence's maximum). "
+            "fairseq's default of 1") in evaluate
 
 
 def test_the_command_page_lists_every_command_and_its_options():
