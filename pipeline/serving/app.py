@@ -22,7 +22,8 @@ Serve's health check fails once the child has died, and Serve replaces the repli
 
 Bad requests get a 4xx with a message and never reach the model: malformed JSON and
 unknown or out-of-range options (422, FastAPI's validation, naming the field and its
-limit), a body over ``max_body_bytes`` (413, before it is read whole), too many
+limit), a body over what ``max_sentences`` and ``max_input_chars`` allow
+(``body_limit_bytes``: 413, before it is read whole), too many
 sentences (413), a sentence over the character or token limit (413, naming its index;
 characters are counted before anything is tokenized, and tokenizing runs off the event
 loop), a ``min_length`` that a sentence's longest allowed output cannot exceed (422).
@@ -127,6 +128,8 @@ def body_limit_bytes(settings: ServiceSettings) -> int:
 
 api = FastAPI(title="nmt-pipeline translation service",
               description="Translate sentences with a model trained by nmt-pipeline.")
+
+
 @api.exception_handler(RequestValidationError)
 async def _validation_error(request, error: RequestValidationError) -> JSONResponse:
     """FastAPI's 422, with each error's field and message but not the input it echoes:
