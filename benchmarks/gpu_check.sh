@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The GPU campaign: what a user runs on GPU nodes, proved or broken on one offline GPU
-# machine, in phases that each fit a 10-minute command.
+# Checking a GPU machine: what a user runs on GPU nodes, proved or broken on one GPU node
+# (one without network access too), in phases that each fit a short job (GPU_CHECK_SECONDS).
 #
 #   product  the tests marked gpu; a real `nmt run` of the smoke config on CUDA (Ray Train
 #            places the workers on the GPU, DeepSpeed bf16 over NCCL, checkpoints, MLflow in
@@ -20,7 +20,7 @@
 # --cpu-dry-run runs every phase on this CPU at tiny sizes, in a fresh virtual
 # environment holding only the GPU image's packages (gpu_image_packages.txt) and the
 # packed ones, so that the packing, the imports and this script cannot rot between GPU
-# runs. Results land in $OUT (the device tool's folder), else /tmp/gpu_check; each phase
+# runs. Results land in $OUT if set, else /tmp/gpu_check; each phase
 # leaves summary.md, steps.tsv and logs.tar.gz there, and the wu phase its run.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -190,7 +190,7 @@ wu() {
     phase_now=wu
     local config=configs/multi30k_en_de_wu2021.yaml
     # One GPU: one worker of 8,192 tokens is the paper's update of 2 x 4,096. The wall
-    # time is a guard that keeps the run inside one 10-minute command.
+    # time is a guard that keeps the run inside one phase's GPU_CHECK_SECONDS.
     local settings=(--set train.workers=1 --set train.max_tokens=8192 --set train.compile="${WU_COMPILE:-true}"
                     --set train.max_wall_time="${WU_WALL_TIME:-420}")
     if [ "$dry_run" = 1 ]; then

@@ -12,8 +12,8 @@ installed site-packages trees, xz-compressed, one per part:
 - ``ctranslate2``: CTranslate2, for the decode table's peer;
 - ``data``: the Multi30k corpus (and, given one, a trained model for the decode table).
 
-Each part is a folder, so a call of the device tool carries the parts it needs (its
-``carry`` names folders) and stays under the size a call may carry. The versions are
+Each part is a folder, so each phase's job copies only the parts it needs and
+stays under ``CALL_LIMIT``. The versions are
 the ones installed here (``cluster/install.sh``), so the packed set is the tested set.
 
     python benchmarks/gpu_pack.py                      # for the GPU image's Python 3.12
@@ -40,7 +40,7 @@ from packaging.utils import canonicalize_name
 ROOT = Path(__file__).resolve().parent.parent
 IMAGE_PACKAGES = Path(__file__).with_name("gpu_image_packages.txt")
 MIB = 2**20
-# What one call of the device tool may carry: the repository and the carried folders.
+# What one phase copies to the node at most: the repository and the parts it carries.
 CALL_LIMIT = 64 * MIB
 
 # Part -> the requirements it is the closure of (minus the image's packages and the

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Packs what benchmarks/gpu_check.sh needs on an offline GPU machine into .gpu_carry/
+# Packs what benchmarks/gpu_check.sh needs on a GPU node without network access into .gpu_carry/
 # (git-ignored), here, where pip reaches the package registry: benchmarks/gpu_pack.py
 # says what each part holds and checks that each call of the campaign fits what one
 # call may carry.

@@ -3,7 +3,7 @@ it is met, from the files benchmarks/gpu_check.sh leaves in its results folder(s
 
     python benchmarks/gpu_summary.py RESULTS_DIR [RESULTS_DIR ...]
 
-Several folders (one per call of the device tool) make one table; a step that did not
+Several folders (one per phase's job) make one table; a step that did not
 run in any of them is "not run".
 """
 
