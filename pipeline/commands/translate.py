@@ -99,7 +99,7 @@ def _check_lengths(translator, lines: list[str], input_file: Path | None) -> Non
     its language tags and one output token): the model could not translate it."""
     if translator.positions is None:  # an RNN reads any length
         return
-    limit = translator.positions - 3
+    limit = translator.positions - 3  # the longest source that output_room leaves one token
     for number, ids in enumerate(translator.encode(lines), 1):
         if len(ids) > limit:
             fail(f"{input_file or 'stdin'}: line {number} is {len(ids)} tokens long; this model reads at most "

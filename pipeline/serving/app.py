@@ -56,7 +56,7 @@ from pipeline.serving.batcher import DynamicBatcher
 from pipeline.serving.body_limit import BodyLimit
 from stages.inference.decode_pool import DecodeDeadlineExceeded, DecodePool, DecodeProcessExited
 from stages.inference.model_file import ModelFiles, SourceEncoder
-from stages.inference.search import SearchSettings
+from stages.inference.search import SearchSettings, output_room
 
 MAX_BEAM = 16
 
@@ -208,7 +208,8 @@ class TranslationService:
                                          f"{self.settings.max_input_tokens}")
         search = request.search_settings()
         try:
-            search.check_min_length([len(ids) for ids in sources], self._model_limit)
+            search.check_min_length([len(ids) for ids in sources],
+                                    lambda length: output_room(self.decoder.positions, length))
         except ValueError as error:
             raise HTTPException(422, str(error)) from None
         found = await self.batcher.submit(Job(sources, search)) if sources else []
@@ -225,11 +226,6 @@ class TranslationService:
             if nbest:  # a search in which nothing finished: the empty translation
                 translations[index] = Translation(text=nbest[0].text, score=nbest[0].score, nbest=nbest)
         return TranslateResponse(translations=translations)
-
-    def _model_limit(self, source_tokens: int) -> int | None:
-        """The output tokens the model's positions leave after a source of this length."""
-        positions = self.decoder.positions
-        return None if positions is None else max(1, positions - source_tokens - 2)
 
     def _decode(self, jobs: list[Job]) -> list:
         """Each job's translations (``stages.inference.translator.Translation`` lists), or

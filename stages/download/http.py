@@ -99,10 +99,10 @@ def _download_to(url: str, partial: Path, progress: Callable[..., Any], timeout_
                     handle.write(chunk)
                     watch.received += len(chunk)
                     bar.update(len(chunk))
-        except Exception as error:
-            if watch.why:
+        except Exception:
+            if watch.why:  # the watch closed the connection: say why, not what the read met
                 raise requests.Timeout(watch.why) from None
-            raise error
+            raise
         finally:
             watch.stop()
         if watch.why:

@@ -43,9 +43,8 @@ def length_penalty(length: int, alpha: float) -> float:
 
 def max_output_lengths(src: Tensor, pad_id: int, a: float, b: int, positions: int | None = None) -> Tensor:
     """(B,) most tokens (EOS included) each sentence may generate: a * |x| + b, and no
-    more than a model with ``positions`` positions has left after the source (what a
-    decoder-only model's prompt takes; an encoder-decoder has more, so this is safe for
-    both). ``model_positions`` says what a model has (None: unbounded, an RNN)."""
+    more than ``search.output_room`` leaves a model with ``positions`` positions
+    (``model_positions``; None: unbounded), computed here for the whole batch at once."""
     lengths = (src != pad_id).sum(dim=1)
     limits = (lengths.double() * a).floor().long() + b
     if positions is not None:

@@ -22,13 +22,20 @@ MAX_LENGTH_A = 10.0
 MAX_OUTPUT_TOKENS = 1024  # bounds max_length_b and min_length
 
 
+def output_room(positions: int | None, source_tokens: int) -> int | None:
+    """Output tokens a model with ``positions`` positions has left after a source of
+    ``source_tokens`` tokens and its two language tags (a decoder-only model's prompt;
+    an encoder-decoder has more, so this is safe for both); None: unbounded (an RNN)."""
+    return None if positions is None else max(1, positions - source_tokens - 2)
+
+
 class SearchSettings(Section):
     """Beam search with GNMT's length penalty (Wu et al. 2016, section 7).
 
     Defaults are Vaswani et al. (2017), section 6.1: beam 4, length penalty alpha 0.6,
     at most source length + 50 tokens (``max_length_a * |x| + max_length_b``). Every
     number is finite and bounded (``MAX_*`` above); the model's own limit (its
-    positions) is applied where it is loaded (``output_length_limits``).
+    positions, ``output_room``) is applied where it is loaded (``beam.max_output_lengths``).
     """
 
     beam_size: int = Field(default=4, gt=0, le=MAX_BEAM_SIZE, description="Beam size; 1 is greedy.")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from stages.inference.search import MAX_BEAM_SIZE, MAX_OUTPUT_TOKENS, SearchSettings
+from stages.inference.search import MAX_BEAM_SIZE, MAX_OUTPUT_TOKENS, SearchSettings, output_room
 
 
 @pytest.mark.parametrize("field, value, message", [
@@ -28,6 +28,8 @@ def test_the_output_limit_is_a_times_x_plus_b_within_the_model():
     search = SearchSettings(max_length_a=1.5, max_length_b=10)
     assert search.output_length_limit(20) == 40
     assert search.output_length_limit(20, model_limit=25) == 25
+    # A model with 64 positions: the source and its two tags take theirs, never less than one is left.
+    assert output_room(64, 20) == 42 and output_room(64, 80) == 1 and output_room(None, 10_000) is None
 
 
 def test_a_min_length_no_output_can_pass_names_the_sentence_and_its_limit():
