@@ -68,14 +68,26 @@ PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_17_x
 
 
 def image_packages(path: Path = IMAGE_PACKAGES) -> set[str]:
+    return set(image_versions(path))
+
+
+def image_versions(path: Path = IMAGE_PACKAGES) -> dict[str, str | None]:
+    """The image's packages, each with its version where the list pins one."""
     lines = (line.split("#")[0].strip() for line in path.read_text().splitlines())
-    return {canonicalize_name(Requirement(line).name) for line in lines if line}
+    requirements = [Requirement(line) for line in lines if line]
+    return {canonicalize_name(r.name): next((s.version for s in r.specifier if s.operator == "=="), None)
+            for r in requirements}
 
 
-def closure(roots: list[str], skip: set[str], python_version: str) -> dict[str, str]:
+def closure(roots: list[str], skip: set[str], python_version: str,
+            image: dict[str, str | None] | None = None) -> dict[str, str]:
     """The installed versions of ``roots`` and of everything they require, transitively,
     on Linux x86-64 under ``python_version``; ``skip`` and what it alone requires are left
-    out. Requirements of extras count only where a root (or a requirement) names them."""
+    out. Requirements of extras count only where a root (or a requirement) names them.
+    A package in ``skip`` whose version in ``image`` is known and too old for what
+    requires it is packed after all: grpcio-reflection 1.85 refuses to import beside the
+    image's grpcio 1.84, so the packed grpcio must shadow the image's."""
+    image = image or {}
     environment = {**default_environment(), "python_version": python_version,
                    "python_full_version": f"{python_version}.0", "sys_platform": "linux",
                    "platform_system": "Linux", "platform_machine": "x86_64",
@@ -86,7 +98,9 @@ def closure(roots: list[str], skip: set[str], python_version: str) -> dict[str, 
     while queue:
         requirement = queue.pop()
         name = canonicalize_name(requirement.name)
-        if name in skip or name.startswith("nvidia-") or (name, frozenset(requirement.extras)) in seen:
+        too_old = image.get(name) is not None and not requirement.specifier.contains(image[name], prereleases=True)
+        if (name in skip and not too_old) or name.startswith("nvidia-") \
+                or (name, frozenset(requirement.extras)) in seen:
             continue
         seen.add((name, frozenset(requirement.extras)))
         distribution = metadata.distribution(name)
@@ -103,11 +117,12 @@ def closure(roots: list[str], skip: set[str], python_version: str) -> dict[str, 
 def part_pins(python_version: str) -> dict[str, dict[str, str]]:
     """Each part's packages and versions: ``ray`` is Ray alone, ``base`` everything else
     the pipeline needs that the image lacks, ``ctranslate2`` CTranslate2's own needs."""
-    skip = image_packages() | NOT_PACKED
+    image = image_versions()
+    skip = set(image) | NOT_PACKED
     ray = {"ray": metadata.version("ray")}
-    base = closure(PARTS["base"], skip, python_version)
+    base = closure(PARTS["base"], skip, python_version, image)
     base.pop("ray")  # its own part; base has what its extras need
-    ctranslate2 = closure(PARTS["ctranslate2"], skip | set(base), python_version)
+    ctranslate2 = closure(PARTS["ctranslate2"], skip | set(base), python_version, image)
     return {"base": base, "ray": ray, "ctranslate2": ctranslate2}
 
 

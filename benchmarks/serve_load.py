@@ -24,6 +24,7 @@ import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -56,17 +57,23 @@ def start_service(model: Path, backend: str, batch: int, wait_ms: float,
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
+    # Kept, not shown: Ray's start-up chatter would bury the tables; shown if it fails.
+    errors = tempfile.TemporaryFile()
     process = subprocess.Popen([sys.executable, "-m", "pipeline", "serve", str(model), "--port", str(port),
                                 "--backend", backend, "--max-batch-sentences", str(batch),
                                 "--max-sentences", str(batch), "--batch-wait-ms", str(wait_ms),
                                 "--ingress", ingress, "--gpus-per-replica", str(gpus_per_replica),
                                 *(["--batch-max-wait-ms", str(max_wait_ms)] if max_wait_ms is not None else []),
                                 *extra],
-                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+                               stdout=subprocess.PIPE, stderr=errors, text=True)
     for line in process.stdout:
         if line.startswith("ready"):
             return process, f"http://127.0.0.1:{port}"
-    raise SystemExit("nmt serve ended before it was ready")
+    process.wait()
+    errors.seek(0)
+    said = errors.read().decode(errors="replace").strip().splitlines()[-40:]
+    raise SystemExit(f"nmt serve ended before it was ready (exit {process.returncode}); "
+                     "the end of what it wrote:\n" + "\n".join(said))
 
 
 def replica_stats(url: str) -> dict:

@@ -72,20 +72,22 @@ def test_fused_kernels_agree_with_the_math_path(family):
 
 
 def test_a_training_step_on_cuda_matches_the_cpu():
+    """Our model code computes the same thing on both devices: compared in float64, where
+    neither device's fp32 arithmetic (on an H200 the fp32 weight gradient here was about
+    4e-4 of its size away from the CPU's, with TF32 off and the math attention path)
+    hides a difference the code makes."""
     from stages.train.loss import label_smoothed_cross_entropy
 
     losses, grads = {}, {}
     for device in ("cpu", "cuda"):
-        model = _models()["transformer"].to(device).train()
+        model = _models()["transformer"].double().to(device).eval()  # eval: no dropout masks to differ
         src, tgt = _batch(device)
-        torch.manual_seed(1)
-        model.eval()  # no dropout: the two devices draw different masks
         loss, _ = label_smoothed_cross_entropy(model(src, tgt), torch.roll(tgt, -1, 1))
         loss.backward()
         losses[device] = loss.item()
         grads[device] = model.encoder[0].feed_forward.inner.weight.grad.cpu()
-    assert losses["cuda"] == pytest.approx(losses["cpu"], rel=1e-4)
-    torch.testing.assert_close(grads["cuda"], grads["cpu"], atol=1e-4, rtol=1e-3)
+    assert losses["cuda"] == pytest.approx(losses["cpu"], rel=1e-10)
+    torch.testing.assert_close(grads["cuda"], grads["cpu"], atol=1e-9, rtol=1e-7)
 
 
 @pytest.mark.parametrize("beam", [1, 4])

@@ -29,11 +29,24 @@ def test_requirements_of_an_extra_are_packed_only_where_the_extra_is_named():
     assert "aiohttp-cors" in with_default
 
 
-def test_base_packs_what_the_image_lacks_and_nothing_it_has():
+def test_an_image_package_too_old_for_what_requires_it_is_packed_to_shadow_it():
+    # grpcio-reflection 1.85 refused to import beside an image's grpcio 1.84.
+    needed = __import__("importlib.metadata").metadata.version("grpcio")
+    packed = gpu_pack.closure(["grpcio-reflection"], skip={"grpcio", "protobuf"}, python_version=PYTHON,
+                              image={"grpcio": "1.0.0", "protobuf": None})
+    assert packed.get("grpcio") == needed
+    assert "protobuf" not in packed  # unpinned in the image: trusted
+    recent = gpu_pack.closure(["grpcio-reflection"], skip={"grpcio", "protobuf"}, python_version=PYTHON,
+                              image={"grpcio": needed, "protobuf": None})
+    assert "grpcio" not in recent
+
+
+def test_base_packs_what_the_image_lacks_and_of_what_it_has_only_what_is_too_old():
     parts = gpu_pack.part_pins(PYTHON)
-    image = gpu_pack.image_packages()
+    image = gpu_pack.image_versions()
     assert {"deepspeed", "pydantic", "mlflow-skinny", "sqlalchemy"} <= set(parts["base"])
-    assert not image & set(parts["base"])
+    shadowed = set(image) & set(parts["base"])
+    assert all(image[name] is not None for name in shadowed), shadowed
     assert "torch" not in parts["base"] and parts["ray"] == {"ray": parts["ray"]["ray"]}
 
 

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import threading
 import time
+from contextlib import contextmanager
 
 import pyarrow.fs as pafs
 import pytest
@@ -118,12 +119,39 @@ def test_waiting_runs_are_told_who_holds_the_key(tmp_path):
     waiter.release()
 
 
+class WholeObjectWrites:
+    """A local directory written the way an object store writes: each object whole or
+    not at all (S3's PUT). pyarrow's local output stream truncates and then writes, so two
+    claims written at once could interleave into a file neither wrote, which no object
+    store produces (and which the lease rightly treats as a live, unreadable lease)."""
+
+    def __init__(self):
+        self.local = pafs.LocalFileSystem()
+
+    def open_input_stream(self, path):
+        return self.local.open_input_stream(path)
+
+    def get_file_info(self, path):
+        return self.local.get_file_info(path)
+
+    def delete_file(self, path):
+        self.local.delete_file(path)
+
+    @contextmanager
+    def open_output_stream(self, path):
+        partial = f"{path}.{os.getpid()}-{threading.get_ident()}.put"
+        with open(partial, "wb") as stream:
+            yield stream
+        os.replace(partial, path)
+
+
 def _count_under_lease(root: str, local: bool, rounds: int) -> None:
     """Read, pause, write back +1: lost updates unless the lease excludes the others."""
     leases.POLL_SECONDS, leases.SETTLE_SECONDS = 0.01, 0.05
     counter = os.path.join(root, "counter")
+    fs = pafs.LocalFileSystem() if local else WholeObjectWrites()
     for _ in range(rounds):
-        with held(Lease(pafs.LocalFileSystem(), os.path.join(root, "k1.lease"), local)):
+        with held(Lease(fs, os.path.join(root, "k1.lease"), local)):
             value = int(open(counter).read())
             time.sleep(0.01)
             with open(counter, "w") as handle:
