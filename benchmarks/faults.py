@@ -1,7 +1,8 @@
 """Faults survived, measured: a fault-injection matrix over the smoke graph.
 
 For each case, the stages upstream of the target stage are copied from an uninterrupted
-run (so the case spends its time on the stage it is about), ``nmt run --until STAGE``
+run of the graph as far as the chosen cases reach (so the case spends its time on the
+stage it is about), ``nmt run --until STAGE``
 is started, the fault is injected while the stage computes (a seeded random moment
 after its lease appears), and ``nmt run`` is started again if the first did not finish.
 Kinds:
@@ -173,21 +174,28 @@ class Matrix:
 
     # ------------------------------------------------------------------ the reference run
 
-    def baseline(self) -> None:
-        """One uninterrupted run of the whole graph: the keys and files every case must
-        reach (kept in ``--work`` and reused when it is there)."""
+    def plan(self) -> None:
+        """The smoke graph's stages and keys (nothing runs)."""
+        self.planned = plan(load_config(SMOKE, FAST), ArtifactStore(str(self.baseline_dir / "artifacts")),
+                            until="report")
+        self.keys = {item.stage.name: item.key for item in self.planned}
+
+    def baseline(self, cases: list[Case]) -> None:
+        """One uninterrupted run of the graph as far as ``cases`` reach: the keys and files
+        every case must reach (kept in ``--work`` and reused when it is there)."""
         self.baseline_dir.mkdir(parents=True, exist_ok=True)
         root = Root(str(self.baseline_dir / "artifacts"), pafs.LocalFileSystem(), str(self.baseline_dir / "artifacts"),
                     {})
         store = ArtifactStore(root.uri)
-        self.planned = plan(load_config(SMOKE, FAST), store, until="report")
-        if any(item.will_run for item in self.planned):
-            rc, output = finish(nmt_run(self.baseline_dir, root, "report"))
+        names = self.stages()
+        reached = [self.reader_of(case.stage) if case.kind == "corrupt" else case.stage for case in cases]
+        until = max(reached, key=names.index)
+        needed = plan(load_config(SMOKE, FAST), store, until=until)
+        if any(item.will_run for item in needed):
+            rc, output = finish(nmt_run(self.baseline_dir, root, until))
             if rc != 0:
                 raise SystemExit(f"the uninterrupted run failed:\n{output[-3000:]}")
-            self.planned = plan(load_config(SMOKE, FAST), store, until="report")
-        self.keys = {item.stage.name: item.key for item in self.planned}
-        self.manifests = {item.stage.name: store.read_manifest(item.stage.name, item.key) for item in self.planned}
+        self.manifests = {item.stage.name: store.read_manifest(item.stage.name, item.key) for item in needed}
 
     def stages(self) -> list[str]:
         return [item.stage.name for item in self.planned]
@@ -371,13 +379,14 @@ def main(argv: list[str] | None = None) -> int:
     matrix = Matrix(work, args.seed)
     started = time.time()
     try:
-        matrix.baseline()
+        matrix.plan()
         cases = ([Case(*spec.split(":", 1)) for spec in args.cases] if args.cases
                  else all_cases(matrix.stages()))
         unknown = [f"{c.kind}:{c.stage}" for c in cases if c.kind not in KINDS or c.stage not in matrix.stages()]
         if unknown:
             raise SystemExit(f"unknown case(s) {', '.join(unknown)}: kinds {', '.join(KINDS)}, stages "
                              f"{', '.join(matrix.stages())}")
+        matrix.baseline(cases)
         for index, case in enumerate(cases, 1):
             try:
                 matrix.run_case(case)

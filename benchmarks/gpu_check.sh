@@ -41,26 +41,16 @@ results=${OUT:-$([ "$dry_run" = 1 ] && echo "$work/results" || echo /tmp/gpu_che
 mkdir -p "$results" "$work/logs"
 
 if [ "$dry_run" = 1 ] && [ -z "${NMT_DRY_RUN_VENV:-}" ]; then
-    # The image's packages in a fresh virtual environment (torch: the CPU wheel), then
+    # The image's packages in a fresh virtual environment (torch: the CPU wheel; linked
+    # from this installation where its versions match: benchmarks/dry_run_venv.py), then
     # the packed parts for this Python, then this script again inside it.
     venv=$work/venv
     # Nothing from an earlier run: every stage runs, none is a cache hit.
     rm -rf "$work/artifacts" "$work/mlflow.db" "$work/wu" "$work/wu.started"
     version=$(python3 -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')
     echo "== CPU dry run: a virtual environment of the GPU image's packages (Python $version)"
-    python3 -m venv --clear "$venv" || exit 1
-    listed=$(grep -v '^#' benchmarks/gpu_image_packages.txt | sed '/^$/d')
-    "$venv/bin/pip" install -q --disable-pip-version-check $(echo "$listed" | sed 's/^torch$/torch==2.13.0/') \
-        2>&1 | grep -v "^WARNING: Location" || true
-    # Only what the image has: whatever those installs pulled in beyond the list goes.
-    extra=$("$venv/bin/python" - "$listed" <<'PY'
-import importlib.metadata as m, re, sys
-listed = {re.sub(r"[-_.]+", "-", n.split("==")[0]).lower() for n in sys.argv[1].split()}
-names = {re.sub(r"[-_.]+", "-", d.metadata["Name"]).lower() for d in m.distributions()}
-print(" ".join(sorted(n for n in names - listed if n not in {"pip"} and not n.startswith("nvidia-"))))
-PY
-)
-    [ -n "$extra" ] && "$venv/bin/pip" uninstall -q -y $extra
+    python3 benchmarks/dry_run_venv.py "$venv" 2>&1 | grep -v "^WARNING: Location"
+    [ "${PIPESTATUS[0]}" = 0 ] || exit 1
     echo "== packing for Python $version (benchmarks/gpu_pack.py)"
     python3 benchmarks/gpu_pack.py --python-version "$version" --dest "$work/carry" --preset 0 \
         2>&1 | grep -v "^WARNING" || exit 1

@@ -68,7 +68,7 @@ def config_file(tmp_path_factory) -> Path:
     data = shipped_config("smoke.yaml")
     data["name"] = "multinode"
     data["clean"]["rows_per_task"] = 500
-    data["train"].update(workers=2, cpus_per_worker=1, placement_strategy="STRICT_SPREAD", max_steps=60,
+    data["train"].update(workers=2, cpus_per_worker=1, placement_strategy="STRICT_SPREAD", max_steps=40,
                          warmup_steps=20, valid_every=20, checkpoint_every=10, keep_checkpoints=2, average_last=2,
                          max_failures=3)
     data["evaluate"] = {"shards": 2, "beam_size": 2, "greedy": False}
