@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import socket
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable
@@ -31,6 +32,9 @@ from pipeline.leases import held
 from pipeline.progress_lines import PROGRESS_ENV, choose_progress_style
 from pipeline.ray_output import filter_worker_output
 from pipeline.stage import Stage
+
+# Where Ray's State API clients (ray.util.state) send their requests.
+API_SERVER_ENV = "RAY_API_SERVER_ADDRESS"
 
 if TYPE_CHECKING:
     from pipeline.start_order import TrainingTurn
@@ -117,6 +121,7 @@ def connect_ray(address: str | None) -> None:
 
     if ray.is_initialized():
         return
+    options: dict = {}
     # Train stages that wait for CPUs or GPUs held by other train stages are normal
     # here, not a startup failure to report every minute.
     runtime_env: dict = {"env_vars": {"RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S": str(7 * 24 * 3600),
@@ -139,8 +144,26 @@ def connect_ray(address: str | None) -> None:
         # Without an address Ray would join the cluster last started on this machine
         # (`ray start`, another tool's): a local instance of our own is what was asked for.
         address = "local"
-    ray.init(address=address, runtime_env=runtime_env, logging_level=logging.WARNING, log_to_driver=True)
+        options["dashboard_port"] = point_state_api_at_own_dashboard()
+    ray.init(address=address, runtime_env=runtime_env, logging_level=logging.WARNING, log_to_driver=True,
+             **options)
     filter_worker_output()
+
+
+def point_state_api_at_own_dashboard() -> int:
+    """A port for the local instance's dashboard, which serves Ray's State API, named to
+    every process of the instance in RAY_API_SERVER_ADDRESS (its raylet and workers
+    inherit this process's environment). Ray Train's placement-group cleaner asks the
+    State API, once a second, whether its controller lives; given no address, the State
+    API client looks for a cluster on the machine (the last `ray start`, any running
+    GCS) and may find another one (a second `nmt run`, a user's own cluster, a dead
+    instance), then waits out its 10 s timeout: every train stage ended 12-15 s late
+    whenever another Ray instance was on the machine."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    os.environ[API_SERVER_ENV] = f"http://127.0.0.1:{port}"
+    return port
 
 
 def run_pipeline(config: ExperimentConfig, planned: list[PlannedStage], store: ArtifactStore,

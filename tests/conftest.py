@@ -37,10 +37,13 @@ def fast_retries(monkeypatch):
 
 @pytest.fixture(scope="session")
 def local_ray():
-    """One real local Ray instance for the whole session (starting one takes seconds)."""
+    """One real local Ray instance for the whole session (starting one takes seconds),
+    its State API where its own processes find it, as ``nmt run``'s."""
     import ray
 
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+    from pipeline.runner import point_state_api_at_own_dashboard
+
+    ray.init(address="local", num_cpus=2, dashboard_port=point_state_api_at_own_dashboard(), log_to_driver=False)
     yield
     ray.shutdown()
 

@@ -150,8 +150,9 @@ import ray
 from stages import train
 from stages.train.config import TrainStageConfig
 from pipeline.context import StageContext
+from pipeline.runner import point_state_api_at_own_dashboard
 
-ray.init(address="local", num_cpus=1, include_dashboard=False, log_to_driver=False)
+ray.init(address="local", num_cpus=1, dashboard_port=point_state_api_at_own_dashboard(), log_to_driver=False)
 config = TrainStageConfig.model_validate_json(sys.argv[1])
 train.run({"tokenize": Path(sys.argv[2])}, config, Path(sys.argv[3]), StageContext())
 """

@@ -1,0 +1,85 @@
+"""The local Ray instance ``nmt run`` and ``nmt serve`` start (``connect_ray``): its own
+processes reach its own State API, whatever other Ray instance is on the machine.
+
+Ray Train's placement-group cleaner asks the State API once a second whether its
+controller lives. Left to find a cluster itself, the State API client picked another
+instance on the machine; where that one did not answer (a stopped or dying instance),
+every train stage ended 12-15 s late while the cleaner's call timed out."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from tests.helpers import REPO
+
+pytestmark = pytest.mark.slow
+
+ASK_FROM_A_TASK = """
+import time, ray
+from pipeline.runner import connect_ray
+
+connect_ray(None)
+
+@ray.remote
+class Probe:
+    def ping(self):
+        return 1
+
+@ray.remote
+def ask(actor_id):
+    from ray.util.state import get_actor
+    started = time.monotonic()
+    state = get_actor(actor_id, timeout=5)
+    return (state.state if state else None), time.monotonic() - started
+
+probe = Probe.remote()
+ray.get(probe.ping.remote())
+state, seconds = ray.get(ask.remote(probe._actor_id.hex()), timeout=120)
+print("STATE", state, round(seconds, 2))
+"""
+
+
+@pytest.fixture
+def unanswering_ray():
+    """A ``ray start`` instance on this machine whose GCS is stopped (SIGSTOP): found by
+    Ray's own lookups (the last cluster started, the GCS processes running), never answering."""
+    from tests.ray_cluster import ray_binary
+    from tests.s3_server import free_port, kill_group
+
+    port = free_port()
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled"}
+    env.pop("RAY_ADDRESS", None)
+    process = subprocess.Popen([ray_binary(), "start", "--head", "--block", f"--port={port}", "--num-cpus=0",
+                                "--include-dashboard=false", f"--ray-client-server-port={free_port()}"],
+                               env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                               start_new_session=True)
+    latest = Path("/tmp/ray/ray_current_cluster")
+    deadline = time.time() + 120
+    while not (latest.is_file() and latest.read_text().strip().endswith(f":{port}")):
+        assert process.poll() is None and time.time() < deadline, "the other Ray instance did not start"
+        time.sleep(0.2)
+    gcs = [p for p in psutil.process_iter(["cmdline"])
+           if "gcs_server" in " ".join(p.info["cmdline"] or []) and f"={port}" in " ".join(p.info["cmdline"])]
+    assert len(gcs) == 1, gcs
+    gcs[0].send_signal(signal.SIGSTOP)
+    yield
+    gcs[0].send_signal(signal.SIGCONT)
+    kill_group(process)
+
+
+def test_tasks_of_the_local_instance_reach_its_own_state_api_beside_an_unanswering_one(unanswering_ray,
+                                                                                      tmp_path):
+    env = {key: value for key, value in os.environ.items() if key not in ("RAY_ADDRESS", "RAY_API_SERVER_ADDRESS")}
+    result = subprocess.run([sys.executable, "-c", ASK_FROM_A_TASK], cwd=REPO, env=env, capture_output=True,
+                            text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    state, seconds = result.stdout.split("STATE ", 1)[1].split()
+    assert state == "ALIVE" and float(seconds) < 5, result.stdout
