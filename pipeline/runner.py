@@ -156,9 +156,9 @@ def point_state_api_at_own_dashboard() -> int:
     inherit this process's environment). Ray Train's placement-group cleaner asks the
     State API, once a second, whether its controller lives; given no address, the State
     API client looks for a cluster on the machine (the last `ray start`, any running
-    GCS) and may find another one (a second `nmt run`, a user's own cluster, a dead
-    instance), then waits out its 10 s timeout: every train stage ended 12-15 s late
-    whenever another Ray instance was on the machine."""
+    GCS) and may find another one (a second `nmt run`, a user's own cluster, one killed
+    or stopped); where that one does not answer, the cleaner waits out a 10 s timeout
+    and every train stage ended 12-15 s late (tests/e2e/test_local_ray.py)."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
