@@ -27,6 +27,28 @@ def ray_binary() -> str:
     return str(beside) if beside.is_file() else "ray"
 
 
+def start_another_instance() -> tuple[subprocess.Popen, int]:
+    """Another Ray instance on this machine, started by ``ray start`` as a user's own
+    would be (no CPUs, no dashboard), once it is the last cluster started: the one a bare
+    ``ray.init()`` joins. Returns its ``ray start`` process (stop it with ``kill_group``)
+    and its GCS port."""
+    port = free_port()
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled"}
+    env.pop("RAY_ADDRESS", None)
+    process = subprocess.Popen([ray_binary(), "start", "--head", "--block", f"--port={port}", "--num-cpus=0",
+                                "--include-dashboard=false", f"--ray-client-server-port={free_port()}"],
+                               env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                               start_new_session=True)
+    latest = Path("/tmp/ray/ray_current_cluster")
+    deadline = time.time() + 120
+    while not (latest.is_file() and latest.read_text().strip().endswith(f":{port}")):
+        if process.poll() is not None or time.time() > deadline:
+            kill_group(process)
+            raise RuntimeError("the other Ray instance did not start")
+        time.sleep(0.2)
+    return process, port
+
+
 @dataclass
 class RayNode:
     name: str

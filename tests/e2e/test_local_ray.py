@@ -12,8 +12,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
-from pathlib import Path
 
 import psutil
 import pytest
@@ -51,21 +49,10 @@ print("STATE", state, round(seconds, 2))
 def unanswering_ray():
     """A ``ray start`` instance on this machine whose GCS is stopped (SIGSTOP): found by
     Ray's own lookups (the last cluster started, the GCS processes running), never answering."""
-    from tests.ray_cluster import ray_binary
-    from tests.s3_server import free_port, kill_group
+    from tests.ray_cluster import start_another_instance
+    from tests.s3_server import kill_group
 
-    port = free_port()
-    env = {**os.environ, "RAY_AUTH_MODE": "disabled"}
-    env.pop("RAY_ADDRESS", None)
-    process = subprocess.Popen([ray_binary(), "start", "--head", "--block", f"--port={port}", "--num-cpus=0",
-                                "--include-dashboard=false", f"--ray-client-server-port={free_port()}"],
-                               env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                               start_new_session=True)
-    latest = Path("/tmp/ray/ray_current_cluster")
-    deadline = time.time() + 120
-    while not (latest.is_file() and latest.read_text().strip().endswith(f":{port}")):
-        assert process.poll() is None and time.time() < deadline, "the other Ray instance did not start"
-        time.sleep(0.2)
+    process, port = start_another_instance()
     gcs = [p for p in psutil.process_iter(["cmdline"])
            if "gcs_server" in " ".join(p.info["cmdline"] or []) and f"={port}" in " ".join(p.info["cmdline"])]
     assert len(gcs) == 1, gcs

@@ -57,21 +57,10 @@ def bystander_ray(tmp_path_factory):
     """Another Ray instance on this machine, started by ``ray start`` as a user's own
     would be: the cluster a bare ``ray.init()`` joins. It offers no CPUs, so a service
     that joined it instead of starting its own would never get a replica placed."""
-    from tests.ray_cluster import ray_binary
-    from tests.s3_server import free_port, kill_group
+    from tests.ray_cluster import start_another_instance
+    from tests.s3_server import kill_group
 
-    port = free_port()
-    env = {**os.environ, "RAY_AUTH_MODE": "disabled"}
-    env.pop("RAY_ADDRESS", None)
-    process = subprocess.Popen([ray_binary(), "start", "--head", "--block", f"--port={port}", "--num-cpus=0",
-                                "--include-dashboard=false", f"--ray-client-server-port={free_port()}"],
-                               env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                               start_new_session=True)
-    latest = Path("/tmp/ray/ray_current_cluster")
-    deadline = time.time() + 120
-    while not (latest.is_file() and latest.read_text().strip().endswith(f":{port}")):
-        assert process.poll() is None and time.time() < deadline, "the bystander Ray instance did not start"
-        time.sleep(0.2)
+    process, _ = start_another_instance()
     yield process
     kill_group(process)
 
