@@ -53,11 +53,14 @@ def test_base_packs_what_the_image_lacks_and_of_what_it_has_only_what_is_too_old
 def test_a_call_over_the_limit_is_refused_naming_the_call_and_its_parts():
     sizes = {"base": 10 * gpu_pack.MIB, "ray": 30 * gpu_pack.MIB, "ctranslate2": 52 * gpu_pack.MIB,
              "data": 2 * gpu_pack.MIB}
-    rows = gpu_pack.call_sizes(sizes, repository=2 * gpu_pack.MIB)
+    limit = 64 * gpu_pack.MIB
+    rows = gpu_pack.call_sizes(sizes, repository=2 * gpu_pack.MIB, limit=limit)
     assert {row["call"]: row["fits"] for row in rows} == {"product": True, "wu": True, "bench": False}
     with pytest.raises(SystemExit, match=r"call 'bench' \(base \+ ctranslate2 \+ data\): 66.0 MiB"):
-        gpu_pack.check_fits(rows)
-    gpu_pack.check_fits([row for row in rows if row["fits"]])  # the others pass
+        gpu_pack.check_fits(rows, limit)
+    gpu_pack.check_fits([row for row in rows if row["fits"]], limit)  # the others pass
+    # No limit given: sizes reported, nothing refused.
+    assert all(row["fits"] is None for row in gpu_pack.call_sizes(sizes, repository=2 * gpu_pack.MIB))
 
 
 def test_slimming_removes_jars_and_rllib_and_leaves_a_dashboard_folder(tmp_path):
