@@ -26,14 +26,14 @@ from pathlib import Path
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-IMAGE_PACKAGES = Path(__file__).with_name("gpu_image_packages.txt")
+from gpu_pack import image_requirements  # noqa: E402  (run as a script: benchmarks/ is on the path)
+
 # The image's torch is CUDA's build; the CPU dry run stands in the CPU wheel of the version we pin.
-TORCH = "torch==2.13.0"
+TORCH = Requirement("torch==2.13.0")
 
 
-def listed(path: Path = IMAGE_PACKAGES) -> list[Requirement]:
-    lines = (line.split("#")[0].strip() for line in path.read_text().splitlines())
-    return [Requirement(TORCH if line == "torch" else line) for line in lines if line]
+def listed() -> list[Requirement]:
+    return [TORCH if r.name == "torch" and not r.specifier else r for r in image_requirements()]
 
 
 def installed_here(requirement: Requirement) -> metadata.Distribution | None:
@@ -48,10 +48,9 @@ def installed_here(requirement: Requirement) -> metadata.Distribution | None:
     return distribution
 
 
-def link(distribution: metadata.Distribution, site: Path) -> int:
+def link(distribution: metadata.Distribution, site: Path) -> None:
     """The distribution's files under ``site``, as they sit in this Python's
-    site-packages; files recorded outside it (console scripts) are left out. The count."""
-    count = 0
+    site-packages; files recorded outside it (console scripts) are left out."""
     for recorded in distribution.files:
         if recorded.parts and recorded.parts[0] == "..":
             continue
@@ -66,8 +65,6 @@ def link(distribution: metadata.Distribution, site: Path) -> int:
             continue
         except OSError:  # another filesystem
             shutil.copy2(source, target)
-        count += 1
-    return count
 
 
 def site_packages(python: Path) -> Path:

@@ -174,7 +174,7 @@ class Matrix:
 
     # ------------------------------------------------------------------ the reference run
 
-    def plan(self) -> None:
+    def plan_graph(self) -> None:
         """The smoke graph's stages and keys (nothing runs)."""
         self.planned = plan(load_config(SMOKE, FAST), ArtifactStore(str(self.baseline_dir / "artifacts")),
                             until="report")
@@ -379,7 +379,7 @@ def main(argv: list[str] | None = None) -> int:
     matrix = Matrix(work, args.seed)
     started = time.time()
     try:
-        matrix.plan()
+        matrix.plan_graph()
         cases = ([Case(*spec.split(":", 1)) for spec in args.cases] if args.cases
                  else all_cases(matrix.stages()))
         unknown = [f"{c.kind}:{c.stage}" for c in cases if c.kind not in KINDS or c.stage not in matrix.stages()]

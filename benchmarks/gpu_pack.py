@@ -71,12 +71,16 @@ def image_packages(path: Path = IMAGE_PACKAGES) -> set[str]:
     return set(image_versions(path))
 
 
+def image_requirements(path: Path = IMAGE_PACKAGES) -> list[Requirement]:
+    """The list's lines, as requirements."""
+    lines = (line.split("#")[0].strip() for line in path.read_text().splitlines())
+    return [Requirement(line) for line in lines if line]
+
+
 def image_versions(path: Path = IMAGE_PACKAGES) -> dict[str, str | None]:
     """The image's packages, each with its version where the list pins one."""
-    lines = (line.split("#")[0].strip() for line in path.read_text().splitlines())
-    requirements = [Requirement(line) for line in lines if line]
     return {canonicalize_name(r.name): next((s.version for s in r.specifier if s.operator == "=="), None)
-            for r in requirements}
+            for r in image_requirements(path)}
 
 
 def closure(roots: list[str], skip: set[str], python_version: str,
