@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -32,12 +33,15 @@ FAMILIES = ("rnn", "transformer", "decoder_only")
 
 @pytest.fixture(scope="module")
 def pipeline_run(tmp_path_factory, multi30k, local_ray):
+    """The graph computed by ``nmt run CONFIG > log 2>&1`` (a process of its own, as a
+    user runs it, its log in ``first.stdout``), then run again in this process."""
     root = tmp_path_factory.mktemp("graph")
     with pytest.MonkeyPatch.context() as patch:
         patch.chdir(root)
         patch.setenv("NMT_ARTIFACT_ROOT", str(root / "artifacts"))
         patch.setenv("NMT_CACHE_DIR", str(root / "cache"))
         patch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{root / 'mlflow.db'}")
+        patch.delenv("NMT_PROGRESS", raising=False)  # a log file gets progress lines by itself
         corpus = slice_multi30k(multi30k, root / "corpus", {"train": 800, "val": 60, "test_2016_flickr": 30})
         # precision and peak FLOP/s left to the hardware: auto, and a measured peak.
         train = {"workers": 1, "max_tokens": 600, "warmup_steps": 20, "lr_scale": 2.0,
@@ -46,8 +50,11 @@ def pipeline_run(tmp_path_factory, multi30k, local_ray):
         evaluate = {"batch_size": 8, "max_length_b": 20, "ctranslate2": "int8"}
         config = write_config(root / "exp.yaml", {**small_config(corpus), "train": train, "evaluate": evaluate,
                                                   "models": models})
-        first = CliRunner().invoke(app, ["run", str(config)])
-        assert first.exit_code == 0, first.output
+        with open(root / "log", "w") as log:
+            computed = subprocess.run([sys.executable, "-m", "pipeline", "run", str(config)], cwd=root, stdout=log,
+                                      stderr=subprocess.STDOUT, timeout=900)
+        first = SimpleNamespace(exit_code=computed.returncode, stdout=(root / "log").read_text())
+        assert first.exit_code == 0, first.stdout[-3000:]
         again = CliRunner().invoke(app, ["run", str(config)])
         assert again.exit_code == 0, again.output
         yield SimpleNamespace(root=root, config=config, first=first, again=again,
@@ -113,6 +120,19 @@ def sacrebleu_cli(references: Path, hypotheses: Path, *options: str) -> dict[str
                             capture_output=True, text=True, check=True)
     scores = json.loads(result.stdout)
     return {entry["name"]: entry["score"] for entry in scores}
+
+
+def test_the_run_s_log_in_a_file_is_short_and_free_of_ray_internals(pipeline_run):
+    """``nmt run CONFIG > log 2>&1`` over the whole graph (every stage and family):
+    progress as lines, not bar redraws, and none of Ray's internal lines below WARNING
+    (nor its known-benign ones)."""
+    lines = pipeline_run.first.stdout.splitlines()
+    assert len(lines) < 200, len(lines)
+    core_below_warning = re.compile(r"\[\d{4}-\d\d-\d\d [\d:,]+ [DI] \d+ \d+\] \S+\.cc:\d+:")
+    assert [line for line in lines if core_below_warning.search(line) or "PreemptionWatcher" in line
+            or "Reporting training result" in line or "\r" in line or "\x1b[A" in line] == []
+    assert any("train transformer_tiny" in line and "done in" in line for line in lines)  # a bar's last line
+    assert any(line.startswith("report: ") for line in lines)
 
 
 @pytest.mark.parametrize("family", FAMILIES)
