@@ -90,6 +90,8 @@ done
 if [ "$unpacked" = 1 ]; then
     "$python" -m compileall -q -j 0 "$site" > /dev/null || echo "warning: compileall failed in $site"
 fi
+# This repository's modules too (seconds; what is up to date is skipped).
+"$python" -m compileall -q -j 0 "$repo/pipeline" "$repo/stages" "$repo/benchmarks" > /dev/null || true
 export PYTHONPATH=$site:$repo${PYTHONPATH:+:$PYTHONPATH}
 export NMT_MIRROR=$carry/data/corpora/multi30k
 export NMT_CORPORA=$carry/data/corpora
