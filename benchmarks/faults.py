@@ -70,7 +70,7 @@ KINDS = ("kill", "worker", "s3", "disk", "corrupt")
 class Case:
     kind: str
     stage: str
-    first: str = ""  # how the first run ended: completed, failed (rc), killed
+    first: str = ""  # how the first run ended: completed, failed (rc), killed; corrupt: fetched (no first run)
     landed: bool = False  # the fault struck while the stage computed (its artifact not yet committed)
     rerun: str = ""
     keys_equal: bool = False
