@@ -124,27 +124,34 @@ def connect_ray(address: str | None) -> None:
     options: dict = {}
     # Train stages that wait for CPUs or GPUs held by other train stages are normal
     # here, not a startup failure to report every minute.
-    runtime_env: dict = {"env_vars": {"RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S": str(7 * 24 * 3600),
-                                      # torch backs its CPU allocations of 2 MB and more with huge pages.
-                                      # A training step allocates its large activations afresh each
-                                      # time; faulting them in 4 KB pages cost 11% of a step of
-                                      # Transformer small on a 2-core VM (benchmarks/train_throughput.py).
-                                      "THP_MEM_ALLOC_ENABLE": os.environ.get("THP_MEM_ALLOC_ENABLE", "1")}}
+    env_vars = {"RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S": str(7 * 24 * 3600),
+                # torch backs its CPU allocations of 2 MB and more with huge pages. A
+                # training step allocates its large activations afresh each time; faulting
+                # them in 4 KB pages cost 11% of a step of Transformer small on a 2-core VM
+                # (benchmarks/train_throughput.py).
+                "THP_MEM_ALLOC_ENABLE": os.environ.get("THP_MEM_ALLOC_ENABLE", "1"),
+                # Workers draw bars, or print progress lines, as this driver's output calls for.
+                PROGRESS_ENV: choose_progress_style()}
     if CPU_BF16_ENV in os.environ:  # workers on other nodes decide precision as this driver was told to
-        runtime_env["env_vars"][CPU_BF16_ENV] = os.environ[CPU_BF16_ENV]
-    # Workers draw bars, or print progress lines, as this driver's output calls for.
-    runtime_env["env_vars"][PROGRESS_ENV] = choose_progress_style()
+        env_vars[CPU_BF16_ENV] = os.environ[CPU_BF16_ENV]
+    runtime_env: dict | None = None
     if address or os.environ.get("RAY_ADDRESS"):
         import pipeline
         import stages
 
-        # Ship this checkout's code to the cluster so its workers run what the driver runs.
-        runtime_env["py_modules"] = [pipeline, stages]
+        # Ship this checkout's code and settings to the cluster so its workers run what
+        # the driver runs.
+        runtime_env = {"env_vars": env_vars, "py_modules": [pipeline, stages]}
     else:
         # Without an address Ray would join the cluster last started on this machine
         # (`ray start`, another tool's): a local instance of our own is what was asked for.
         address = "local"
         options["dashboard_port"] = point_state_api_at_own_dashboard()
+        # The local instance's processes inherit this one's environment. A job-level
+        # runtime_env would do the same, but makes Ray start every worker through its
+        # runtime-env setup instead of from its pool of ready workers: about 0.7 s more
+        # per actor on a 2-core CPU, and a train stage starts about seven of them.
+        os.environ.update(env_vars)
     ray.init(address=address, runtime_env=runtime_env, logging_level=logging.WARNING, log_to_driver=True,
              **options)
     filter_worker_output()
