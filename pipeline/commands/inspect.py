@@ -34,7 +34,7 @@ def inspect_models(config: Path, overrides: list[str], artifact_root: str | None
         source = f"vocabulary and mean lengths of tokenize artifact {tokenize.key}"
     src_len, tgt_len = src_len or mean_src, tgt_len or mean_tgt
     table = Table("model", "family", "preset", "params", "embedding", "non-embedding", "fwd FLOPs/tok",
-                  "train FLOPs/tok", "6N", title=f"{experiment.name}: {src_len:.1f} source and {tgt_len:.1f} "
+                  "train FLOPs/tok", "6ND/tok", title=f"{experiment.name}: {src_len:.1f} source and {tgt_len:.1f} "
                   f"target tokens per pair")
     for spec in experiment.models:
         try:
@@ -44,7 +44,9 @@ def inspect_models(config: Path, overrides: list[str], artifact_root: str | None
         cost = cost_summary(model, src_len, tgt_len)
         table.add_row(spec.name, spec.family, spec.preset, *(f"{cost[k] / 1e6:,.2f}M" for k in
                       ("total", "embedding", "non_embedding", "forward_flops_per_tgt_token",
-                       "train_flops_per_tgt_token", "six_n")))
+                       "train_flops_per_tgt_token", "six_nd_per_tgt_token")))
     table_console().print(table)
     table_console().print(f"Sizes from {source}. FLOPs count matrix products (stages/models/flops.py); "
-                          "training = 3 x forward; 6N = 6 x non-embedding parameters per token (Kaplan et al. 2020).")
+                          "training = 3 x forward; 6ND = Kaplan et al. (2020)'s 6 x parameters x tokens, side by side: "
+                          "encoder x source, decoder x target (both for decoder-only), output projection x target; "
+                          "per target token here.")

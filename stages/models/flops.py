@@ -8,8 +8,13 @@ elementwise work, which are a few percent at these widths (and invisible to
 torch.utils.flop_counter too). Training = 3 x forward: the backward pass costs two
 forward passes (gradients with respect to inputs and to weights).
 
-``six_nd`` is the Kaplan et al. (2020) estimate 6 * N * D with N the non-embedding
-parameters and D the tokens of the pair (source + target), for comparison.
+``six_nd`` is the Kaplan et al. (2020) estimate 6 * N * D, for comparison, taken side
+by side as an encoder-decoder computes: each parameter times the tokens it is applied
+to. The encoder's parameters see the source tokens, the decoder's and the output
+projection's the target tokens (a decoder-only model's see both: it projects every
+position in training). The output projection counts whether or not it is tied to an
+embedding: tied, it is still a matrix product at every position, and at these widths it
+is about half of the forward FLOPs. Embedding lookups are left out, as Kaplan et al. do.
 """
 
 from __future__ import annotations
@@ -114,8 +119,33 @@ def parameter_counts(model: nn.Module) -> dict[str, int]:
     return {"total": total, "embedding": embedding, "non_embedding": total - embedding}
 
 
-def six_nd(model: nn.Module, src_len: int, tgt_len: int) -> int:
-    return 6 * parameter_counts(model)["non_embedding"] * (src_len + tgt_len)
+def parameter_sides(model: nn.Module) -> dict[str, int]:
+    """Parameters by the tokens they are applied to: ``encoder`` (the source's: the
+    encoder, and the RNN's bridge from it), ``output`` (the output projection, tied or
+    not) and ``decoder`` (the rest but the embedding tables)."""
+    embedding_ids = {id(m.weight) for m in model.modules() if isinstance(m, nn.Embedding)}
+    output_ids = {id(p) for p in model.output.parameters()}
+    sides, seen = {"encoder": 0, "decoder": 0, "output": 0}, set()
+    for name, parameter in model.named_parameters(remove_duplicate=False):
+        if id(parameter) in seen:
+            continue
+        seen.add(id(parameter))
+        if id(parameter) in output_ids:
+            sides["output"] += parameter.numel()
+        elif id(parameter) not in embedding_ids:
+            side = "encoder" if name.split(".")[0] in ("encoder", "encoder_norm", "bridge") else "decoder"
+            sides[side] += parameter.numel()
+    return sides
+
+
+def six_nd(model: nn.Module, src_tokens: float, tgt_tokens: float) -> float:
+    """6 x each side's parameters x the tokens that side is applied to (see above)."""
+    sides = parameter_sides(model)
+    if isinstance(model, DecoderOnlyTranslator):
+        # One stack reads source and target, and training projects every position onto
+        # the vocabulary (the source's logits feed its reconstruction loss).
+        return 6 * (sides["decoder"] + sides["output"]) * (src_tokens + tgt_tokens)
+    return 6 * (sides["encoder"] * src_tokens + (sides["decoder"] + sides["output"]) * tgt_tokens)
 
 
 def cost_summary(model: nn.Module, src_len: float, tgt_len: float) -> dict[str, float]:
@@ -125,5 +155,4 @@ def cost_summary(model: nn.Module, src_len: float, tgt_len: float) -> dict[str, 
     return {**params,
             "forward_flops_per_tgt_token": forward_flops(model, src, tgt) / tgt,
             "train_flops_per_tgt_token": training_flops(model, src, tgt) / tgt,
-            "six_n": 6 * params["non_embedding"],
             "six_nd_per_tgt_token": six_nd(model, src, tgt) / tgt}

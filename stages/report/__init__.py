@@ -4,7 +4,8 @@ One row per trained run (``records.FIELDS``): parameters, training tokens, time 
 device-hours, training FLOPs counted three ways, achieved FLOP/s and MFU, best valid
 perplexity, BLEU and chrF greedy and with the beam, decoding speed. Then the comparison
 (``comparison.py``): each model's seeds together (mean, standard deviation), 95%
-confidence intervals and paired significance tests by sacreBLEU, and per family a power
+confidence intervals and paired significance tests that keep the seeds together
+(``significance.py``, ``resampling.py``), and per family a power
 law of BLEU against training FLOPs when the experiment has several budgets. Written as
 ``report.md``, ``report.html``, ``report.csv`` and ``report.json`` (which also holds
 each model's validation curve and the comparison), with PNG plots: BLEU against
@@ -24,8 +25,9 @@ from stages.report.config import ReportStageConfig
 
 # 5: seeds, confidence intervals, paired significance tests and the compute frontier;
 # 6: decoding FLOPs per sentence; 7: CTranslate2's BLEU and sent/s, crossovers only at
-# a BLEU from 0 to 100
-VERSION = 7
+# a BLEU from 0 to 100; 8: seeds resampled together (stages/report/resampling.py),
+# two-sided p-values, a seed-level test, Holm over the report, human agreement estimated
+VERSION = 8
 # The files of each upstream artifact the report reads (besides its manifest): never
 # the train stage's checkpoints; of an evaluation, what the significance tests score.
 READS = {TRAIN: ("metrics.jsonl",), EVALUATE: ("hypotheses.txt", "reference.txt")}

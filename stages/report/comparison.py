@@ -8,7 +8,7 @@ and the tables and the frontier plot are drawn from it.
 
 from __future__ import annotations
 
-from stages.report import frontier, significance
+from stages.report import frontier, resampling, significance
 from stages.report.seeds import ModelAtBudget, group_runs
 
 
@@ -20,19 +20,30 @@ def compare(records: list[dict], outputs: dict[str, tuple[list[str], list[str]]]
     labels = {id(group): _label(group, several_budgets) for group in groups}
     summaries = [{"label": labels[id(group)], **group.summary()} for group in groups]
 
-    systems = {}  # label -> its seeds' output, for groups whose every run was evaluated
+    systems = {}  # label -> (budget, its seeds' statistics), for groups whose every run was evaluated
     for group in groups:
         if all(run["name"] in outputs for run in group.runs):
             systems[labels[id(group)]] = (group.budget, _system(labels[id(group)], group, outputs))
-    intervals = {label: significance.confidence_intervals(system) for label, (_, system) in systems.items()}
+    draws: dict[int, object] = {}  # test-set size -> the bootstrap's draws, shared by the systems of that size
+
+    def counts(system: resampling.SeededSystem):
+        sentences = system.statistics["BLEU"].shape[1]
+        if sentences not in draws:
+            draws[sentences] = resampling.bootstrap_counts(sentences)
+        return draws[sentences]
+
+    intervals = {label: significance.confidence_intervals(system, counts(system))
+                 for label, (_, system) in systems.items()}
     tests = []
     for budget in dict.fromkeys(budget for budget, _ in systems.values()):
-        tests += significance.paired_tests([system for b, system in systems.values() if b == budget])
+        at_budget = [system for b, system in systems.values() if b == budget]
+        tests += significance.paired_tests(at_budget, counts(at_budget[0]))
+    tests = significance.adjust(tests)
 
     laws = [law for family in dict.fromkeys(group.family for group in groups)
             if (law := _family_law(family, summaries)) is not None]
     return {"groups": summaries, "intervals": intervals, "tests": tests,
-            "alpha": significance.ALPHA, "practical_delta": significance.PRACTICAL_DELTA,
+            "alpha": significance.ALPHA, "agreement": significance.AGREEMENT,
             "frontier": frontier.frontier_rows(laws), "crossovers": frontier.crossovers(laws)}
 
 
@@ -40,14 +51,10 @@ def _label(group: ModelAtBudget, several_budgets: bool) -> str:
     return f"{group.model} @ {group.budget:.2g}".replace("e+", "e") if several_budgets and group.budget else group.model
 
 
-def _system(label: str, group: ModelAtBudget, outputs: dict) -> significance.System:
-    """The group's seeds one after another (see ``significance``)."""
-    hypotheses, references = [], []
-    for run in group.runs:
-        run_hypotheses, run_references = outputs[run["name"]]
-        hypotheses += run_hypotheses
-        references += run_references
-    return significance.System(label, hypotheses, references)
+def _system(label: str, group: ModelAtBudget, outputs: dict) -> resampling.SeededSystem:
+    """The group's seeds, each with its own output on the shared test set."""
+    return resampling.seeded_system(label, [run.get("seed") for run in group.runs],
+                                    [outputs[run["name"]] for run in group.runs], significance.metrics())
 
 
 def _family_law(family: str, summaries: list[dict]) -> frontier.PowerLaw | None:

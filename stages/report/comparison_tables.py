@@ -7,7 +7,8 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from stages.report.significance import BOOTSTRAP_SAMPLES, RANDOMIZATION_TRIALS
+from stages.report.resampling import BOOTSTRAP_SAMPLES, RANDOMIZATION_TRIALS
+from stages.report.significance import ALPHA
 
 
 @dataclass(frozen=True)
@@ -53,32 +54,84 @@ def _intervals(comparison: dict) -> Section:
     names = list(next(iter(comparison["intervals"].values())))
     table = pd.DataFrame(rows, columns=["model", *names])
     return Section("95% confidence intervals", table,
-                   f"Score ± half-width of sacreBLEU's bootstrap interval ({BOOTSTRAP_SAMPLES} resamples). "
-                   "With several seeds, every seed's output is scored together, paired with the references "
-                   "repeated per seed.")
+                   "Score (the mean of the seeds' corpus scores) ± half-width of the 95% bootstrap interval "
+                   f"({BOOTSTRAP_SAMPLES} resamples of the test sentences; a drawn sentence brings every seed's "
+                   "output of it). With one seed the interval measures the test set's variation only.")
+
+
+def _agreement(estimate: dict) -> str:
+    bound = {"at most": "≤", "at least": "≥", None: ""}[estimate["bound"]]
+    return f"{bound}{estimate['percent']:.0f}%"
+
+
+def _p(value: float | None) -> str:
+    return "-" if value is None else f"{value:.4f}"
+
+
+def verdict(test: dict) -> str:
+    """What one row of the tests says, in the words the report uses everywhere."""
+    if test["significant"]:
+        return "significant" if test["seeds"] > 1 else "significant on this test set (1 seed)"
+    if test["seeds"] > 1 and test["p_sentences_holm"] < ALPHA:
+        return "not significant across seeds"
+    return "not significant"
+
+
+def findings(comparison: dict) -> list[str]:
+    """One sentence per pair on BLEU, written from the pair's own numbers and verdict:
+    the report's only prose about which model is better."""
+    sentences = []
+    for test in comparison["tests"]:
+        if test["metric"] != "BLEU":
+            continue
+        ahead, behind = (test["b"], test["a"]) if test["delta"] > 0 else (test["a"], test["b"])
+        low, high = sorted((abs(test["delta_low"]), abs(test["delta_high"])))
+        spans_zero = test["delta_low"] <= 0 <= test["delta_high"]
+        interval = (f"[{test['delta_low']:+.2f}, {test['delta_high']:+.2f}]" if spans_zero
+                    else f"[{low:.2f}, {high:.2f}]")
+        said = f"{ahead} scored {abs(test['delta']):.2f} BLEU above {behind} {interval}: "
+        if test["significant"]:
+            said += ("significant" if test["seeds"] > 1 else
+                     "beyond the test set's variation, with one seed each (seed variation not measured)")
+        elif test["seeds"] > 1 and test["p_sentences_holm"] < ALPHA:
+            said += (f"beyond the test set's variation (Holm p {test['p_sentences_holm']:.3f}), but not shown "
+                     f"across seeds (seed test p {test['p_seeds']:.2f}; with {test['seeds']} seeds a side its "
+                     f"smallest possible p is {test['p_seeds_smallest']:.2f})")
+        else:
+            said += f"not significant (Holm p {test['p_sentences_holm']:.3f})"
+        sentences.append(said + ".")
+    return sentences
 
 
 def _tests(comparison: dict) -> Section:
-    alpha, practical = comparison["alpha"], comparison["practical_delta"]
+    alpha = comparison["alpha"]
     rows = []
     for test in comparison["tests"]:
-        if not test["significant"]:
-            verdict = "not significant"
-        elif test["practical"]:
-            verdict = "significant *"
-        else:
-            verdict = f"significant, below {practical[test['metric']]} †"
-        rows.append([f"{test['b']} vs {test['a']}", test["metric"], f"{test['delta']:+.2f}",
-                     f"{test['p_bootstrap']:.4f}", f"{test['p_randomization']:.4f}", verdict])
-    table = pd.DataFrame(rows, columns=["pair", "metric", "delta", "p (paired bootstrap)",
-                                        "p (approx. randomization)", "verdict"])
+        seeds = "-" if "p_seeds" not in test else f"{test['p_seeds']:.3f} (≥ {test['p_seeds_smallest']:.3f})"
+        rows.append([f"{test['b']} vs {test['a']}", test["metric"],
+                     f"{test['delta']:+.2f} [{test['delta_low']:+.2f}, {test['delta_high']:+.2f}]",
+                     _p(test["p_bootstrap"]), _p(test["p_randomization"]), seeds,
+                     _p(test["p_sentences_holm"]), _p(test.get("p_seeds_holm")),
+                     f"{_agreement(test['agreement'])} ({_agreement(test['agreement_low'])}-"
+                     f"{_agreement(test['agreement_high'])})", verdict(test)])
+    table = pd.DataFrame(rows, columns=["pair", "metric", "delta [95% interval]", "p bootstrap", "p randomization",
+                                        "p seeds (smallest possible)", "p sentences, Holm", "p seeds, Holm",
+                                        "human agreement (interval)", "verdict"])
+    count = len(comparison["tests"])
     return Section("Paired significance", table,
-                   f"sacreBLEU's paired bootstrap resampling ({BOOTSTRAP_SAMPLES} resamples) and approximate "
-                   f"randomization ({RANDOMIZATION_TRIALS} trials), models at the same budget. Significant: both "
-                   f"p < {alpha}. *: the delta is at least the one at which the metric agrees with human "
-                   "rankings 80% of the time (Kocmi et al. 2024, arXiv 2401.06760, table 1: "
-                   + ", ".join(f"{metric} {delta}" for metric, delta in practical.items())
-                   + "); †: significant but smaller than that.", text_columns=2)
+                   " ".join(findings(comparison)) + " "
+                   f"Models at the same budget, seed paired with seed. Sentence-level: paired bootstrap "
+                   f"({BOOTSTRAP_SAMPLES} resamples) and stratified approximate randomization "
+                   f"({RANDOMIZATION_TRIALS} trials) over test sentences, each sentence with all its seeds; "
+                   "two-sided p-values, the larger of the two kept. Seed-level (two or more seeds): the exact "
+                   "permutation test over the seed scores; in brackets the smallest p it can give with that many "
+                   f"seeds. Holm-Bonferroni over all {count} comparisons of this report; significant: the adjusted "
+                   f"sentence-level p and, with several seeds, the adjusted seed-level p below {alpha}. With one "
+                   "seed, a significant difference is one the test set's variation does not explain; how much "
+                   "another seed would move it was not measured. Human agreement: the estimated share of system "
+                   "pairs with a delta this large whose order human judgement confirms, for the delta and, in "
+                   "brackets, the ends of its interval (Kocmi et al. 2024, arXiv 2401.06760, table 1, "
+                   "interpolated; chrF's row for chrF++).", text_columns=2)
 
 
 def _flops(need: dict | None) -> str:

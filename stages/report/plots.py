@@ -43,7 +43,8 @@ def write_plots(records: list[dict], curves: dict[str, list[dict]], directory: P
 def frontier_figure(comparison: dict, title: str):
     """BLEU against training FLOPs on log axes: each model's mean over seeds at each
     budget (bars: one standard deviation), and one line per family, its fitted power
-    law, solid over the measured FLOPs and dashed where it extrapolates (to 4x)."""
+    law, solid over the measured FLOPs and dashed a little beyond them (``EXTRAPOLATE``
+    either way), never above BLEU 100."""
     import numpy as np
 
     figure, axes = plt.subplots(figsize=(6.4, 4.4))
@@ -57,7 +58,8 @@ def frontier_figure(comparison: dict, title: str):
         (line,) = axes.plot(*_law_points(row, row["valid_from"], row["valid_to"], np), label=f"{family}: "
                             f"BLEU ∝ FLOPs^{row['b']:.2f}")
         axes.errorbar(flops, means, yerr=spread, fmt=marker, color=line.get_color(), capsize=0)
-        for start, end in ((row["valid_from"] / 4, row["valid_from"]), (row["valid_to"], row["valid_to"] * 4)):
+        for start, end in ((row["valid_from"] / EXTRAPOLATE, row["valid_from"]),
+                           (row["valid_to"], row["valid_to"] * EXTRAPOLATE)):
             axes.plot(*_law_points(row, start, end, np), linestyle="--", color=line.get_color(), alpha=0.5,
                       label="_extrapolated")
     axes.set_xscale("log")
@@ -70,9 +72,16 @@ def frontier_figure(comparison: dict, title: str):
     return figure
 
 
+# How far past the measured FLOPs the frontier draws a law, as a factor: a fit through
+# three or four budgets says little further out.
+EXTRAPOLATE = 1.5
+
+
 def _law_points(row: dict, start: float, end: float, np):
+    """The law between two FLOPs counts, where it stays within BLEU's range."""
     flops = np.geomspace(start, end, 20)
-    return flops, row["a"] * flops ** row["b"]
+    bleu = row["a"] * flops ** row["b"]
+    return flops[bleu <= 100], bleu[bleu <= 100]
 
 
 def _bleu_vs_flops(records: list[dict], path: Path, title: str) -> None:

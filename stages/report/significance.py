@@ -1,37 +1,47 @@
-"""Confidence intervals and paired significance tests, computed by sacreBLEU's own code.
+"""The comparison's statistics: a 95% interval per system, and for every pair of systems
+at one budget a verdict that a reviewer can check.
 
-For each compared system, a 95% confidence interval per metric from sacreBLEU's
-bootstrap (``corpus_score(n_bootstrap=...)``, what ``sacrebleu --confidence`` prints);
-for every pair, the p-values of sacreBLEU's paired bootstrap resampling and paired
-approximate randomization (``sacrebleu.significance.PairedTest``, what ``--paired-bs``
-and ``--paired-ar`` print). The same inputs give the same numbers as the CLI: both use
-``SACREBLEU_SEED`` (12345 unless set).
+A system is one configured model at one budget, with all its seeds
+(``resampling.SeededSystem``); its score is the mean of its seeds' corpus scores.
 
-A system is one configured model at one budget. With several seeds, its output is every
-seed's hypotheses one after another, against the references repeated once per seed;
-two systems are paired line by line, seed i of one with seed i of the other. Resampling
-then draws (sentence, seed) pairs, so the interval and the p-value reflect both the
-test set's and the seeds' variation (seed spread alone is in the seeds table).
+For each pair and metric (BLEU, chrF, chrF++):
 
-A difference is marked significant when both tests give p < ``ALPHA``, and practical
-when it is at least the delta at which the metric agrees with human rankings of two
-systems 80% of the time (Kocmi et al. 2024, "Navigating the Metrics Maze", table 1:
-BLEU 2.34, chrF 1.63; the paper has no chrF++ row, so chrF's is used for it).
+- the sentence-level tests, which resample the test set with each sentence's seeds
+  together (``resampling``): the paired bootstrap and stratified approximate
+  randomization, both two-sided; the pair's sentence-level p is the larger of the two;
+- with two or more seeds a side, the seed-level test: an exact permutation test over
+  the seed scores, with the smallest p it could give for that many seeds;
+- Holm-Bonferroni over every verdict of the report (``adjust``): a difference is
+  significant when the adjusted sentence-level p is below ``ALPHA`` and, with several
+  seeds, so is the adjusted seed-level p. With one seed, "significant" says only that
+  the test set's variation does not explain the difference: how much another seed would
+  move it was not measured;
+- the estimated agreement with human judgement of a difference that large (Kocmi et al.
+  2024, ``human_agreement``), for the observed delta and the ends of its interval.
 """
 
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
 
+import numpy as np
 from sacrebleu.metrics import BLEU, CHRF
 from sacrebleu.metrics.base import Metric
-from sacrebleu.significance import PairedTest
+
+from stages.report import resampling
+from stages.report.resampling import RANDOMIZATION_TRIALS, SeededSystem
 
 ALPHA = 0.05
-BOOTSTRAP_SAMPLES = 1000  # sacreBLEU's default for --confidence and --paired-bs
-RANDOMIZATION_TRIALS = 10000  # sacreBLEU's default for --paired-ar
-PRACTICAL_DELTA = {"BLEU": 2.34, "chrF": 1.63, "chrF++": 1.63}
+
+# Kocmi, Zouhar, Federmann and Post (2024), "Navigating the Metrics Maze: Reconciling
+# Score Magnitudes and Accuracies", arXiv 2401.06760, table 1: the metric delta at which
+# the metric agrees with human judgement of which of two systems is better in the given
+# share of system pairs. The paper has no chrF++ row: chrF's stands in for it.
+AGREEMENT = {
+    "BLEU": {50: 0.27, 55: 0.52, 60: 0.78, 65: 1.06, 70: 1.39, 75: 1.79, 80: 2.34, 85: 3.35},
+    "chrF": {50: 0.14, 55: 0.33, 60: 0.54, 65: 0.76, 70: 1.00, 75: 1.28, 80: 1.63, 85: 2.12, 90: 3.05},
+}
+AGREEMENT["chrF++"] = AGREEMENT["chrF"]
 
 
 def metrics() -> dict[str, Metric]:
@@ -39,49 +49,79 @@ def metrics() -> dict[str, Metric]:
     return {"BLEU": BLEU(), "chrF": CHRF(), "chrF++": CHRF(word_order=2)}
 
 
-@dataclass(frozen=True)
-class System:
-    name: str  # the configured model (and budget) whose output this is
-    hypotheses: list[str]  # every seed's, one after another
-    references: list[str]  # repeated once per seed
+def human_agreement(metric: str, delta: float) -> dict:
+    """The estimated share (%) of system pairs with this |delta| whose order humans
+    confirm, interpolated linearly in the published table; outside it, its bound and the
+    side: ``{"percent": 72.3, "bound": None}``, ``{"percent": 50, "bound": "at most"}``
+    (below the coin-toss delta), ``{"percent": 85, "bound": "at least"}`` (past the
+    table's largest delta)."""
+    table = AGREEMENT[metric]
+    percents, deltas = list(table), list(table.values())
+    size = abs(delta)
+    if size <= deltas[0]:
+        return {"percent": float(percents[0]), "bound": "at most"}
+    if size >= deltas[-1]:
+        return {"percent": float(percents[-1]), "bound": "at least"}
+    return {"percent": float(np.interp(size, deltas, percents)), "bound": None}
 
 
-def confidence_intervals(system: System, samples: int = BOOTSTRAP_SAMPLES) -> dict[str, dict]:
+def confidence_intervals(system: SeededSystem, counts: np.ndarray) -> dict[str, dict]:
     """Per metric: the score, the bootstrap mean and the half-width of the 95% interval."""
-    intervals = {}
-    for name, metric in metrics().items():
-        score = metric.corpus_score(system.hypotheses, [system.references], n_bootstrap=samples)
-        intervals[name] = {"score": score.score, "mean": float(score._mean), "ci": float(score._ci)}
-    return intervals
+    return {name: resampling.interval(system, name, metric, counts) for name, metric in metrics().items()}
 
 
-def paired_tests(systems: list[System], bootstrap_samples: int = BOOTSTRAP_SAMPLES,
+def paired_tests(systems: list[SeededSystem], counts: np.ndarray,
                  randomization_trials: int = RANDOMIZATION_TRIALS) -> list[dict]:
-    """Every pair (a, b), a listed first: per metric the delta b - a, both p-values, and
-    whether the delta is significant and practical. Pairs whose references differ (a
-    different number of seeds) are left out."""
+    """Every pair (a, b), a listed first, per metric: delta = b - a with its bootstrap
+    interval, both sentence-level p-values, the seed-level test with several seeds, and
+    the human-agreement estimates. Not yet adjusted: ``adjust`` takes the whole report's."""
     rows = []
     for first, second in itertools.combinations(systems, 2):
-        if first.references != second.references:
-            continue
-        named = [(first.name, first.hypotheses), (second.name, second.hypotheses)]
-        bootstrap = _paired(named, first.references, "bs", bootstrap_samples)
-        randomization = _paired(named, first.references, "ar", randomization_trials)
-        for metric, (baseline, other) in bootstrap.items():
-            delta = other.score - baseline.score
-            p_bootstrap, p_randomization = float(other.p_value), float(randomization[metric][1].p_value)
-            rows.append({"a": first.name, "b": second.name, "metric": metric, "a_score": baseline.score,
-                         "b_score": other.score, "delta": delta,
-                         "p_bootstrap": p_bootstrap, "p_randomization": p_randomization,
-                         "significant": max(p_bootstrap, p_randomization) < ALPHA,
-                         "practical": abs(delta) >= PRACTICAL_DELTA[metric]})
+        for name, metric in metrics().items():
+            bootstrap = resampling.paired_bootstrap(first, second, name, metric, counts)
+            randomization = resampling.paired_randomization(first, second, name, metric, randomization_trials)
+            row = {"a": first.name, "b": second.name, "metric": name, "seeds": len(first.seeds),
+                   "a_score": first.score(name, metric), "b_score": second.score(name, metric),
+                   "delta": bootstrap["delta"], "delta_low": bootstrap["delta_low"],
+                   "delta_high": bootstrap["delta_high"],
+                   "p_bootstrap": bootstrap["p"], "p_randomization": randomization["p"],
+                   "p_sentences": max(bootstrap["p"], randomization["p"]),
+                   # What sacreBLEU's --paired-bs and --paired-ar print, for the record.
+                   "p_bootstrap_sacrebleu": bootstrap["p_sacrebleu"],
+                   "p_randomization_sacrebleu": randomization["p_sacrebleu"],
+                   "agreement": human_agreement(name, bootstrap["delta"]),
+                   "agreement_low": human_agreement(name, _nearest_zero(bootstrap)),
+                   "agreement_high": human_agreement(name, _farthest(bootstrap))}
+            if len(first.seeds) > 1:
+                seeds = resampling.seed_permutation_test(list(first.seed_scores(name, metric)),
+                                                         list(second.seed_scores(name, metric)))
+                row.update(p_seeds=seeds["p"], p_seeds_smallest=seeds["smallest_p"])
+            rows.append(row)
     return rows
 
 
-def _paired(named: list[tuple[str, list[str]]], references: list[str], test: str, samples: int) -> dict:
-    """Metric -> (the first system's result, the second's with its p-value), from one
-    sacreBLEU ``PairedTest``. Its result columns follow the metrics' order, under
-    sacreBLEU's own names (chrF2, chrF2++), after the "System" column."""
-    _, scores = PairedTest(named, metrics(), [references], test_type=test, n_samples=samples)()
-    columns = [column for column in scores if column != "System"]
-    return {metric: tuple(scores[column]) for metric, column in zip(metrics(), columns)}
+def _nearest_zero(bootstrap: dict) -> float:
+    """The end of the delta's interval nearest to no difference (0 if it spans 0)."""
+    low, high = bootstrap["delta_low"], bootstrap["delta_high"]
+    return 0.0 if low <= 0 <= high else min(abs(low), abs(high))
+
+
+def _farthest(bootstrap: dict) -> float:
+    return max(abs(bootstrap["delta_low"]), abs(bootstrap["delta_high"]))
+
+
+def adjust(rows: list[dict], alpha: float = ALPHA) -> list[dict]:
+    """Holm-Bonferroni over all the rows (every verdict of one report): each row gains
+    the adjusted p-values and ``significant``; ``comparisons`` is how many there were."""
+    sentences = resampling.holm([row["p_sentences"] for row in rows])
+    seeded = [index for index, row in enumerate(rows) if "p_seeds" in row]
+    seeds = dict(zip(seeded, resampling.holm([rows[index]["p_seeds"] for index in seeded])))
+    adjusted = []
+    for index, row in enumerate(rows):
+        row = {**row, "p_sentences_holm": sentences[index], "comparisons": len(rows)}
+        significant = row["p_sentences_holm"] < alpha
+        if index in seeds:
+            row["p_seeds_holm"] = seeds[index]
+            significant = significant and row["p_seeds_holm"] < alpha
+        adjusted.append({**row, "significant": significant})
+    return adjusted

@@ -31,7 +31,8 @@ __all__ = ["VERSION", "RUN_NAME", "RESUMABLE", "TASK_CPUS", "MLFLOW_FILES", "RES
 # 4: no dropout on attention weights by default, CPU dropout masks from uniform draws,
 #    fused Adam: the same config trains a different model
 # 5: validation BLEU rows, best.pt and early stopping by train.best_metric
-VERSION = 5
+# 6: train_flops_6nd side by side, the output projection counted (stages/models/flops.py)
+VERSION = 6
 RUN_NAME = "train_run"
 # A crashed attempt's staging directory holds its checkpoints: the next attempt resumes.
 RESUMABLE = True

@@ -21,7 +21,7 @@ from stages.inference.model_file import (
 )
 from stages.train import checkpointer
 from stages.train.config import TrainStageConfig
-from stages.models.flops import parameter_counts
+from stages.models.flops import parameter_counts, six_nd
 
 
 def write_outputs(output: Path, config: TrainStageConfig, tokenized: Path, checkpoints: list,
@@ -55,8 +55,8 @@ def write_outputs(output: Path, config: TrainStageConfig, tokenized: Path, check
         "steps": progress["step"], "epoch": progress["epoch"], "train_tokens": progress["train_tokens"],
         "train_flops": progress["train_flops"],
         "train_src_tokens": progress["train_src_tokens"],
-        # Kaplan et al. (2020): 6 x non-embedding parameters x tokens (source + target).
-        "train_flops_6nd": 6 * params["non_embedding"] * (progress["train_src_tokens"] + progress["train_tokens"]),
+        # Kaplan et al. (2020)'s 6ND, side by side (stages/models/flops.py).
+        "train_flops_6nd": six_nd(model, progress["train_src_tokens"], progress["train_tokens"]),
         "train_seconds": seconds, "device_hours": seconds * training.workers / 3600,
         "tokens_per_second": progress["train_tokens"] / max(seconds, 1e-9),
         "flops_per_second": progress["train_flops"] / max(seconds, 1e-9),

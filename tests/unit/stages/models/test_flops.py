@@ -20,3 +20,29 @@ def test_greedy_decoding_costs_one_forward_pass_and_each_hypothesis_adds_the_tar
     target_part = forward_flops(model, 12, 15) - forward_flops(model, 12, 0)
     assert 0 < target_part < greedy
     assert decoding_flops(model, 12, 15, beam_size=4) == greedy + 3 * target_part
+
+
+@pytest.mark.parametrize("family", ["transformer", "decoder_only", "rnn"])
+def test_6nd_counts_each_side_on_its_own_tokens_and_the_output_projection_tied_or_not(family):
+    from stages.models.flops import parameter_counts, parameter_sides, six_nd
+
+    model = build_model(family, "tiny", {}, 500, 500)
+    sides, counts = parameter_sides(model), parameter_counts(model)
+    output = model.output.weight.numel()
+    tied = any(model.output.weight is m.weight for m in model.modules() if m is not model.output
+               and hasattr(m, "weight") and m.weight is not None)
+    # Every non-embedding parameter on exactly one side; a tied output projection added.
+    assert sum(sides.values()) == counts["non_embedding"] + (output if tied else 0)
+    assert sides["output"] >= output
+    assert (sides["encoder"] == 0) == (family == "decoder_only")
+    source, target = 1000, 2000
+    if family == "decoder_only":  # one stack over both, every position projected
+        expected = 6 * (sides["decoder"] + sides["output"]) * (source + target)
+    else:
+        expected = 6 * (sides["encoder"] * source + (sides["decoder"] + sides["output"]) * target)
+    assert six_nd(model, source, target) == expected
+    # Within a fifth of what the layer shapes count at Multi30k's mean lengths (the rest
+    # is attention scores and recurrences), where 6 x non-embedding x (source + target)
+    # tokens had been 0.2 to 2 times it.
+    model = build_model(family, "tiny", {}, 8000, 8000)
+    assert 0.8 < six_nd(model, 15, 16) / (3 * forward_flops(model, 15, 16)) < 1.2

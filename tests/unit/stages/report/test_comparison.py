@@ -72,7 +72,8 @@ def test_the_report_shows_the_comparison_in_every_format(sweep, tmp_path):
     assert "Kocmi et al. 2024" in markdown and "8.15 ± 0.07" in markdown
     assert "<h2>Paired significance</h2>" in (tmp_path / "report.html").read_text()
     saved = json.loads((tmp_path / "report.json").read_text())["comparison"]
-    assert len(saved["tests"]) == 9 and saved["practical_delta"]["BLEU"] == 2.34
+    assert len(saved["tests"]) == 9 and saved["agreement"]["BLEU"]["80"] == 2.34
+    assert all(test["comparisons"] == 9 and "p_seeds_holm" in test for test in saved["tests"])
 
 
 def test_one_seed_at_one_budget_has_no_seeds_table_and_no_frontier(tmp_path):
@@ -85,3 +86,4 @@ def test_one_seed_at_one_budget_has_no_seeds_table_and_no_frontier(tmp_path):
     markdown = (tmp_path / "report.md").read_text()
     assert "## Seeds" not in markdown and "## Quality against compute" not in markdown
     assert "## Paired significance" in markdown and "rnn_tiny vs transformer_tiny" in markdown
+    assert "significant on this test set (1 seed)" in markdown and "over all 3 comparisons" in markdown

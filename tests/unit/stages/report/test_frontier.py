@@ -65,3 +65,17 @@ def test_the_frontier_plot_has_one_line_per_family_on_log_axes():
     assert [label.split(":")[0] for label in labelled] == ["rnn", "transformer", "decoder_only"]
     assert axes.get_xscale() == axes.get_yscale() == "log"
     assert math.isclose(float(labelled[0].split("^")[1]), 0.3, abs_tol=0.005)
+
+
+def test_the_frontier_plot_never_draws_a_law_above_bleu_100_or_far_past_the_budgets():
+    # The sweep's steep Transformer law: 4x past its last budget it would pass BLEU 100.
+    flops = [3e12, 6e12, 1.2e13, 2.4e13]
+    law = fit_power_law("transformer", flops, [5.0, 12.0, 22.0, 60.0])
+    groups = [{"family": "transformer", "train_flops": c, "bleu": {"mean": b, "std": None}}
+              for c, b in zip(flops, [5.0, 12.0, 22.0, 60.0])]
+    assert law.bleu(2.4e13 * 4) > 100  # what the old 4x extrapolation would have drawn
+    axes = frontier_figure({"groups": groups, "frontier": frontier_rows([law])}, "sweep").axes[0]
+    lines = [line for line in axes.get_lines() if len(line.get_xdata()) > 1]
+    assert max(max(line.get_ydata()) for line in lines) <= 100
+    assert max(max(line.get_xdata()) for line in lines) <= 2.4e13 * 1.5 * (1 + 1e-9)
+    assert min(min(line.get_xdata()) for line in lines) >= 3e12 / 1.5 * (1 - 1e-9)

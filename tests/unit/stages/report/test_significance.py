@@ -1,23 +1,21 @@
-"""Intervals and paired tests are sacreBLEU's: the same files give the numbers its
-command line prints (``--confidence``, ``--paired-bs``, ``--paired-ar``)."""
+"""The report's verdicts: Holm over every comparison, the seed-level test required with
+several seeds, one seed said to measure the test set only, and the human-agreement
+estimate read from Kocmi et al.'s table. (The resampling itself, and its match with
+sacreBLEU's command line, is tested in test_resampling.py.)"""
 
 from __future__ import annotations
 
 import gzip
-import json
 import random
-import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from stages.report.significance import PRACTICAL_DELTA, System, confidence_intervals, paired_tests
+from stages.report.comparison_tables import findings, verdict
+from stages.report.resampling import bootstrap_counts, seeded_system
+from stages.report.significance import adjust, human_agreement, metrics, paired_tests
 
 SAMPLE = Path(__file__).parents[3] / "data" / "multi30k" / "test_2016_flickr.de.gz"
-# The command-line flags of each metric, as sacreBLEU names them.
-CLI_METRICS = {"BLEU": ["-m", "bleu"], "chrF": ["-m", "chrf"], "chrF++": ["-m", "chrf", "--chrf-word-order", "2"]}
 
 
 def degraded(references: list[str], rate: float, seed: int) -> list[str]:
@@ -27,68 +25,72 @@ def degraded(references: list[str], rate: float, seed: int) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def files(tmp_path_factory) -> dict[str, Path]:
-    references = gzip.open(SAMPLE, "rt", encoding="utf-8").read().splitlines()[:200]
-    directory = tmp_path_factory.mktemp("systems")
-    paths = {"ref": directory / "ref.txt", "a": directory / "a.txt", "b": directory / "b.txt"}
-    for name, lines in (("ref", references), ("a", degraded(references, 0.2, 1)), ("b", degraded(references, 0.3, 2))):
-        paths[name].write_text("\n".join(lines) + "\n", encoding="utf-8")
-    return paths
+def references() -> list[str]:
+    return gzip.open(SAMPLE, "rt", encoding="utf-8").read().splitlines()[:200]
 
 
-def lines(path: Path) -> list[str]:
-    return path.read_text(encoding="utf-8").splitlines()
+def system(name, references, *rates_and_seeds):
+    return seeded_system(name, list(range(1, len(rates_and_seeds) + 1)),
+                         [(degraded(references, rate, seed), references) for rate, seed in rates_and_seeds], metrics())
 
 
-def sacrebleu(*args: str) -> str:
-    return subprocess.run([sys.executable, "-m", "sacrebleu", *args, "-w", "4"], check=True, capture_output=True,
-                          text=True, env={"SACREBLEU_SEED": "12345", "PATH": ""}).stdout
+def test_human_agreement_reads_the_published_table_and_says_when_it_is_outside_it():
+    assert human_agreement("BLEU", 2.34) == {"percent": pytest.approx(80.0), "bound": None}
+    assert human_agreement("BLEU", -1.79)["percent"] == pytest.approx(75.0)  # the size of a delta, either sign
+    between = human_agreement("chrF", (1.00 + 1.28) / 2)
+    assert between["percent"] == pytest.approx(72.5) and between["bound"] is None
+    assert human_agreement("BLEU", 0.1) == {"percent": 50.0, "bound": "at most"}
+    assert human_agreement("BLEU", 9.0) == {"percent": 85.0, "bound": "at least"}
+    assert human_agreement("chrF++", 3.5) == {"percent": 90.0, "bound": "at least"}
 
 
-def test_the_intervals_are_what_sacrebleu_confidence_prints(files):
-    ours = confidence_intervals(System("a", lines(files["a"]), lines(files["ref"])))
-    for metric, flags in CLI_METRICS.items():
-        printed = json.loads(sacrebleu(str(files["ref"]), "-i", str(files["a"]), *flags, "--confidence", "-f",
-                                       "json"))
-        assert ours[metric]["score"] == pytest.approx(printed["score"], abs=5e-5)
-        assert ours[metric]["mean"] == pytest.approx(printed["confidence_mean"], abs=5e-5)
-        assert ours[metric]["ci"] == pytest.approx(printed["confidence_var"], abs=5e-5)
+def test_one_seed_verdicts_say_they_measured_the_test_set_only(references):
+    a = system("a", references, (0.2, 1))
+    worse = system("worse", references, (0.6, 3))
+    slightly = seeded_system("slightly", [1], [(degraded(references, 0.3, 4)[:4] + degraded(references, 0.2, 1)[4:],
+                                                references)], metrics())
+    rows = adjust(paired_tests([a, worse, slightly], bootstrap_counts(len(references), 300, seed=1),
+                               randomization_trials=500))
+    assert len(rows) == 9 and all(row["comparisons"] == 9 for row in rows)
+    by_pair = {(row["a"], row["b"], row["metric"]): row for row in rows}
+    clear = by_pair[("a", "worse", "BLEU")]
+    assert clear["significant"] and "p_seeds" not in clear
+    assert verdict(clear) == "significant on this test set (1 seed)"
+    assert clear["agreement"] == {"percent": 85.0, "bound": "at least"}
+    slight = by_pair[("a", "slightly", "chrF")]
+    assert not slight["significant"] and verdict(slight) == "not significant"
+    assert slight["delta_low"] <= slight["delta"] <= slight["delta_high"]
 
 
-@pytest.mark.parametrize("test", ["bs", "ar"])
-def test_the_p_values_are_what_sacrebleu_paired_tests_print(files, test):
-    a = System("a", lines(files["a"]), lines(files["ref"]))
-    b = System("b", lines(files["b"]), lines(files["ref"]))
-    ours = {row["metric"]: row for row in paired_tests([a, b])}
-    for metric, flags in CLI_METRICS.items():
-        printed = sacrebleu(str(files["ref"]), "-i", str(files["a"]), str(files["b"]), *flags, f"--paired-{test}",
-                            "-f", "text")
-        p_value = float(re.search(r"\(p = ([0-9.]+)\)", printed).group(1))
-        key = "p_bootstrap" if test == "bs" else "p_randomization"
-        assert round(ours[metric][key], 4) == pytest.approx(p_value, abs=1e-9), metric
-        scores = [float(value) for value in re.findall(r"│\s+([0-9]+\.[0-9]{4})", printed)[:2]]
-        assert ours[metric]["delta"] == pytest.approx(scores[1] - scores[0], abs=2e-4)
+def test_with_few_seeds_the_seed_level_test_decides_and_says_how_small_its_p_can_be(references):
+    # Three seeds each, far apart: the sentence level rejects; the seed level cannot
+    # reject at 0.05 with 3 seeds a side (its smallest p is 0.1), so nothing is called
+    # significant, and the verdict says it is the seeds that fall short.
+    good = system("good", references, (0.1, 1), (0.1, 2), (0.1, 3))
+    poor = system("poor", references, (0.5, 4), (0.5, 5), (0.5, 6))
+    rows = adjust(paired_tests([good, poor], bootstrap_counts(len(references), 300, seed=2), randomization_trials=300))
+    for row in rows:
+        assert row["p_sentences_holm"] < 0.05
+        assert row["p_seeds"] == pytest.approx(0.1) and row["p_seeds_smallest"] == pytest.approx(0.1)
+        assert not row["significant"] and verdict(row) == "not significant across seeds"
 
 
-def test_a_clear_difference_is_significant_and_practical_and_a_slight_one_is_neither(files):
-    references, hypotheses = lines(files["ref"]), lines(files["a"])
-    a = System("a", hypotheses, references)
-    worse = System("worse", degraded(references, 0.6, 3), references)
-    # Four sentences of 200 translated otherwise. (A system against itself is not the
-    # case to try: sacreBLEU, after MultEval, counts only larger differences, so a zero
-    # difference gets the smallest p-value.)
-    slightly = System("slightly", degraded(references, 0.3, 4)[:4] + hypotheses[4:], references)
-    rows = paired_tests([a, worse, slightly], bootstrap_samples=200, randomization_trials=500)
-    verdicts = {(row["a"], row["b"], row["metric"]): row for row in rows}
-    assert len(rows) == 3 * 3  # three pairs, three metrics
-    clear = verdicts[("a", "worse", "BLEU")]
-    assert clear["delta"] < -PRACTICAL_DELTA["BLEU"] and clear["significant"] and clear["practical"]
-    slight = verdicts[("a", "slightly", "chrF")]
-    assert abs(slight["delta"]) < PRACTICAL_DELTA["chrF"] and not slight["significant"] and not slight["practical"]
+def test_holm_counts_every_comparison_of_the_report():
+    rows = [{"p_sentences": p, "seeds": 1} for p in (0.01, 0.02, 0.03, 0.04)]
+    adjusted = adjust(rows)
+    assert [row["p_sentences_holm"] for row in adjusted] == pytest.approx([0.04, 0.06, 0.06, 0.06])
+    assert [row["significant"] for row in adjusted] == [True, False, False, False]
+    # Alone, each of the last three would have passed: the correction is what stops them.
+    assert all(adjust([row])[0]["significant"] for row in rows)
 
 
-def test_systems_scored_on_other_references_are_not_paired(files):
-    references = lines(files["ref"])
-    one_seed = System("one", lines(files["a"]), references)
-    two_seeds = System("two", lines(files["a"]) + lines(files["b"]), references * 2)
-    assert paired_tests([one_seed, two_seeds], bootstrap_samples=10, randomization_trials=10) == []
+def test_the_findings_are_written_from_each_pairs_own_verdict(references):
+    good = system("good", references, (0.1, 1), (0.1, 2), (0.1, 3))
+    poor = system("poor", references, (0.5, 4), (0.5, 5), (0.5, 6))
+    rows = adjust(paired_tests([good, poor], bootstrap_counts(len(references), 300, seed=2), randomization_trials=300))
+    (sentence,) = findings({"tests": rows})
+    assert sentence.startswith("good scored ") and " BLEU above poor [" in sentence
+    assert "not shown across seeds" in sentence and "smallest possible p is 0.10" in sentence
+    one = adjust(paired_tests([system("a", references, (0.1, 1)), system("b", references, (0.5, 2))],
+                              bootstrap_counts(len(references), 300, seed=2), randomization_trials=300))
+    assert "with one seed each (seed variation not measured)" in findings({"tests": one})[0]

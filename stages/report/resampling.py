@@ -1,0 +1,293 @@
+"""Confidence intervals and paired tests that keep a system's seeds together, computed
+from sacreBLEU's per-sentence sufficient statistics with numpy.
+
+A system is one configured model at one budget, trained with K seeds and scored on one
+test set of N sentences: for each metric, an array of shape (K, N, D) holding, per seed
+and sentence, the statistics sacreBLEU sums into a corpus score (BLEU: lengths, n-gram
+matches and totals; chrF/chrF++: hypothesis, reference and matched counts per character
+and word n-gram order). Its score is the mean over seeds of each seed's corpus score.
+
+- Bootstrap resampling draws test sentences, not (sentence, seed) rows: a drawn sentence
+  brings every seed's output of it, and each resample is scored as the mean of the seeds'
+  corpus scores on it. A second seed is therefore never counted as a second test set.
+  The interval of one system also draws its seeds, with replacement (a two-level
+  bootstrap), so that seeds that disagree widen it; the paired bootstrap keeps every
+  seed, as the seed-level test (``seed_permutation_test``) covers their variation.
+- Approximate randomization swaps a sentence's outputs between the two systems seed by
+  seed (seed k of one with seed k of the other), each with its own coin: the stratified
+  test of Clark et al. (2011), as MultEval runs it.
+
+With one seed these are sacreBLEU's own procedures, drawing the same random numbers
+(``SACREBLEU_SEED``, 12345 unless set), so ``interval`` equals ``sacrebleu
+--confidence``, and the ``p_sacrebleu`` fields equal what ``--paired-bs`` and
+``--paired-ar`` print. The ``p`` fields differ on purpose: they are two-sided and count
+ties as extreme. sacreBLEU's paired bootstrap compares the spread of |delta| with the
+observed |delta|, which halves a two-sided p; and both of its tests count only resamples
+strictly beyond the observed delta, so a system compared with itself gets p = 1/(n+1).
+
+The per-sentence statistics come from sacreBLEU's ``_extract_corpus_statistics``, the
+method its own significance module uses; the scores from them are sacreBLEU's formulas
+(``BLEU.compute_bleu`` with its defaults, ``CHRF._compute_f_score``) written for arrays,
+and a unit test holds them equal to ``corpus_score`` on Multi30k.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from itertools import combinations
+
+import numpy as np
+from sacrebleu.metrics import BLEU, CHRF
+from sacrebleu.metrics.base import Metric
+
+BOOTSTRAP_SAMPLES = 1000  # sacreBLEU's default for --confidence and --paired-bs
+RANDOMIZATION_TRIALS = 10000  # sacreBLEU's default for --paired-ar
+
+
+def sacrebleu_seed() -> int | None:
+    """The seed sacreBLEU's resampling uses (``SACREBLEU_SEED``; "none" draws from the OS)."""
+    seed = os.environ.get("SACREBLEU_SEED", "12345")
+    return None if seed.lower() == "none" else int(seed)
+
+
+def sentence_statistics(metric: Metric, hypotheses: list[str], references: list[str]) -> np.ndarray:
+    """One row of sufficient statistics per sentence, shape (N, D)."""
+    if len(hypotheses) != len(references):
+        raise ValueError(f"{len(hypotheses)} hypotheses against {len(references)} references")
+    return np.asarray(metric._extract_corpus_statistics(hypotheses, [references]), dtype=np.float64)
+
+
+def corpus_scores(metric: Metric, totals: np.ndarray) -> np.ndarray:
+    """The corpus score of each row of summed statistics, shape (..., D) -> (...)."""
+    totals = np.asarray(totals, dtype=np.float64)
+    if isinstance(metric, BLEU):
+        return _bleu(metric, totals)
+    if isinstance(metric, CHRF):
+        return _chrf(metric, totals)
+    raise TypeError(f"no array form of {type(metric).__name__}'s score")
+
+
+def _bleu(metric: BLEU, totals: np.ndarray) -> np.ndarray:
+    """``BLEU.compute_bleu`` for arrays, for the settings it is used with here: 'exp'
+    smoothing (the corpus default), no effective order, sacreBLEU's floor for log 0."""
+    if metric.smooth_method != "exp" or metric.effective_order:
+        raise ValueError("the array form of BLEU covers smooth_method='exp' without effective_order")
+    order = metric.max_ngram_order
+    sys_len, ref_len = totals[..., 0], totals[..., 1]
+    correct, total = totals[..., 2:2 + order], totals[..., 2 + order:2 + 2 * order]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        brevity = np.where(sys_len < ref_len,
+                           np.where(sys_len > 0, np.exp(1 - ref_len / np.where(sys_len > 0, sys_len, 1)), 0.0), 1.0)
+        # An order with no n-grams ends the loop in sacreBLEU: it and every higher order
+        # keep precision 0. An order with none correct gets 100 / (2^k * total), k
+        # counting such orders so far.
+        reached = np.cumprod(total > 0, axis=-1).astype(bool)
+        zero_correct = (correct == 0) & reached
+        halvings = np.cumsum(zero_correct, axis=-1)
+        safe_total = np.where(total > 0, total, 1)
+        precision = np.where(zero_correct, 100.0 / (2.0 ** halvings * safe_total), 100.0 * correct / safe_total)
+        precision = np.where(reached, precision, 0.0)
+        logs = np.where(precision > 0, np.log(np.where(precision > 0, precision, 1)), -9999999999.0)
+        scores = brevity * np.exp(logs.sum(axis=-1) / order)
+    return np.where(correct.sum(axis=-1) > 0, scores, 0.0)
+
+
+def _chrf(metric: CHRF, totals: np.ndarray) -> np.ndarray:
+    """``CHRF._compute_f_score`` for arrays (sacreBLEU's default effective-order
+    averaging; with eps_smoothing, the chrF++.py form)."""
+    eps, factor = 1e-16, metric.beta ** 2
+    counts = totals.reshape(*totals.shape[:-1], metric.order, 3)
+    hyp, ref, match = counts[..., 0], counts[..., 1], counts[..., 2]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        precision = np.where(hyp > 0, match / np.where(hyp > 0, hyp, 1), eps)
+        recall = np.where(ref > 0, match / np.where(ref > 0, ref, 1), eps)
+        if metric.eps_smoothing:
+            denominator = factor * precision + recall
+            f = np.where(denominator > 0, (1 + factor) * precision * recall / np.where(denominator > 0, denominator, 1),
+                         eps)
+            return 100 * f.sum(axis=-1) / metric.order
+        counted = (hyp > 0) & (ref > 0)
+        orders = counted.sum(axis=-1)
+        average_precision = np.where(orders > 0, (precision * counted).sum(axis=-1) / np.maximum(orders, 1), 0.0)
+        average_recall = np.where(orders > 0, (recall * counted).sum(axis=-1) / np.maximum(orders, 1), 0.0)
+        both = average_precision + average_recall
+        f = (1 + factor) * average_precision * average_recall / np.where(
+            both > 0, factor * average_precision + average_recall, 1)
+    return np.where(both > 0, 100 * f, 0.0)
+
+
+@dataclass(frozen=True)
+class SeededSystem:
+    """One system's sufficient statistics: metric name -> array (K seeds, N sentences, D)."""
+    name: str
+    seeds: tuple
+    statistics: dict[str, np.ndarray]
+
+    def seed_scores(self, metric_name: str, metric: Metric) -> np.ndarray:
+        """Each seed's corpus score, shape (K,)."""
+        return corpus_scores(metric, self.statistics[metric_name].sum(axis=1))
+
+    def score(self, metric_name: str, metric: Metric) -> float:
+        """The system's score: the mean of its seeds' corpus scores."""
+        return float(self.seed_scores(metric_name, metric).mean())
+
+
+def seeded_system(name: str, seeds: list, outputs: list[tuple[list[str], list[str]]],
+                  metrics: dict[str, Metric]) -> SeededSystem:
+    """``outputs``: per seed, (hypotheses, references); every seed must be scored on the
+    same references, or its statistics would not be of the same sentences."""
+    references = outputs[0][1]
+    for seed, (_, seed_references) in zip(seeds, outputs):
+        if seed_references != references:
+            raise ValueError(f"{name}: seed {seed} was scored on other references than seed {seeds[0]}; "
+                             "a system's seeds must share one test set")
+    return SeededSystem(name, tuple(seeds), {
+        metric_name: np.stack([sentence_statistics(metric, hypotheses, seed_references)
+                               for hypotheses, seed_references in outputs])
+        for metric_name, metric in metrics.items()})
+
+
+def check_paired(first: SeededSystem, second: SeededSystem) -> None:
+    """Paired tests need the same seeds and the same test sentences on both sides."""
+    if len(first.seeds) != len(second.seeds):
+        raise ValueError(f"{first.name} has {len(first.seeds)} seeds and {second.name} {len(second.seeds)}: "
+                         "paired tests pair seed with seed; train both with the same train.seeds")
+    for metric_name, statistics in first.statistics.items():
+        if statistics.shape[1] != second.statistics[metric_name].shape[1]:
+            raise ValueError(f"{first.name} and {second.name} were scored on test sets of different sizes")
+
+
+def bootstrap_counts(sentences: int, samples: int = BOOTSTRAP_SAMPLES, seed: int | None = None) -> np.ndarray:
+    """How often each sentence is drawn in each resample, shape (samples, N): sacreBLEU's
+    draws (``rng.choice(N, size=(samples, N))``) as counts, so that a resample's totals
+    are one matrix product."""
+    rng = np.random.default_rng(sacrebleu_seed() if seed is None else seed)
+    indices = rng.choice(sentences, size=(samples, sentences), replace=True)
+    offsets = (np.arange(samples) * sentences)[:, None]
+    return np.bincount((indices + offsets).ravel(), minlength=samples * sentences).reshape(samples, sentences)
+
+
+def estimate_ci(scores: np.ndarray) -> tuple[float, float]:
+    """sacreBLEU's ``estimate_ci``: the mean, and half the distance between the scores at
+    the 2.5th and 97.5th percentile positions of the sorted resamples."""
+    ordered = np.sort(scores)
+    lower = len(ordered) // 40
+    return float(ordered.mean()), float(0.5 * (ordered[len(ordered) - lower - 1] - ordered[lower]))
+
+
+def resampled_scores(system: SeededSystem, metric_name: str, metric: Metric, counts: np.ndarray,
+                     seed_picks: np.ndarray | None = None) -> np.ndarray:
+    """The system's score on each resample of sentences, shape (samples,): the mean over
+    its seeds, or over ``seed_picks`` (samples, K), seeds drawn with replacement."""
+    statistics = system.statistics[metric_name]
+    per_seed = np.stack([corpus_scores(metric, counts.astype(np.float64) @ statistics[k])
+                         for k in range(len(statistics))], axis=1)  # (samples, K)
+    if seed_picks is not None:
+        per_seed = np.take_along_axis(per_seed, seed_picks, axis=1)
+    return per_seed.mean(axis=1)
+
+
+def seed_picks(seeds: int, samples: int, seed: int | None = None) -> np.ndarray:
+    """For each resample, K seeds drawn with replacement from the K, shape (samples, K)."""
+    rng = np.random.default_rng([sacrebleu_seed() if seed is None else seed, seeds])
+    return rng.integers(seeds, size=(samples, seeds))
+
+
+def interval(system: SeededSystem, metric_name: str, metric: Metric, counts: np.ndarray) -> dict:
+    """The score, the bootstrap mean and the half-width of the 95% interval. Each
+    resample draws the test sentences and, with several seeds, the seeds too (with
+    replacement, each seed's output on the drawn sentences): two seeds that disagree
+    widen the interval, a seed repeated leaves it as it was. With one seed this is
+    sacreBLEU's ``--confidence``."""
+    picks = None
+    if len(system.seeds) > 1:
+        picks = seed_picks(len(system.seeds), len(counts))
+    mean, half_width = estimate_ci(resampled_scores(system, metric_name, metric, counts, picks))
+    return {"score": system.score(metric_name, metric), "mean": mean, "ci": half_width}
+
+
+def paired_bootstrap(first: SeededSystem, second: SeededSystem, metric_name: str, metric: Metric,
+                     counts: np.ndarray) -> dict:
+    """delta = second - first on the same resamples. ``p``: two-sided, the share of
+    resampled deltas, centred on their mean, at least as far from 0 as the observed one
+    (Koehn 2004; Berg-Kirkpatrick et al. 2012). ``p_sacrebleu``: what ``--paired-bs``
+    prints. ``delta_low``/``delta_high``: the 2.5th and 97.5th percentile deltas."""
+    check_paired(first, second)
+    observed = second.score(metric_name, metric) - first.score(metric_name, metric)
+    deltas = (resampled_scores(second, metric_name, metric, counts)
+              - resampled_scores(first, metric_name, metric, counts))
+    centred = deltas - deltas.mean()
+    ordered = np.sort(deltas)
+    lower = len(ordered) // 40
+    spread = np.abs(deltas)
+    return {"delta": observed,
+            "p": _p_value(np.abs(centred) >= abs(observed) - _TIE),
+            "p_sacrebleu": _p_value(spread - spread.mean() > abs(observed)),
+            "delta_low": float(ordered[lower]), "delta_high": float(ordered[len(ordered) - lower - 1])}
+
+
+def paired_randomization(first: SeededSystem, second: SeededSystem, metric_name: str, metric: Metric,
+                         trials: int = RANDOMIZATION_TRIALS, seed: int | None = None) -> dict:
+    """Stratified approximate randomization: in each trial, each (seed, sentence) pair of
+    outputs is swapped between the systems with probability 1/2 (with one seed,
+    sacreBLEU's own draws). ``p``: the share of trials whose |delta| is at least the
+    observed one; ``p_sacrebleu``: strictly greater, what ``--paired-ar`` prints."""
+    check_paired(first, second)
+    rng = np.random.default_rng(sacrebleu_seed() if seed is None else seed)
+    a, b = first.statistics[metric_name], second.statistics[metric_name]
+    seeds, sentences = a.shape[0], a.shape[1]
+    swaps = rng.integers(2, size=(trials, seeds, sentences), dtype=bool)
+    scores_a, scores_b = np.zeros(trials), np.zeros(trials)
+    for k in range(seeds):
+        # First's side of a trial: b's statistics, then a's where the coin kept them
+        # (sacreBLEU's pos_sel @ a + neg_sel @ b, with one product instead of two).
+        kept = swaps[:, k, :].astype(np.float64) @ (a[k] - b[k])
+        scores_a += corpus_scores(metric, b[k].sum(axis=0) + kept)
+        scores_b += corpus_scores(metric, a[k].sum(axis=0) - kept)
+    differences = np.abs(scores_a - scores_b) / seeds
+    observed = abs(second.score(metric_name, metric) - first.score(metric_name, metric))
+    return {"p": _p_value(differences >= observed - _TIE), "p_sacrebleu": _p_value(differences > observed)}
+
+
+# Scores are sums of floating-point terms: a resample identical to the observed data can
+# land a rounding error below it. Differences within this count as ties.
+_TIE = 1e-9
+
+
+def _p_value(extreme: np.ndarray) -> float:
+    """(extreme + 1) / (trials + 1): never 0, and exact for a test that is (Phipson and
+    Smyth 2010)."""
+    return float((np.count_nonzero(extreme) + 1) / (len(extreme) + 1))
+
+
+def seed_permutation_test(first: list[float], second: list[float]) -> dict:
+    """Whether the seeds' scores of two systems could be one population: the exact
+    two-sided permutation test of the difference of means over every way of splitting
+    the pooled seed scores into groups of the two sizes. ``smallest_p`` is the least p
+    any scores could give (2 / C(2K, K) for K seeds each), which says what the test can
+    show at all: with 3 seeds each it is 0.10, so it cannot reject at 0.05."""
+    pooled = np.asarray([*first, *second], dtype=np.float64)
+    size, count = len(first), len(pooled)
+    if size == 0 or size == count:
+        raise ValueError("the seed-level test needs at least one seed on each side")
+    observed = abs(float(np.mean(second)) - float(np.mean(first)))
+    splits = np.asarray(list(combinations(range(count), size)))
+    in_first = np.zeros((len(splits), count), dtype=bool)
+    np.put_along_axis(in_first, splits, True, axis=1)
+    means_first = (in_first * pooled).sum(axis=1) / size
+    means_second = (~in_first * pooled).sum(axis=1) / (count - size)
+    extreme = np.abs(means_second - means_first) >= observed - _TIE
+    mirrored = 2 if 2 * size == count else 1  # with equal sizes a split and its mirror tie
+    return {"p": float(extreme.mean()), "smallest_p": mirrored / len(splits), "splits": len(splits)}
+
+
+def holm(p_values: list[float]) -> list[float]:
+    """Holm-Bonferroni adjusted p-values, in the given order: the i-th smallest p times
+    (m - i + 1), made non-decreasing along that order and capped at 1."""
+    order = sorted(range(len(p_values)), key=lambda index: p_values[index])
+    adjusted, running = [0.0] * len(p_values), 0.0
+    for rank, index in enumerate(order):
+        running = max(running, min(1.0, (len(p_values) - rank) * p_values[index]))
+        adjusted[index] = running
+    return adjusted
