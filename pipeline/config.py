@@ -72,7 +72,9 @@ class ExperimentConfig(Section):
         return self
 
     def train_stage_config(self, model: ModelSpec) -> TrainStageConfig:
-        merged = TrainConfig.model_validate({**self.train.model_dump(), **model.train})
+        # What the train section set, then the model's overrides: defaults stay defaults, so
+        # a check of which keys were set (an absolute value beside a fraction) sees the user's.
+        merged = TrainConfig.model_validate({**self.train.model_dump(exclude_unset=True), **model.train})
         return TrainStageConfig(model=model, train=merged)
 
     def evaluate_stage_config(self, model: ModelSpec) -> EvaluateStageConfig:

@@ -64,6 +64,13 @@ class DecoderOnlyConfig:
     ae_loss: bool = True
     ae_alpha: float = 0.01
     ae_steps: int = 10_000
+    # Or B as a share of the run's planned updates (stages/train/plan.py turns it into
+    # ae_steps before the model is built), so that every budget ends L_AE within its run.
+    ae_fraction: float | None = None
+
+    def __post_init__(self):
+        if self.ae_fraction is not None and not 0 < self.ae_fraction <= 1:
+            raise ValueError(f"ae_fraction must be in (0, 1], got {self.ae_fraction}")
 
 
 TRANSFORMER_PRESETS = {

@@ -152,7 +152,7 @@ def check_paired(first: SeededSystem, second: SeededSystem) -> None:
     """Paired tests need the same seeds and the same test sentences on both sides."""
     if len(first.seeds) != len(second.seeds):
         raise ValueError(f"{first.name} has {len(first.seeds)} seeds and {second.name} {len(second.seeds)}: "
-                         "paired tests pair seed with seed; train both with the same train.seeds")
+                         "paired tests pair seed with seed; train both with the same seeds (the config's seeds: list)")
     for metric_name, statistics in first.statistics.items():
         if statistics.shape[1] != second.statistics[metric_name].shape[1]:
             raise ValueError(f"{first.name} and {second.name} were scored on test sets of different sizes")

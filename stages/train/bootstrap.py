@@ -12,7 +12,8 @@ from typing import Any, Callable
 import torch
 
 from stages.inference.model_file import build_for_vocabulary, vocabulary_facts
-from stages.train import checkpointer
+from stages.models.flops import training_flops
+from stages.train import checkpointer, plan
 from stages.train.config import TrainStageConfig
 from stages.train.data import TokenizedSplit
 from stages.train.engine import build_engine
@@ -64,6 +65,14 @@ def train_worker(loop_config: dict) -> None:
     tokenized = args.fetch_tokenized()
     train_split, valid_split = TokenizedSplit(tokenized, "train"), TokenizedSplit(tokenized, "valid")
     facts = vocabulary_facts(tokenized, train_split.vocab)
+    if plan.needs_planning(config):
+        # Fractions of the run (warmup, checkpoints, ae_fraction) in updates, the same on
+        # every worker: planned from the data and the model's FLOPs, before training.
+        sizing_model = build_for_vocabulary(config.model, facts)
+        updates = plan.planned_updates(training, train_split.src_lengths, train_split.tgt_lengths, world,
+                                       lambda s, t: training_flops(sizing_model, s, t))
+        config = plan.resolve(config, updates)
+        training = config.train
 
     torch.manual_seed(training.seed)  # the same initial weights on every worker
     progress, history, best = TrainingProgress(), [], None

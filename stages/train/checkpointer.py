@@ -143,12 +143,13 @@ def saved_history(checkpoint: SavedCheckpoint) -> str:
     return (checkpoint.path / "history.jsonl").read_text()
 
 
-def final_weights(checkpoints: list[SavedCheckpoint], average_last: int, zero_stage: int,
+def final_weights(checkpoints: list[SavedCheckpoint], averaged_steps: list[int], zero_stage: int,
                   model: torch.nn.Module) -> dict[str, torch.Tensor]:
-    """On the driver, once training ended: the average of the last ``average_last``
-    checkpoints' fp32 weights (Vaswani et al. 2017, section 6.1), with every name of a
-    tied parameter filled in; every other checkpoint is slimmed on the way (``slim``)."""
-    averaged = {c.step: checkpoint_weights(c, zero_stage) for c in checkpoints[-average_last:]}
+    """On the driver, once training ended: the average of the fp32 weights of the
+    checkpoints at ``averaged_steps`` (Vaswani et al. 2017, section 6.1; which ones:
+    ``plan.averaged``), with every name of a tied parameter filled in; every other
+    checkpoint is slimmed on the way (``slim``)."""
+    averaged = {c.step: checkpoint_weights(c, zero_stage) for c in checkpoints if c.step in set(averaged_steps)}
     for checkpoint in checkpoints[:-1]:
         if checkpoint.resumable:
             slim(checkpoint, averaged.get(checkpoint.step) or checkpoint_weights(checkpoint, zero_stage))

@@ -3,6 +3,7 @@ slice a train stage is keyed on (the model plus the train section with its overr
 
 from __future__ import annotations
 
+import math
 from typing import Any, Literal
 
 from pydantic import Field, model_validator
@@ -59,6 +60,9 @@ class TrainConfig(Section):
     lr_scale: float = Field(default=1.0, gt=0.0)  # factor of the noam schedule
     min_lr: float = Field(default=0.0, ge=0.0)  # where cosine ends
     warmup_steps: int = Field(default=4000, ge=0)  # updates of warmup, every schedule
+    # Or the warmup as a share of the run's planned updates (stages/train/plan.py), so
+    # that every budget of a sweep warms up for the same share of its run.
+    warmup_fraction: float | None = Field(default=None, gt=0, lt=1)
 
     # Budgets: whichever comes first.
     max_steps: int | None = Field(default=None, gt=0)
@@ -81,9 +85,14 @@ class TrainConfig(Section):
     best_metric: Literal["valid_loss", "valid_bleu"] = "valid_loss"
     early_stopping_patience: int | None = Field(default=None, gt=0)  # validations of best_metric without improvement
     checkpoint_every: int = Field(default=1000, gt=0)  # steps
+    # Or the interval as a share of the run's planned updates.
+    checkpoint_fraction: float | None = Field(default=None, gt=0, lt=1)
     keep_checkpoints: int = Field(default=5, gt=0)  # the newest N stay in the artifact
     # The final model averages the last N checkpoints (the paper averaged 5, section 6.1).
     average_last: int = Field(default=1, gt=0)
+    # Or the checkpoints of the run's last share of updates (with checkpoint_fraction,
+    # after the warmup): a small budget then never averages in its peak-rate weights.
+    average_fraction: float | None = Field(default=None, gt=0, lt=1)
     log_every: int = Field(default=10, gt=0)  # steps between logged metrics
     seed: int = 1  # initial weights, batch order, dropout, the BLEU sample
     # Peak FLOP/s of one worker's device, for MFU and the "time x peak" FLOPs. Default:
@@ -115,11 +124,38 @@ class TrainConfig(Section):
             # Each worker decodes its own share, a different number of forward passes:
             # ZeRO-3 gathers parameters collectively on every forward and would hang.
             raise ValueError("valid_bleu_every cannot be used with zero_stage 3")
+        self._check_fractions()
         if self.threads_per_worker is not None and self.threads_per_worker > self.cpus_per_worker:
             raise ValueError(f"threads_per_worker ({self.threads_per_worker}) exceeds cpus_per_worker "
                              f"({self.cpus_per_worker}): the threads would oversubscribe the CPUs Ray gives "
                              "each worker")
         return self
+
+
+    def _check_fractions(self) -> None:
+        """Each of warmup, checkpoint interval and averaging window is set one way."""
+        for absolute, fraction in (("warmup_steps", "warmup_fraction"), ("checkpoint_every", "checkpoint_fraction"),
+                                   ("average_last", "average_fraction")):
+            if getattr(self, fraction) is not None and absolute in self.model_fields_set:
+                raise ValueError(f"set {absolute} or {fraction}, not both: {fraction} is a share of the run's "
+                                 f"planned updates, {absolute} a number")
+        fractions = [name for name in ("warmup_fraction", "checkpoint_fraction") if getattr(self, name) is not None]
+        if fractions and all(budget is None for budget in (self.max_steps, self.max_epochs, self.max_train_tokens,
+                                                             self.max_train_flops)):
+            raise ValueError(f"{fractions[0]} is a share of the run's planned updates, which only max_steps, "
+                             "max_epochs, max_train_tokens or max_train_flops can plan (not max_wall_time)")
+        if self.average_fraction is not None:
+            if self.checkpoint_fraction is None:
+                raise ValueError("average_fraction needs checkpoint_fraction, so that the checkpoints it averages "
+                                 "fall inside its window")
+            window = math.floor(self.average_fraction / self.checkpoint_fraction + 1e-9) + 1
+            if window > self.keep_checkpoints:
+                raise ValueError(f"average_fraction {self.average_fraction} spans {window} checkpoints at "
+                                 f"checkpoint_fraction {self.checkpoint_fraction}, more than keep_checkpoints "
+                                 f"({self.keep_checkpoints}) keeps")
+            if self.warmup_fraction is not None and self.warmup_fraction + self.average_fraction > 1:
+                raise ValueError(f"warmup_fraction + average_fraction exceed 1: the averaged checkpoints would "
+                                 "include weights from the warmup")
 
 
 class TrainStageConfig(Section):

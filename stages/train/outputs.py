@@ -19,7 +19,7 @@ from stages.inference.model_file import (
     vocabulary_facts,
     weights_file,
 )
-from stages.train import checkpointer
+from stages.train import checkpointer, plan
 from stages.train.config import TrainStageConfig
 from stages.models.flops import parameter_counts, six_nd
 
@@ -31,9 +31,10 @@ def write_outputs(output: Path, config: TrainStageConfig, tokenized: Path, check
     vocab = read_vocab(tokenized)
     facts = vocabulary_facts(tokenized, vocab)
     model = build_for_vocabulary(config.model, facts)
-    weights = checkpointer.final_weights(checkpoints, training.average_last, training.zero_stage, model)
+    averaged_steps = plan.averaged([c.step for c in checkpoints], training)
+    weights = checkpointer.final_weights(checkpoints, averaged_steps, training.zero_stage, model)
     progress = last.progress
-    info = {"step": progress["step"], "averaged_steps": [c.step for c in checkpoints[-training.average_last:]],
+    info = {"step": progress["step"], "averaged_steps": averaged_steps,
             "best_step": progress["best_step"], "best_metric": training.best_metric,
             "best_valid_loss": progress["best_valid_loss"], "best_valid_bleu": progress.get("best_valid_bleu")}
     save_model_file(weights_file(output), config.model, facts, weights, info)
