@@ -32,6 +32,10 @@ def inspect_models(config: Path, overrides: list[str], artifact_root: str | None
         mean_src = train_split["src_tokens"] / train_split["pairs"]
         mean_tgt = train_split["tgt_tokens"] / train_split["pairs"]
         source = f"vocabulary and mean lengths of tokenize artifact {tokenize.key}"
+    if src_len and tgt_len:  # the lengths asked for, not the ones named above
+        source = (f"the vocabulary of tokenize artifact {tokenize.key}"
+                  if tokenize.status.state == ArtifactState.CACHED else "bpe.vocab_size from the config")
+        source += "; lengths as given"
     src_len, tgt_len = src_len or mean_src, tgt_len or mean_tgt
     table = Table("model", "family", "preset", "params", "embedding", "non-embedding", "fwd FLOPs/tok",
                   "train FLOPs/tok", "6ND/tok", title=f"{experiment.name}: {src_len:.1f} source and {tgt_len:.1f} "
