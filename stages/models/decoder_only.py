@@ -114,8 +114,10 @@ class DecoderOnlyTranslator(nn.Module):
             allowed[:source_length, :source_length] = True
         return (allowed.unsqueeze(0) & valid[:, None, :]).unsqueeze(1)
 
-    def forward_all(self, src: Tensor, tgt_in: Tensor) -> tuple[Tensor, Tensor]:
-        """Logits predicting the source tokens (B, S, V) and the target tokens (B, T, V)."""
+    def forward_all(self, src: Tensor, tgt_in: Tensor, source_logits: bool = True) -> tuple[Tensor | None, Tensor]:
+        """Logits predicting the source tokens (B, S, V) and the target tokens (B, T, V).
+        Without ``source_logits`` (once L_AE weighs nothing) the source positions are not
+        projected onto the vocabulary, and the first is None."""
         sequence = self._sequence(src, tgt_in)
         valid = sequence != self.pad_id
         positions = (valid.cumsum(dim=1) - 1).clamp(min=0)
@@ -124,9 +126,11 @@ class DecoderOnlyTranslator(nn.Module):
         x = self._embed(sequence, positions)
         for block in self.blocks:
             x = block(x, mask)
-        logits = self.output(self.final_norm(x))
         # Position i predicts token i + 1: the tag and source[:-1] predict the source;
         # the target tag and tgt_in[1:] predict the target.
+        if not source_logits:
+            return None, self.output(self.final_norm(x[:, source_length:]))
+        logits = self.output(self.final_norm(x))
         return logits[:, : src.size(1)], logits[:, source_length:]
 
     def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:

@@ -42,11 +42,13 @@ def transformer_forward_flops(model: Transformer, src_len: int, tgt_len: int) ->
     return encoder + decoder + 2 * T * d * vocab
 
 
-def decoder_only_forward_flops(model: DecoderOnlyTranslator, src_len: int, tgt_len: int) -> int:
+def decoder_only_forward_flops(model: DecoderOnlyTranslator, src_len: int, tgt_len: int,
+                               source_logits: bool = True) -> int:
     c, vocab = model.config, model.output.out_features
     length = src_len + tgt_len + 1  # source tag, source, target tag, target minus its last token
     block = _attention_layer(length, length, c.d_model) + 2 * 2 * length * c.d_model * c.ff_dim
-    return c.layers * block + 2 * length * c.d_model * vocab
+    projected = length if source_logits else tgt_len  # the source tag and source are not projected without
+    return c.layers * block + 2 * projected * c.d_model * vocab
 
 
 def rnn_recurrent_flops(model: RnnTranslator, src_len: int, tgt_len: int) -> int:
@@ -82,8 +84,20 @@ def forward_flops(model: nn.Module, src_len: int, tgt_len: int) -> int:
     raise TypeError(f"no FLOPs count for {type(model).__name__}")
 
 
-def training_flops(model: nn.Module, src_len: int, tgt_len: int) -> int:
+def training_flops(model: nn.Module, src_len: int, tgt_len: int, source_logits: bool = True) -> int:
+    """3 x forward. ``source_logits=False``: a decoder-only model's update once its
+    reconstruction loss has ended, which leaves the source positions unprojected."""
+    if not source_logits and isinstance(model, DecoderOnlyTranslator):
+        return 3 * decoder_only_forward_flops(model, src_len, tgt_len, source_logits=False)
     return 3 * forward_flops(model, src_len, tgt_len)
+
+
+def projects_source(model: nn.Module, step: int) -> bool:
+    """Whether update ``step`` computes source logits: a decoder-only model's while its
+    reconstruction loss weighs something (stages/train/loss.py), never another family."""
+    from stages.models.decoder_only import ae_weight
+
+    return isinstance(model, DecoderOnlyTranslator) and ae_weight(step, model.config) > 0
 
 
 def decoding_flops(model: nn.Module, src_len: int, tgt_len: int, beam_size: int) -> int:

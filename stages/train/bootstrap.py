@@ -70,7 +70,8 @@ def train_worker(loop_config: dict) -> None:
         # every worker: planned from the data and the model's FLOPs, before training.
         sizing_model = build_for_vocabulary(config.model, facts)
         updates = plan.planned_updates(training, train_split.src_lengths, train_split.tgt_lengths, world,
-                                       lambda s, t: training_flops(sizing_model, s, t))
+                                       lambda s, t, source: training_flops(sizing_model, s, t, source),
+                                       plan.source_logit_schedule(sizing_model, config.model.settings))
         config = plan.resolve(config, updates)
         training = config.train
 

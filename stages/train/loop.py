@@ -33,7 +33,7 @@ from stages.train.budget_bar import BudgetBar
 from stages.train.config import TrainStageConfig
 from stages.train.data import Batch, TokenizedSplit
 from stages.train.deepspeed_config import cpu_autocast
-from stages.models.flops import training_flops
+from stages.models.flops import projects_source, training_flops
 from stages.train.loss import translation_loss
 from stages.train.progress import TrainingProgress, budget_reached
 
@@ -134,7 +134,9 @@ class TrainLoop:
             self.window.grad_norm = _grad_norm(self.model)
         self.engine.step()
         progress.micro_batches += 1
-        flops = sum(training_flops(self.model, int(s), int(t)) for s, t in zip(batch.src_lengths, batch.tgt_lengths))
+        source_logits = projects_source(self.model, progress.step)  # what translation_loss computed
+        flops = sum(training_flops(self.model, int(s), int(t), source_logits)
+                    for s, t in zip(batch.src_lengths, batch.tgt_lengths))
         # The losses stay on the device (see the module's docstring).
         self.window.add(tokens=batch.target_tokens, src_tokens=int(batch.src_lengths.sum()), flops=flops,
                         loss=loss.detach(), nll=nll.detach())

@@ -61,9 +61,12 @@ def translation_loss(model, src: Tensor, tgt_in: Tensor, tgt_out: Tensor, step: 
 
     if not isinstance(model, DecoderOnlyTranslator):
         return label_smoothed_cross_entropy(model(src, tgt_in), tgt_out, epsilon, pad_id)
-    src_logits, tgt_logits = model.forward_all(src, tgt_in)
-    loss, nll = label_smoothed_cross_entropy(tgt_logits, tgt_out, epsilon, pad_id)
     weight = ae_weight(step, model.config)
+    # Once L_AE weighs nothing, the source positions are not projected at all (their
+    # logits were 21% of the default job's decoder-only FLOPs): stages/models/flops.py
+    # counts the same.
+    src_logits, tgt_logits = model.forward_all(src, tgt_in, source_logits=weight > 0)
+    loss, nll = label_smoothed_cross_entropy(tgt_logits, tgt_out, epsilon, pad_id)
     if weight > 0:
         loss = loss + weight * label_smoothed_cross_entropy(src_logits, src, epsilon, pad_id)[0]
     return loss, nll

@@ -6,7 +6,9 @@ up, checkpoints and ends its auxiliary loss at the same point of its own run. A 
 of FLOPs or tokens has no number of updates until the batches are known; here it is
 planned from one epoch's batches, before training: the budget divided by the mean
 FLOPs (or target tokens) of an update, as the loop counts them (every pair's
-``training_flops``). The first budget to run out plans the run, as it will stop it.
+``training_flops``; a decoder-only model's updates cost less once its reconstruction
+loss has ended and its source logits are no longer computed). The first budget to run
+out plans the run, as it will stop it.
 The run itself still stops on what it counts, so its last update lands within a few
 updates of the plan; ``average_fraction`` is taken from the updates actually made.
 """
@@ -22,10 +24,13 @@ from stages.train.config import TrainConfig, TrainStageConfig
 
 
 def planned_updates(training: TrainConfig, src_lengths: np.ndarray, tgt_lengths: np.ndarray, world: int,
-                    pair_flops) -> int | None:
+                    pair_flops, source_logits: tuple[str, float] | None = None) -> int | None:
     """The updates the first budget to run out allows, or None when only wall time (or
-    early stopping) can end the run. ``pair_flops(src_len, tgt_len)``: one pair's
-    counted training FLOPs."""
+    early stopping) can end the run. ``pair_flops(src_len, tgt_len, source_logits)``:
+    one pair's counted training FLOPs. ``source_logits``: for a decoder-only model whose
+    reconstruction loss ends, which updates project the source (and cost more):
+    ``("steps", ae_steps)`` or ``("fraction", ae_fraction)``; None: every update costs
+    the same."""
     batches = token_batches(src_lengths, tgt_lengths, training.max_tokens, training.seed, 0)
     per_epoch = max(1, len(worker_batches(batches, 0, world)) // training.gradient_accumulation)
     plans = []
@@ -36,9 +41,37 @@ def planned_updates(training: TrainConfig, src_lengths: np.ndarray, tgt_lengths:
     if training.max_train_tokens is not None:
         plans.append(training.max_train_tokens / (float(tgt_lengths.sum()) / per_epoch))
     if training.max_train_flops is not None:
-        epoch_flops = sum(pair_flops(int(s), int(t)) for s, t in zip(src_lengths, tgt_lengths))
-        plans.append(training.max_train_flops / (epoch_flops / per_epoch))
+        pairs = list(zip(src_lengths.tolist(), tgt_lengths.tolist()))
+        early = sum(pair_flops(s, t, True) for s, t in pairs) / per_epoch  # FLOPs of an update
+        late = sum(pair_flops(s, t, False) for s, t in pairs) / per_epoch if source_logits else early
+        plans.append(_updates_for_flops(training.max_train_flops, early, late, source_logits))
     return max(1, math.ceil(min(plans))) if plans else None
+
+
+def _updates_for_flops(budget: float, early: float, late: float, source_logits: tuple[str, float] | None) -> float:
+    """Updates until ``budget`` is spent when the first updates cost ``early`` each and
+    the rest ``late``: all early; the first ``ae_steps``; or a share of the run."""
+    if source_logits is None:
+        return budget / early
+    kind, value = source_logits
+    if kind == "fraction":
+        return budget / (value * early + (1 - value) * late)
+    if value * early >= budget:  # the budget ends before the reconstruction loss does
+        return budget / early
+    return value + (budget - value * early) / late
+
+
+def source_logit_schedule(model, settings: dict) -> tuple[str, float] | None:
+    """Which updates of ``model`` project the source (stages/train/loss.py): None for a
+    model that always or never does, else ``("fraction", ae_fraction)`` (from the
+    unresolved ``settings``) or ``("steps", ae_steps)``."""
+    from stages.models.decoder_only import DecoderOnlyTranslator
+
+    if not isinstance(model, DecoderOnlyTranslator) or not model.config.ae_loss or model.config.prefix_attention:
+        return None
+    if settings.get("ae_fraction") is not None:
+        return "fraction", settings["ae_fraction"]
+    return "steps", model.config.ae_steps
 
 
 def resolve(config: TrainStageConfig, updates: int | None) -> TrainStageConfig:

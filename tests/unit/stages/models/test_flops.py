@@ -46,3 +46,29 @@ def test_6nd_counts_each_side_on_its_own_tokens_and_the_output_projection_tied_o
     # tokens had been 0.2 to 2 times it.
     model = build_model(family, "tiny", {}, 8000, 8000)
     assert 0.8 < six_nd(model, 15, 16) / (3 * forward_flops(model, 15, 16)) < 1.2
+
+
+def test_once_the_reconstruction_loss_ends_the_source_is_neither_projected_nor_counted():
+    import torch
+
+    from stages.models.flops import projects_source, training_flops
+    from stages.train.loss import translation_loss
+
+    model = build_model("decoder_only", "tiny", {"ae_steps": 5, "dropout": 0.0}, 50, 50)
+    model.eval()
+    d, vocab = model.config.d_model, model.output.out_features
+    assert training_flops(model, 12, 15) - training_flops(model, 12, 15, source_logits=False) \
+        == 3 * 2 * 13 * d * vocab  # the source tag and 12 source positions, 3 x forward
+    assert projects_source(model, 4) and not projects_source(model, 5)
+    assert not projects_source(build_model("transformer", "tiny", {}, 50, 50), 0)
+    torch.manual_seed(0)
+    src, tgt = torch.randint(4, 50, (3, 12)), torch.randint(4, 50, (3, 16))
+    none, target_only = model.forward_all(src, tgt, source_logits=False)
+    assert none is None and torch.allclose(target_only, model.forward_all(src, tgt)[1], atol=1e-5)
+    # After step 5 the loss is L_MT alone, as before, without the source's logits.
+    late, late_nll = translation_loss(model, src, tgt[:, :-1], tgt[:, 1:], step=5)
+    full = model.forward_all(src, tgt[:, :-1])[1]
+    from stages.train.loss import label_smoothed_cross_entropy
+
+    expected, _ = label_smoothed_cross_entropy(full, tgt[:, 1:], 0.1, 0)
+    assert torch.allclose(late, expected, atol=1e-4)

@@ -22,21 +22,21 @@ def test_the_first_budget_to_run_out_plans_the_run(tokenized):
     train = TokenizedSplit(tokenized, "train")
     per_pair = 1000.0  # FLOPs of every pair: the plan is then pairs x 1000 per epoch
     steps_only = TrainConfig(max_steps=70, max_tokens=400)
-    assert plan.planned_updates(steps_only, train.src_lengths, train.tgt_lengths, 1, lambda s, t: per_pair) == 70
+    assert plan.planned_updates(steps_only, train.src_lengths, train.tgt_lengths, 1, lambda s, t, source: per_pair) == 70
     epoch = plan.planned_updates(TrainConfig(max_epochs=1, max_tokens=400), train.src_lengths, train.tgt_lengths, 1,
-                                 lambda s, t: per_pair)
+                                 lambda s, t, source: per_pair)
     pairs = len(train.src_lengths)
     flops = TrainConfig(max_train_flops=pairs * per_pair / 2, max_steps=10_000, max_tokens=400)
-    assert plan.planned_updates(flops, train.src_lengths, train.tgt_lengths, 1, lambda s, t: per_pair) \
+    assert plan.planned_updates(flops, train.src_lengths, train.tgt_lengths, 1, lambda s, t, source: per_pair) \
         == pytest.approx(epoch / 2, abs=1)
     tokens = TrainConfig(max_train_tokens=int(train.tgt_lengths.sum()) * 3, max_tokens=400)
-    assert plan.planned_updates(tokens, train.src_lengths, train.tgt_lengths, 1, lambda s, t: per_pair) \
+    assert plan.planned_updates(tokens, train.src_lengths, train.tgt_lengths, 1, lambda s, t, source: per_pair) \
         == pytest.approx(3 * epoch, abs=1)
     # Two workers each take every other batch: half the updates an epoch.
     assert plan.planned_updates(TrainConfig(max_epochs=1, max_tokens=400), train.src_lengths, train.tgt_lengths, 2,
-                                lambda s, t: per_pair) == pytest.approx(epoch / 2, abs=1)
+                                lambda s, t, source: per_pair) == pytest.approx(epoch / 2, abs=1)
     wall = TrainConfig(max_wall_time=60, max_tokens=400)
-    assert plan.planned_updates(wall, train.src_lengths, train.tgt_lengths, 1, lambda s, t: per_pair) is None
+    assert plan.planned_updates(wall, train.src_lengths, train.tgt_lengths, 1, lambda s, t, source: per_pair) is None
 
 
 def test_fractions_become_updates_of_the_run_and_ae_fraction_becomes_ae_steps():
@@ -101,7 +101,8 @@ def test_each_budget_of_the_default_job_warms_up_and_averages_where_it_should(to
         assert training.warmup_fraction and training.checkpoint_fraction and training.average_fraction
         model = build_for_vocabulary(config.model, facts)
         updates = plan.planned_updates(training, train.src_lengths, train.tgt_lengths, training.workers,
-                                       lambda s, t: training_flops(model, s, t))
+                                       lambda s, t, source: training_flops(model, s, t, source),
+                                       plan.source_logit_schedule(model, config.model.settings))
         resolved = plan.resolve(config, updates)
         warmup, interval = resolved.train.warmup_steps, resolved.train.checkpoint_every
         assert warmup == max(1, round(training.warmup_fraction * updates))
@@ -116,3 +117,22 @@ def test_each_budget_of_the_default_job_warms_up_and_averages_where_it_should(to
             assert resolved.model.settings["ae_steps"] < updates  # its L_AE ends within the run
         checked += 1
     assert checked == 9  # three families x three budgets
+
+
+def test_a_decoder_only_run_plans_the_cheaper_updates_after_its_reconstruction_loss():
+    # 10 FLOPs an update with source logits, 6 without, a budget of 100.
+    assert plan._updates_for_flops(100, 10, 6, None) == 10
+    assert plan._updates_for_flops(100, 10, 6, ("fraction", 0.5)) == pytest.approx(12.5)  # 6.25 x 10 + 6.25 x 6
+    assert plan._updates_for_flops(100, 10, 6, ("steps", 4)) == pytest.approx(4 + 60 / 6)
+    assert plan._updates_for_flops(100, 10, 6, ("steps", 50)) == 10  # the budget ends first
+
+
+def test_the_source_logit_schedule_follows_the_model_settings():
+    from stages.models.build import build_model
+
+    assert plan.source_logit_schedule(build_model("transformer", "tiny", {}, 100, 100), {}) is None
+    lm = build_model("decoder_only", "tiny", {"ae_fraction": 0.3}, 100, 100)
+    assert plan.source_logit_schedule(lm, {"ae_fraction": 0.3}) == ("fraction", 0.3)
+    assert plan.source_logit_schedule(build_model("decoder_only", "tiny", {"ae_steps": 40}, 100, 100),
+                                      {"ae_steps": 40}) == ("steps", 40)
+    assert plan.source_logit_schedule(build_model("decoder_only", "tiny", {"ae_loss": False}, 100, 100), {}) is None
