@@ -165,15 +165,22 @@ def bootstrap_counts(sentences: int, samples: int = BOOTSTRAP_SAMPLES, seed: int
     rng = np.random.default_rng(sacrebleu_seed() if seed is None else seed)
     indices = rng.choice(sentences, size=(samples, sentences), replace=True)
     offsets = (np.arange(samples) * sentences)[:, None]
-    return np.bincount((indices + offsets).ravel(), minlength=samples * sentences).reshape(samples, sentences)
+    drawn = np.bincount((indices + offsets).ravel(), minlength=samples * sentences).reshape(samples, sentences)
+    return drawn.astype(np.float64)  # a resample's totals: one float product, counts exact
+
+
+def percentile_ends(values: np.ndarray) -> tuple[float, float]:
+    """The values at the 2.5th and 97.5th percentile positions of the sorted resamples,
+    as sacreBLEU's ``estimate_ci`` picks them."""
+    ordered = np.sort(values)
+    lower = len(ordered) // 40
+    return float(ordered[lower]), float(ordered[len(ordered) - lower - 1])
 
 
 def estimate_ci(scores: np.ndarray) -> tuple[float, float]:
-    """sacreBLEU's ``estimate_ci``: the mean, and half the distance between the scores at
-    the 2.5th and 97.5th percentile positions of the sorted resamples."""
-    ordered = np.sort(scores)
-    lower = len(ordered) // 40
-    return float(ordered.mean()), float(0.5 * (ordered[len(ordered) - lower - 1] - ordered[lower]))
+    """sacreBLEU's ``estimate_ci``: the mean, and half the distance between the ends."""
+    low, high = percentile_ends(scores)
+    return float(np.mean(scores)), 0.5 * (high - low)
 
 
 def resampled_scores(system: SeededSystem, metric_name: str, metric: Metric, counts: np.ndarray,
@@ -181,7 +188,7 @@ def resampled_scores(system: SeededSystem, metric_name: str, metric: Metric, cou
     """The system's score on each resample of sentences, shape (samples,): the mean over
     its seeds, or over ``seed_picks`` (samples, K), seeds drawn with replacement."""
     statistics = system.statistics[metric_name]
-    per_seed = np.stack([corpus_scores(metric, counts.astype(np.float64) @ statistics[k])
+    per_seed = np.stack([corpus_scores(metric, counts @ statistics[k])
                          for k in range(len(statistics))], axis=1)  # (samples, K)
     if seed_picks is not None:
         per_seed = np.take_along_axis(per_seed, seed_picks, axis=1)
@@ -218,13 +225,12 @@ def paired_bootstrap(first: SeededSystem, second: SeededSystem, metric_name: str
     deltas = (resampled_scores(second, metric_name, metric, counts)
               - resampled_scores(first, metric_name, metric, counts))
     centred = deltas - deltas.mean()
-    ordered = np.sort(deltas)
-    lower = len(ordered) // 40
     spread = np.abs(deltas)
+    low, high = percentile_ends(deltas)
     return {"delta": observed,
             "p": _p_value(np.abs(centred) >= abs(observed) - _TIE),
             "p_sacrebleu": _p_value(spread - spread.mean() > abs(observed)),
-            "delta_low": float(ordered[lower]), "delta_high": float(ordered[len(ordered) - lower - 1])}
+            "delta_low": low, "delta_high": high}
 
 
 def paired_randomization(first: SeededSystem, second: SeededSystem, metric_name: str, metric: Metric,

@@ -65,23 +65,23 @@ def train_worker(loop_config: dict) -> None:
     tokenized = args.fetch_tokenized()
     train_split, valid_split = TokenizedSplit(tokenized, "train"), TokenizedSplit(tokenized, "valid")
     facts = vocabulary_facts(tokenized, train_split.vocab)
+    torch.manual_seed(training.seed)  # the same initial weights on every worker
+    model = build_for_vocabulary(config.model, facts)
     if plan.needs_planning(config):
         # Fractions of the run (warmup, checkpoints, ae_fraction) in updates, the same on
         # every worker: planned from the data and the model's FLOPs, before training.
-        sizing_model = build_for_vocabulary(config.model, facts)
         updates = plan.planned_updates(training, train_split.src_lengths, train_split.tgt_lengths, world,
-                                       lambda s, t, source: training_flops(sizing_model, s, t, source),
-                                       plan.source_logit_schedule(sizing_model, config.model.settings))
+                                       lambda s, t, source: training_flops(model, s, t, source),
+                                       plan.source_logit_schedule(model, config.model.settings))
         config = plan.resolve(config, updates)
         training = config.train
-
-    torch.manual_seed(training.seed)  # the same initial weights on every worker
+        plan.apply_settings(model, config.model)
     progress, history, best = TrainingProgress(), [], None
     # The schedule reads what has been spent through the name ``progress``, not this
     # object: restoring a checkpoint below rebinds the name to the restored progress.
     # DeepSpeed steps the schedule inside an update, before the loop counts it, so the
     # counts cover ``progress.step`` updates then, in a resumed run as in a fresh one.
-    engine = build_engine(build_for_vocabulary(config.model, facts), training, hardware["precision"],
+    engine = build_engine(model, training, hardware["precision"],
                           spent=lambda: Spent(progress.step, progress.train_flops, progress.train_tokens))
 
     checkpoint = checkpointer.newest_resumable(args.run_dir, args.filesystem, world, training.zero_stage)

@@ -15,6 +15,7 @@ updates of the plan; ``average_fraction`` is taken from the updates actually mad
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -89,6 +90,15 @@ def resolve(config: TrainStageConfig, updates: int | None) -> TrainStageConfig:
         return config
     return config.model_copy(update={"train": training.model_copy(update=changes),
                                      "model": config.model.model_copy(update={"settings": settings})})
+
+
+def apply_settings(model, spec) -> None:
+    """Give a model built before ``resolve`` the ``ae_steps`` it resolved from its
+    ``ae_fraction`` (its loss reads ``model.config``): one model is built, not one to
+    plan with and one to train."""
+    config = getattr(model, "config", None)
+    if getattr(config, "ae_fraction", None) is not None and "ae_steps" in spec.settings:
+        model.config = dataclasses.replace(config, ae_steps=spec.settings["ae_steps"], ae_fraction=None)
 
 
 def averaged(checkpoint_steps: list[int], training: TrainConfig) -> list[int]:

@@ -136,3 +136,20 @@ def test_the_source_logit_schedule_follows_the_model_settings():
     assert plan.source_logit_schedule(build_model("decoder_only", "tiny", {"ae_steps": 40}, 100, 100),
                                       {"ae_steps": 40}) == ("steps", 40)
     assert plan.source_logit_schedule(build_model("decoder_only", "tiny", {"ae_loss": False}, 100, 100), {}) is None
+
+
+def test_the_model_built_before_planning_gets_the_resolved_ae_steps():
+    from stages.models.build import build_model
+    from stages.models.decoder_only import ae_weight
+    from stages.models.spec import ModelSpec
+
+    spec = ModelSpec(name="lm", family="decoder_only", preset="tiny", settings={"ae_fraction": 0.5})
+    model = build_model("decoder_only", "tiny", dict(spec.settings), 100, 100)
+    config = plan.resolve(TrainStageConfig(model=spec, train=TrainConfig(max_steps=200)), 200)
+    plan.apply_settings(model, config.model)
+    assert model.config.ae_steps == 100 and model.config.ae_fraction is None
+    assert ae_weight(99, model.config) > 0 and ae_weight(100, model.config) == 0
+    other = build_model("transformer", "tiny", {}, 100, 100)
+    before = other.config
+    plan.apply_settings(other, config.model)
+    assert other.config is before
