@@ -10,6 +10,22 @@ import pytest
 from tests.helpers import MULTI30K, clean_slice
 
 
+# The end-to-end files that take longest, longest first (measured under ``pytest -n 2``:
+# benchmarks/reports/*_ci_times_*.md). With ``--dist loadfile`` (pyproject.toml) a
+# worker takes the next file in collection order when it is free; started last, the
+# fault matrix or the multi-node cluster ran alone for minutes while the other worker
+# had nothing left.
+LONGEST_FIRST = ("test_multinode.py", "test_train.py", "test_faults.py", "test_serve.py", "test_concurrent_runs.py",
+                 "test_evaluate_report.py", "test_pipeline.py")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    def rank(item: pytest.Item) -> int:
+        name = item.path.name
+        return LONGEST_FIRST.index(name) if name in LONGEST_FIRST else len(LONGEST_FIRST)
+    items.sort(key=rank)  # stable: a file's tests keep their order
+
+
 @pytest.fixture(scope="session")
 def multi30k() -> Path:
     """The shared corpus. Absent, the tests that need it skip with the reason, except in
@@ -41,9 +57,15 @@ def local_ray():
     its State API where its own processes find it, as ``nmt run``'s."""
     import ray
 
-    from pipeline.runner import point_state_api_at_own_dashboard
+    from pipeline.runner import PREEMPTION_WATCHER_ENV, point_state_api_at_own_dashboard
 
+    # As nmt run's own local instance: its processes inherit the setting, and the tests'
+    # other commands (a cluster's driver among them) do not.
+    ours = PREEMPTION_WATCHER_ENV not in os.environ
+    os.environ.setdefault(PREEMPTION_WATCHER_ENV, "0")
     ray.init(address="local", num_cpus=2, dashboard_port=point_state_api_at_own_dashboard(), log_to_driver=False)
+    if ours:
+        del os.environ[PREEMPTION_WATCHER_ENV]
     yield
     ray.shutdown()
 
