@@ -10,22 +10,6 @@ import pytest
 from tests.helpers import MULTI30K, clean_slice
 
 
-# The end-to-end files that take longest, longest first (measured under ``pytest -n 2``:
-# benchmarks/reports/*_ci_times_*.md). With ``--dist loadfile`` (pyproject.toml) a
-# worker takes the next file in collection order when it is free; started last, the
-# fault matrix or the multi-node cluster ran alone for minutes while the other worker
-# had nothing left.
-LONGEST_FIRST = ("test_multinode.py", "test_train.py", "test_faults.py", "test_serve.py", "test_concurrent_runs.py",
-                 "test_evaluate_report.py", "test_pipeline.py")
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    def rank(item: pytest.Item) -> int:
-        name = item.path.name
-        return LONGEST_FIRST.index(name) if name in LONGEST_FIRST else len(LONGEST_FIRST)
-    items.sort(key=rank)  # stable: a file's tests keep their order
-
-
 @pytest.fixture(scope="session")
 def multi30k() -> Path:
     """The shared corpus. Absent, the tests that need it skip with the reason, except in
