@@ -84,11 +84,12 @@ def findings(comparison: dict) -> list[str]:
     for test in comparison["tests"]:
         if test["metric"] != "BLEU":
             continue
-        ahead, behind = (test["b"], test["a"]) if test["delta"] > 0 else (test["a"], test["b"])
-        low, high = sorted((abs(test["delta_low"]), abs(test["delta_high"])))
-        spans_zero = test["delta_low"] <= 0 <= test["delta_high"]
-        interval = (f"[{test['delta_low']:+.2f}, {test['delta_high']:+.2f}]" if spans_zero
-                    else f"[{low:.2f}, {high:.2f}]")
+        # The delta is b - a; the sentence says how far the one ahead leads, with that
+        # lead's interval (the delta's, turned round where a is ahead).
+        sign = 1 if test["delta"] > 0 else -1
+        ahead, behind = (test["b"], test["a"]) if sign > 0 else (test["a"], test["b"])
+        low, high = sorted((sign * test["delta_low"], sign * test["delta_high"]))
+        interval = f"[{low:+.2f}, {high:+.2f}]" if low <= 0 <= high else f"[{low:.2f}, {high:.2f}]"
         said = f"{ahead} scored {abs(test['delta']):.2f} BLEU above {behind} {interval}: "
         if test["significant"]:
             said += ("significant" if test["seeds"] > 1 else

@@ -94,3 +94,15 @@ def test_the_findings_are_written_from_each_pairs_own_verdict(references):
     one = adjust(paired_tests([system("a", references, (0.1, 1)), system("b", references, (0.5, 2))],
                               bootstrap_counts(len(references), 300, seed=2), randomization_trials=300))
     assert "with one seed each (seed variation not measured)" in findings({"tests": one})[0]
+
+
+def test_a_lead_is_given_with_its_own_interval_whichever_side_is_ahead():
+    def row(delta: float, low: float, high: float) -> dict:
+        return {"metric": "BLEU", "a": "a", "b": "b", "delta": delta, "delta_low": low, "delta_high": high,
+                "significant": False, "seeds": 1, "p_sentences_holm": 0.47}
+    # a ahead by 0.13 (b - a = -0.13, interval [-0.50, +0.18]): a's lead is in [-0.18, +0.50].
+    assert findings({"tests": [row(-0.13, -0.50, 0.18)]}) == [
+        "a scored 0.13 BLEU above b [-0.18, +0.50]: not significant (Holm p 0.470)."]
+    assert findings({"tests": [row(0.13, -0.18, 0.50)]}) == [
+        "b scored 0.13 BLEU above a [-0.18, +0.50]: not significant (Holm p 0.470)."]
+    assert findings({"tests": [row(-1.71, -2.30, -1.17)]})[0].startswith("a scored 1.71 BLEU above b [1.17, 2.30]")
