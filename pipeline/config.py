@@ -67,8 +67,8 @@ class ExperimentConfig(Section):
                 self.train_stage_config(model)
             except ValidationError as error:
                 problem = error.errors()[0]
-                where = ".".join(str(part) for part in problem["loc"])
-                raise ValueError(f"model {model.name!r}: train.{where}: {problem['msg']}") from None
+                where = ".".join(["train", *(str(part) for part in problem["loc"])])
+                raise ValueError(f"model {model.name!r}: {where}: {problem['msg']}") from None
         return self
 
     def train_stage_config(self, model: ModelSpec) -> TrainStageConfig:

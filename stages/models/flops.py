@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from torch import nn
 
-from stages.models.decoder_only import DecoderOnlyTranslator
+from stages.models.decoder_only import DecoderOnlyTranslator, ae_weight
 from stages.models.rnn import RnnTranslator
 from stages.models.transformer import Transformer
 
@@ -95,8 +95,6 @@ def training_flops(model: nn.Module, src_len: int, tgt_len: int, source_logits: 
 def projects_source(model: nn.Module, step: int) -> bool:
     """Whether update ``step`` computes source logits: a decoder-only model's while its
     reconstruction loss weighs something (stages/train/loss.py), never another family."""
-    from stages.models.decoder_only import ae_weight
-
     return isinstance(model, DecoderOnlyTranslator) and ae_weight(step, model.config) > 0
 
 

@@ -149,7 +149,8 @@ def final_weights(checkpoints: list[SavedCheckpoint], averaged_steps: list[int],
     checkpoints at ``averaged_steps`` (Vaswani et al. 2017, section 6.1; which ones:
     ``plan.averaged``), with every name of a tied parameter filled in; every other
     checkpoint is slimmed on the way (``slim``)."""
-    averaged = {c.step: checkpoint_weights(c, zero_stage) for c in checkpoints if c.step in set(averaged_steps)}
+    steps = set(averaged_steps)
+    averaged = {c.step: checkpoint_weights(c, zero_stage) for c in checkpoints if c.step in steps}
     for checkpoint in checkpoints[:-1]:
         if checkpoint.resumable:
             slim(checkpoint, averaged.get(checkpoint.step) or checkpoint_weights(checkpoint, zero_stage))

@@ -13,6 +13,11 @@ from pipeline.section import Section
 from stages.models.spec import ModelSpec
 
 
+# The rule every fraction of the run shares, named in its error.
+NEEDS_A_PLAN = ("is a share of the run's planned updates, which only max_steps, max_epochs, max_train_tokens or "
+                "max_train_flops can plan (not max_wall_time)")
+
+
 class TrainConfig(Section):
     """How every model is trained: one section, so the comparison is like for like.
 
@@ -131,6 +136,11 @@ class TrainConfig(Section):
                              "each worker")
         return self
 
+    def plans_updates(self) -> bool:
+        """Whether a budget other than wall time bounds the run, so that its number of
+        updates can be planned before it starts (stages/train/plan.py)."""
+        return any(budget is not None for budget in (self.max_steps, self.max_epochs, self.max_train_tokens,
+                                                     self.max_train_flops))
 
     def _check_fractions(self) -> None:
         """Each of warmup, checkpoint interval and averaging window is set one way."""
@@ -140,10 +150,8 @@ class TrainConfig(Section):
                 raise ValueError(f"set {absolute} or {fraction}, not both: {fraction} is a share of the run's "
                                  f"planned updates, {absolute} a number")
         fractions = [name for name in ("warmup_fraction", "checkpoint_fraction") if getattr(self, name) is not None]
-        if fractions and all(budget is None for budget in (self.max_steps, self.max_epochs, self.max_train_tokens,
-                                                             self.max_train_flops)):
-            raise ValueError(f"{fractions[0]} is a share of the run's planned updates, which only max_steps, "
-                             "max_epochs, max_train_tokens or max_train_flops can plan (not max_wall_time)")
+        if fractions and not self.plans_updates():
+            raise ValueError(f"{fractions[0]} {NEEDS_A_PLAN}")
         if self.average_fraction is not None:
             if self.checkpoint_fraction is None:
                 raise ValueError("average_fraction needs checkpoint_fraction, so that the checkpoints it averages "
@@ -163,3 +171,9 @@ class TrainStageConfig(Section):
 
     model: ModelSpec
     train: TrainConfig
+
+    @model_validator(mode="after")
+    def _ae_fraction_needs_a_plan(self) -> TrainStageConfig:
+        if self.model.settings.get("ae_fraction") is not None and not self.train.plans_updates():
+            raise ValueError(f"settings.ae_fraction {NEEDS_A_PLAN}")
+        return self

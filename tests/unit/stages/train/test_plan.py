@@ -88,6 +88,19 @@ def test_bad_fractions_name_the_key_and_the_rule(tmp_path, settings, message):
         load_config(path)
 
 
+def test_an_ae_fraction_without_a_budget_to_plan_names_the_setting(tmp_path):
+    from pipeline.config import ConfigError
+
+    text = DEFAULT_JOB.read_text(encoding="utf-8")
+    text = "\n".join(line for line in text.splitlines()
+                     if not line.strip().startswith(("warmup_fraction:", "checkpoint_fraction:", "average_fraction:",
+                                                     "max_train_flops:", "budgets:", "schedule:", "lr:")))
+    with pytest.raises((ConfigError, ValueError), match="decoder_only_tiny.*settings.ae_fraction is a share"):
+        path = tmp_path / "job.yaml"
+        path.write_text(text, encoding="utf-8")
+        load_config(path)
+
+
 def test_each_budget_of_the_default_job_warms_up_and_averages_where_it_should(tokenized):
     """The default job's fractions on the test corpus's batches: warmup a tenth of each
     run, and the averaged checkpoints all after the warmup, in the run's last fifth."""
