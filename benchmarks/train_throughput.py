@@ -42,10 +42,10 @@ import torch  # noqa: E402
 
 from pipeline.hardware import detect_device, native_precisions  # noqa: E402
 from pipeline.peak_flops import measure_matmul_flops, peak_flops  # noqa: E402
-from stages.models.presets import TRANSFORMER_PRESETS  # noqa: E402
-from stages.models.transformer import Transformer  # noqa: E402
+from stages.models.transformer.config import PRESETS as TRANSFORMER_PRESETS  # noqa: E402
+from stages.models.transformer.model import Transformer  # noqa: E402
 from stages.models.flops import training_flops  # noqa: E402
-from stages.train.loss import label_smoothed_cross_entropy  # noqa: E402
+from stages.models.cross_entropy import label_smoothed_cross_entropy  # noqa: E402
 
 VOCAB = 8000
 

@@ -22,7 +22,7 @@ def train_briefly(tokenized: Path, output: Path, family: str, settings: dict | N
     )
     from stages.models.spec import ModelSpec
     from stages.train.data import TokenizedSplit
-    from stages.train.loss import translation_loss
+    from stages.models.loss import translation_loss
 
     train = TokenizedSplit(tokenized, "train")
     facts = vocabulary_facts(tokenized, train.vocab)

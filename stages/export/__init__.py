@@ -72,6 +72,7 @@ def export_model(model_file: Path, format: str, output: Path, quantization: str 
             raise ExportError(f"{output} already exists: pick another directory or pass --force")
         check_replaceable(output, files.weights.parent)
     model, data = load_model_file(files.weights)
+    check_format(model, format)
     output.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{output.name}.", dir=output.parent))
     try:
@@ -90,6 +91,37 @@ def export_model(model_file: Path, format: str, output: Path, quantization: str 
         shutil.rmtree(staging, ignore_errors=True)
         raise
     return output
+
+
+def check_format(model, format: str) -> None:
+    """Raise ExportError, before anything is written, where ``format`` cannot hold
+    ``model``: the reason, and the formats that can."""
+    try:
+        _check(model, format)
+    except ExportError as error:
+        holding = [other for other in FORMATS if other != format and _holds(model, other)]
+        raise ExportError(f"{error}; formats that hold this model: {', '.join(holding) or 'none'}") from None
+
+
+def _check(model, format: str) -> None:
+    if format == "ctranslate2":
+        from stages.export.ctranslate2 import ctranslate2_refusal
+
+        refusal = ctranslate2_refusal(model)
+        if refusal:
+            raise ExportError(refusal)
+    else:
+        from stages.export.marian import check_exportable
+
+        check_exportable(model)
+
+
+def _holds(model, format: str) -> bool:
+    try:
+        _check(model, format)
+    except ExportError:
+        return False
+    return True
 
 
 def _move_into_place(staging: Path, output: Path) -> None:

@@ -20,6 +20,7 @@ import torch
 from torch import Tensor, nn
 
 from stages.export import ExportError
+from stages.models.families import family_of
 
 
 def write_marian(model: nn.Module, data: dict, files, output: Path) -> None:
@@ -61,7 +62,7 @@ def write_marian(model: nn.Module, data: dict, files, output: Path) -> None:
 
 def check_exportable(model: nn.Module):
     """The Transformer's config, if MarianMTModel can hold it; else why not."""
-    if model.family != "transformer":
+    if not family_of(model).marian:
         raise ExportError(f"the huggingface format (MarianMTModel) does not support the {model.family} family: "
                           "it holds encoder-decoder Transformers (for a decoder-only model, use --format "
                           "ctranslate2, which exports it as a Generator)")

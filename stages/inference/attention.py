@@ -25,12 +25,7 @@ from torch import Tensor, nn
 
 from stages.inference.search import SearchSettings
 from stages.inference.translator import Translation, Translator
-from stages.models.rnn import Attention as RnnAttention
-from stages.models.transformer import MultiHeadAttention
-
-# Module names (model.named_modules) -> the kind of map they make.
-KINDS = {"attention": "encoder self-attention", "self_attention": "decoder self-attention",
-         "cross_attention": "cross-attention"}
+from stages.models.families import family_of
 
 
 @dataclass(frozen=True)
@@ -68,7 +63,7 @@ def sentence_attention(translator: Translator, line: str, search: SearchSettings
     target = [translator.tgt_spm.id_to_piece(i) if i != translator.eos_id else "</s>" for i in target_ids]
     target_inputs = ["<s>"] + target[:-1]
     maps, tags = [], ()
-    if model.family == "decoder_only":
+    if any(kind == "self-attention" for kind, _ in captured):  # one stack over the tagged sequence
         src_tag, tgt_tag = (translator.src_spm.id_to_piece(i) for i in (model.src_tag_id, model.tgt_tag_id))
         sequence = [src_tag, *source, tgt_tag, *target[:-1]]
         tags = (src_tag, tgt_tag)
@@ -85,40 +80,22 @@ def sentence_attention(translator: Translator, line: str, search: SearchSettings
 @torch.no_grad()
 def capture(model: nn.Module, src: Tensor, tgt_in: Tensor) -> dict[tuple[str, int], Tensor]:
     """{(kind, layer): weights (heads, queries, keys)} of one teacher-forced forward of a
-    single sentence (``src`` (1, S), ``tgt_in`` (1, T))."""
+    single sentence (``src`` (1, S), ``tgt_in`` (1, T)), from the attention modules the
+    model's family names (``ModelFamily.attention_modules``)."""
     captured: dict[tuple[str, int], list[Tensor]] = {}
     handles = []
-    for name, module in model.named_modules():
-        if isinstance(module, MultiHeadAttention):
-            parts = name.split(".")  # e.g. decoder.2.cross_attention, blocks.3.attention
-            kind = "self-attention" if parts[0] == "blocks" else KINDS[parts[-1]]
-            handles.append(module.register_forward_hook(_transformer_hook((kind, int(parts[1])), captured),
-                                                        with_kwargs=True))
-        elif isinstance(module, RnnAttention):
-            handles.append(module.register_forward_hook(_rnn_hook(captured)))
+    for kind, layer, module in family_of(model).attention_modules(model):
+        def hook(module, args, kwargs, output, key=(kind, layer)):
+            captured.setdefault(key, []).append(module.weights_of_call(args, kwargs))
+        handles.append(module.register_forward_hook(hook, with_kwargs=True))
     try:
         model.eval()
         model(src, tgt_in)
     finally:
         for handle in handles:
             handle.remove()
-    # The RNN's attention runs once per target step: its rows (queries) are stacked in order.
+    # An attention that runs once per target step (the RNN's) gives a row each call: stacked in order.
     return {key: torch.cat(parts, dim=2)[0].cpu() for key, parts in captured.items()}
-
-
-def _transformer_hook(key: tuple[str, int], captured: dict):
-    def hook(module: MultiHeadAttention, args, kwargs, output):
-        x, keys = args[0], args[1]
-        mask = args[3] if len(args) > 3 else kwargs.get("mask")
-        captured.setdefault(key, []).append(module.weights(x, keys, mask, kwargs.get("causal", False)))
-    return hook
-
-
-def _rnn_hook(captured: dict):
-    def hook(module: RnnAttention, args, output):
-        state, keys, _, src_valid = args
-        captured.setdefault(("attention", 0), []).append(module.weights(state, keys, src_valid)[:, None, None, :])
-    return hook
 
 
 # --------------------------------------------------------------------------- alignments

@@ -45,7 +45,7 @@ class CTranslate2Translator:
         self.src_spm = spm.SentencePieceProcessor(model_file=str(exported / self.info["src_spm"]))
         self.tgt_spm = spm.SentencePieceProcessor(model_file=str(exported / self.info["tgt_spm"]))
         device, _, index = device.partition(":")
-        engine = ctranslate2.Generator if self.info["family"] == "decoder_only" else ctranslate2.Translator
+        engine = {"generator": ctranslate2.Generator, "translator": ctranslate2.Translator}[self.info["engine"]]
         self.engine = engine(str(exported), device=device, device_index=int(index or 0), intra_threads=threads)
 
     def translate_batch(self, sources: list[list[int]], search: SearchSettings) -> list[list[Translation]]:

@@ -21,81 +21,26 @@ from __future__ import annotations
 
 from torch import nn
 
-from stages.models.decoder_only import DecoderOnlyTranslator, ae_weight
-from stages.models.rnn import RnnTranslator
-from stages.models.transformer import Transformer
+from stages.models.families import family_of
 
 
-def _attention_layer(queries: int, keys: int, d: int, project_keys: bool = True) -> int:
-    projections = 2 * queries * d * d * 2  # query and output projections
-    if project_keys:
-        projections += 2 * keys * d * d * 2  # key and value projections
-    return projections + 2 * 2 * queries * keys * d  # scores and weighted sum
-
-
-def transformer_forward_flops(model: Transformer, src_len: int, tgt_len: int) -> int:
-    c, vocab = model.config, model.output.out_features
-    d, S, T = c.d_model, src_len, tgt_len
-    encoder = c.encoder_layers * (_attention_layer(S, S, d) + 2 * 2 * S * d * c.ff_dim)
-    cross = 2 * T * d * d * 2 + 2 * S * d * d * 2 + 2 * 2 * T * S * d
-    decoder = c.decoder_layers * (_attention_layer(T, T, d) + cross + 2 * 2 * T * d * c.ff_dim)
-    return encoder + decoder + 2 * T * d * vocab
-
-
-def decoder_only_forward_flops(model: DecoderOnlyTranslator, src_len: int, tgt_len: int,
-                               source_logits: bool = True) -> int:
-    c, vocab = model.config, model.output.out_features
-    length = src_len + tgt_len + 1  # source tag, source, target tag, target minus its last token
-    block = _attention_layer(length, length, c.d_model) + 2 * 2 * length * c.d_model * c.ff_dim
-    projected = length if source_logits else tgt_len  # the source tag and source are not projected without
-    return c.layers * block + 2 * projected * c.d_model * vocab
-
-
-def rnn_recurrent_flops(model: RnnTranslator, src_len: int, tgt_len: int) -> int:
-    """The gate products of the encoder and decoder recurrences alone."""
-    c = model.config
-    H, A, half, gates = c.hidden, model.attentional_dim, c.hidden // 2, 4 if c.cell == "lstm" else 3
-    encoder = sum(2 * src_len * 2 * ((c.embed_dim if layer == 0 else H) + half) * gates * half  # two directions
-                  for layer in range(c.encoder_layers))
-    decoder = sum(2 * tgt_len * ((c.embed_dim + A if layer == 0 else H) + H) * gates * H  # input feeding: A wide
-                  for layer in range(c.decoder_layers))
-    return encoder + decoder
-
-
-def rnn_forward_flops(model: RnnTranslator, src_len: int, tgt_len: int) -> int:
-    c, vocab = model.config, model.output.out_features
-    H, A, S, T = c.hidden, model.attentional_dim, src_len, tgt_len
-    bridge = c.encoder_layers * 2 * H * H * (2 if c.cell == "lstm" else 1)
-    precompute = 0 if c.attention == "dot" else 2 * S * H * H
-    per_step = 2 * S * H  # scores (dot, general) or v^T tanh(...) (additive)
-    if c.attention == "additive":
-        per_step += 2 * H * H  # query projection
-    per_step += 2 * S * H + 2 * 2 * H * A + 2 * A * vocab  # weighted sum, combine, output
-    return rnn_recurrent_flops(model, S, T) + bridge + precompute + T * per_step
-
-
-def forward_flops(model: nn.Module, src_len: int, tgt_len: int) -> int:
-    if isinstance(model, Transformer):
-        return transformer_forward_flops(model, src_len, tgt_len)
-    if isinstance(model, DecoderOnlyTranslator):
-        return decoder_only_forward_flops(model, src_len, tgt_len)
-    if isinstance(model, RnnTranslator):
-        return rnn_forward_flops(model, src_len, tgt_len)
-    raise TypeError(f"no FLOPs count for {type(model).__name__}")
+def forward_flops(model: nn.Module, src_len: int, tgt_len: int, source_logits: bool = True) -> int:
+    """One teacher-forced forward pass over a pair, counted by the model's family.
+    ``source_logits=False``: a family that also predicts its source (the decoder-only
+    model's reconstruction loss) leaves the source positions unprojected."""
+    return family_of(model).forward_flops(model, src_len, tgt_len, source_logits)
 
 
 def training_flops(model: nn.Module, src_len: int, tgt_len: int, source_logits: bool = True) -> int:
-    """3 x forward. ``source_logits=False``: a decoder-only model's update once its
-    reconstruction loss has ended, which leaves the source positions unprojected."""
-    if not source_logits and isinstance(model, DecoderOnlyTranslator):
-        return 3 * decoder_only_forward_flops(model, src_len, tgt_len, source_logits=False)
-    return 3 * forward_flops(model, src_len, tgt_len)
+    """3 x forward. ``source_logits=False``: an update that does not predict the source."""
+    return 3 * forward_flops(model, src_len, tgt_len, source_logits)
 
 
 def projects_source(model: nn.Module, step: int) -> bool:
-    """Whether update ``step`` computes source logits: a decoder-only model's while its
-    reconstruction loss weighs something (stages/train/loss.py), never another family."""
-    return isinstance(model, DecoderOnlyTranslator) and ae_weight(step, model.config) > 0
+    """Whether update ``step`` computes source logits: only where the model's family
+    also predicts the source at that step (stages/models/loss.py)."""
+    predicts_source = family_of(model).predicts_source
+    return predicts_source is not None and predicts_source(model, step)
 
 
 def decoding_flops(model: nn.Module, src_len: int, tgt_len: int, beam_size: int) -> int:
@@ -109,12 +54,10 @@ def decoding_flops(model: nn.Module, src_len: int, tgt_len: int, beam_size: int)
     part of ``forward_flops``. An estimate: every hypothesis is taken at the output's
     length, though the search ends a sentence only once ``beam_size`` have finished.
     """
-    source_part = forward_flops(model, src_len, 0)
-    target_part = forward_flops(model, src_len, tgt_len) - source_part
-    if isinstance(model, DecoderOnlyTranslator):
-        # Training predicts every position (the source too, with ae_loss); decoding reads
-        # the prompt (source tag and source) without projecting it onto the vocabulary.
-        source_part -= 2 * (src_len + 1) * model.config.d_model * model.output.out_features
+    # Decoding reads the source (a decoder-only model's prompt) without projecting it onto
+    # the vocabulary, whatever training predicted.
+    source_part = forward_flops(model, src_len, 0, source_logits=False)
+    target_part = forward_flops(model, src_len, tgt_len, source_logits=False) - source_part
     return source_part + beam_size * target_part
 
 
@@ -153,7 +96,7 @@ def parameter_sides(model: nn.Module) -> dict[str, int]:
 def six_nd(model: nn.Module, src_tokens: float, tgt_tokens: float) -> float:
     """6 x each side's parameters x the tokens that side is applied to (see above)."""
     sides = parameter_sides(model)
-    if isinstance(model, DecoderOnlyTranslator):
+    if family_of(model).one_stack:
         # One stack reads source and target, and training projects every position onto
         # the vocabulary (the source's logits feed its reconstruction loss).
         return 6 * (sides["decoder"] + sides["output"]) * (src_tokens + tgt_tokens)

@@ -9,17 +9,18 @@ from typing import Any, Literal
 from pydantic import Field, model_validator
 
 from pipeline.section import Section
+from stages.models.families import NAMES, family
 
 
 class ModelSpec(Section):
     """One model to train and compare: a family, a named preset, and settings that
-    override the preset's hyperparameters (see stages/models/presets.py).
+    override the preset's hyperparameters (see the family's ``config.py`` under stages/models/).
     ``train`` overrides keys of the experiment's train section for this model only
     (e.g. a learning rate); budgets are best left shared."""
 
     name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")  # the stages' names: train/<name>, evaluate/<name>
-    family: Literal["transformer", "rnn", "decoder_only"]  # stages/models/<family>.py
-    preset: str = "small"  # a named size of the family (presets.py): tiny, small, base, big, ...
+    family: Literal[NAMES]  # a folder of stages/models/, listed in families.py
+    preset: str = "small"  # a named size of the family (its config.py): tiny, small, base, big, ...
     settings: dict[str, Any] = {}  # hyperparameters over the preset's (d_model, layers, dropout, ...)
     train: dict[str, Any] = {}  # train keys for this model only (lr, warmup_steps, ...)
     # Set by the experiment's seeds and budgets, not in a config: the configured model
@@ -29,7 +30,5 @@ class ModelSpec(Section):
 
     @model_validator(mode="after")
     def _preset_and_settings_exist(self) -> ModelSpec:
-        from stages.models.presets import resolve_preset  # torch-free
-
-        resolve_preset(self.family, self.preset, self.settings)
+        family(self.family).resolve(self.preset, self.settings)  # torch-free
         return self

@@ -10,7 +10,6 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (after choosing the backend)
 
-MARKERS = {"rnn": "s", "transformer": "o", "decoder_only": "^"}
 
 BLEU_VS_FLOPS = "bleu_vs_flops.png"
 LOSS_VS_FLOPS = "valid_loss_vs_flops.png"
@@ -54,7 +53,7 @@ def frontier_figure(comparison: dict, title: str):
         flops = [group["train_flops"] for group in groups]
         means = [group["bleu"]["mean"] for group in groups]
         spread = [group["bleu"]["std"] or 0.0 for group in groups]
-        marker = MARKERS.get(family, "D")
+        marker = marker_of(family)
         (line,) = axes.plot(*_law_points(row, row["valid_from"], row["valid_to"], np), label=f"{family}: "
                             f"BLEU ∝ FLOPs^{row['b']:.2f}")
         axes.errorbar(flops, means, yerr=spread, fmt=marker, color=line.get_color(), capsize=0)
@@ -87,7 +86,7 @@ def _law_points(row: dict, start: float, end: float, np):
 def _bleu_vs_flops(records: list[dict], path: Path, title: str) -> None:
     figure, axes = plt.subplots(figsize=(6.4, 4.4))
     for record in records:
-        marker = MARKERS.get(record["family"], "D")
+        marker = marker_of(record["family"])
         dots = axes.scatter(record["train_flops"], record["bleu"], marker=marker, s=60, label=record["name"])
         if record.get("greedy_bleu") is not None:  # the same model decoded greedily: hollow
             axes.scatter(record["train_flops"], record["greedy_bleu"], marker=marker, s=60,
@@ -114,7 +113,7 @@ def _curves(records: list[dict], curves: dict[str, list[dict]], x_field: str, x_
         points = [point for point in curves.get(record["name"]) or [] if "valid_loss" in point]
         if points:
             axes.plot([p[x_field] for p in points], [p["valid_loss"] for p in points],
-                      marker=MARKERS.get(record["family"], "D"), markersize=3, label=record["name"])
+                      marker=marker_of(record["family"]), markersize=3, label=record["name"])
     if x_field == "train_flops":
         axes.set_xscale("log")
     axes.set_xlabel(x_label)
@@ -131,7 +130,7 @@ def _bleu_curves(records: list[dict], curves: dict[str, list[dict]], path: Path,
     figure, (loss_axes, bleu_axes) = plt.subplots(1, 2, figsize=(11, 4.4))
     for record in records:
         points = curves.get(record["name"]) or []
-        marker = MARKERS.get(record["family"], "D")
+        marker = marker_of(record["family"])
         losses = [point for point in points if "valid_loss" in point]
         line, = loss_axes.plot([p["step"] for p in losses], [p["valid_loss"] for p in losses], marker=marker,
                                markersize=3, label=record["name"])
@@ -156,3 +155,11 @@ def _save(figure, path: Path) -> None:
     figure.tight_layout()
     figure.savefig(path, dpi=120)
     plt.close(figure)
+
+
+def marker_of(family_name: str) -> str:
+    """The family's marker (``ModelFamily.plot_marker``); a diamond for a family this
+    code does not know (a run recorded by another version)."""
+    from stages.models.families import FAMILIES
+
+    return next((f.plot_marker for f in FAMILIES if f.name == family_name), "D")

@@ -23,6 +23,7 @@ from pipeline.context import StageContext, TrainingPlacement
 from pipeline.hardware import HardwareError, detect_device, resolve_precision
 from stages.errors import InputDataError
 from stages.tokenize import read_index
+from stages.models.families import family
 from stages.train.config import TrainStageConfig
 
 __all__ = ["VERSION", "RUN_NAME", "RESUMABLE", "TASK_CPUS", "MLFLOW_FILES", "RESOURCES", "run", "preflight"]
@@ -125,5 +126,5 @@ def _check_inputs(tokenized: Path, config: TrainStageConfig) -> None:
         raise InputDataError(f"train {config.model.name!r}: needs tokenize.append_eos: true "
                              "(models learn where a translation ends from EOS)")
     vocab = index["vocab"]
-    if config.model.family == "decoder_only" and not vocab["joint"]:
-        raise InputDataError(f"train {config.model.name!r}: the decoder-only family needs bpe.joint: true")
+    if family(config.model.family).joint_vocabulary and not vocab["joint"]:
+        raise InputDataError(f"train {config.model.name!r}: the {config.model.family} family needs bpe.joint: true")

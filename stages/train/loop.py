@@ -34,7 +34,7 @@ from stages.train.config import TrainStageConfig
 from stages.train.data import Batch, TokenizedSplit
 from stages.train.deepspeed_config import cpu_autocast
 from stages.models.flops import projects_source, training_flops
-from stages.train.loss import translation_loss
+from stages.models.loss import translation_loss
 from stages.train.progress import TrainingProgress, budget_reached
 
 

@@ -63,10 +63,10 @@ def _updates_for_flops(budget: float, early: float, late: float, source_logits: 
 
 
 def source_logit_schedule(model, settings: dict) -> tuple[str, float] | None:
-    """Which updates of ``model`` project the source (stages/train/loss.py): None for a
+    """Which updates of ``model`` project the source (its family's loss): None for a
     model that always or never does, else ``("fraction", ae_fraction)`` (from the
     unresolved ``settings``) or ``("steps", ae_steps)``."""
-    from stages.models.decoder_only import DecoderOnlyTranslator
+    from stages.models.decoder_only.model import DecoderOnlyTranslator
 
     if not isinstance(model, DecoderOnlyTranslator) or not model.config.ae_loss or model.config.prefix_attention:
         return None

@@ -13,6 +13,7 @@ import torch
 
 from stages.export import ExportError, export_model
 from stages.export.marian import marian_dimension_order
+from stages.models.families import FAMILIES, NAMES
 from stages.inference.search import SearchSettings
 from stages.inference.translator import Translator
 from tests.trained_models import train_briefly
@@ -137,7 +138,7 @@ def test_our_sinusoids_in_marians_dimension_order_are_marians():
         MarianSinusoidalPositionalEmbedding,
     )
 
-    from stages.models.transformer import sinusoidal_table
+    from stages.models.layers import sinusoidal_table
 
     marian = MarianSinusoidalPositionalEmbedding(64, 32)
     assert torch.allclose(sinusoidal_table(64, 32)[:, marian_dimension_order(32)], marian.create_weight(), atol=1e-6)
@@ -158,6 +159,22 @@ def test_what_a_format_cannot_hold_is_refused_and_leaves_no_directory(tokenized,
         export_model(model, format, tmp_path / "out")
     assert not (tmp_path / "out").exists()
     assert [p.name for p in tmp_path.iterdir()] == ["model"]  # no staging directory left behind
+
+
+@pytest.mark.parametrize("family", FAMILIES, ids=NAMES)
+def test_every_family_exports_to_ctranslate2_or_is_refused_naming_it_and_what_holds_it(family):
+    """Read from the family list: a family with a CTranslate2 converter passes the check,
+    one without is refused before anything is written, naming itself and the formats
+    that hold it."""
+    from stages.export import check_format
+    from stages.models.build import build_model
+
+    model = build_model(family.name, "tiny", {}, 40, 40)
+    if family.ctranslate2 is not None:
+        check_format(model, "ctranslate2")
+        return
+    with pytest.raises(ExportError, match=f"does not support the {family.name} family.*formats that hold this model"):
+        check_format(model, "ctranslate2")
 
 
 def test_force_replaces_an_earlier_export_and_nothing_else(tokenized, tmp_path, monkeypatch):

@@ -16,7 +16,7 @@ from stages.inference.attention import (
 from stages.inference.search import SearchSettings
 from stages.inference.translator import Translator
 from stages.models.build import build_model
-from stages.models.transformer import MultiHeadAttention
+from stages.models.layers import MultiHeadAttention
 from stages.tokenize import read_index
 
 SENTENCE = "A man in a blue shirt is riding a bike down the street."

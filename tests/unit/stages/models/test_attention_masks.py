@@ -9,9 +9,11 @@ import pytest
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from stages.models.decoder_only import DecoderOnlyTranslator
-from stages.models.presets import DECODER_ONLY_PRESETS, TRANSFORMER_PRESETS
-from stages.models.transformer import MultiHeadAttention, Transformer
+from stages.models.decoder_only.model import DecoderOnlyTranslator
+from stages.models.decoder_only.config import PRESETS as DECODER_ONLY_PRESETS
+from stages.models.transformer.config import PRESETS as TRANSFORMER_PRESETS
+from stages.models.layers import MultiHeadAttention
+from stages.models.transformer.model import Transformer
 
 BATCH, HEADS, LENGTH, WIDTH = 3, 4, 9, 32
 CPU_KERNELS = [SDPBackend.MATH, SDPBackend.FLASH_ATTENTION]  # FLASH: the fused CPU kernel

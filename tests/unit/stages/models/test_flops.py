@@ -52,7 +52,7 @@ def test_once_the_reconstruction_loss_ends_the_source_is_neither_projected_nor_c
     import torch
 
     from stages.models.flops import projects_source, training_flops
-    from stages.train.loss import translation_loss
+    from stages.models.loss import translation_loss
 
     model = build_model("decoder_only", "tiny", {"ae_steps": 5, "dropout": 0.0}, 50, 50)
     model.eval()
@@ -68,7 +68,7 @@ def test_once_the_reconstruction_loss_ends_the_source_is_neither_projected_nor_c
     # After step 5 the loss is L_MT alone, as before, without the source's logits.
     late, late_nll = translation_loss(model, src, tgt[:, :-1], tgt[:, 1:], step=5)
     full = model.forward_all(src, tgt[:, :-1])[1]
-    from stages.train.loss import label_smoothed_cross_entropy
+    from stages.models.cross_entropy import label_smoothed_cross_entropy
 
     expected, _ = label_smoothed_cross_entropy(full, tgt[:, 1:], 0.1, 0)
     assert torch.allclose(late, expected, atol=1e-4)

@@ -9,17 +9,17 @@ import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
-from stages.models.decoder_only import DecoderOnlyTranslator, ae_weight
-from stages.models.presets import (
-    DECODER_ONLY_PRESETS,
-    RNN_PRESETS,
-    TRANSFORMER_PRESETS,
-    resolve_preset,
-)
-from stages.models.rnn import RnnTranslator
-from stages.models.transformer import Transformer
-from stages.models.flops import forward_flops, parameter_counts, rnn_recurrent_flops
-from stages.train.loss import label_smoothed_cross_entropy
+from stages.models.decoder_only.config import ae_weight
+from stages.models.decoder_only.model import DecoderOnlyTranslator
+from stages.models.decoder_only.config import PRESETS as DECODER_ONLY_PRESETS
+from stages.models.families import FAMILIES, NAMES, family
+from stages.models.rnn.config import PRESETS as RNN_PRESETS
+from stages.models.transformer.config import PRESETS as TRANSFORMER_PRESETS
+from stages.models.rnn.model import RnnTranslator
+from stages.models.transformer.model import Transformer
+from stages.models.flops import forward_flops, parameter_counts
+from stages.models.rnn.flops import recurrent_flops as rnn_recurrent_flops
+from stages.models.cross_entropy import label_smoothed_cross_entropy
 
 VOCAB, PAD, BOS, EOS, SRC_TAG, TGT_TAG = 60, 0, 2, 3, 4, 5
 
@@ -72,6 +72,22 @@ def test_incremental_decoding_matches_the_teacher_forced_forward(kind):
             log_probs, state = model.decode_step(state, tgt_in[:, t])
             steps.append(log_probs)
     assert (full - torch.stack(steps, dim=1)).abs().max() < 1e-4
+
+
+def test_every_family_of_the_list_has_a_kind_here():
+    """The kinds above cover each family in stages/models/families.py: a family added
+    there and not here fails."""
+    assert {make(kind).family for kind in KINDS} == set(NAMES)
+
+
+@pytest.mark.parametrize("family", FAMILIES, ids=NAMES)
+def test_every_family_s_tiny_preset_gives_logits_of_the_vocabulary_for_each_target_position(family):
+    from stages.models.build import build_model
+
+    model = build_model(family.name, "tiny", {}, VOCAB, VOCAB, (SRC_TAG, TGT_TAG)).eval()
+    src, tgt_in = batch()
+    with torch.no_grad():
+        assert model(src, tgt_in).shape == (3, tgt_in.size(1), VOCAB)
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -194,15 +210,15 @@ def test_base_presets_of_the_three_families_are_comparable_in_size():
 
 
 def test_preset_overrides_are_validated():
-    assert resolve_preset("transformer", "base", {"pre_norm": True}).pre_norm is True
+    assert family("transformer").resolve("base", {"pre_norm": True}).pre_norm is True
     with pytest.raises(ValueError, match="unknown transformer preset 'huge'"):
-        resolve_preset("transformer", "huge", {})
+        family("transformer").resolve("huge", {})
     with pytest.raises(ValueError, match="unknown rnn setting.*hiden"):
-        resolve_preset("rnn", "tiny", {"hiden": 3})
+        family("rnn").resolve("tiny", {"hiden": 3})
 
 
 def test_decoder_only_loss_adds_the_weighted_source_loss_until_it_decays():
-    from stages.train.loss import translation_loss
+    from stages.models.loss import translation_loss
 
     model = DecoderOnlyTranslator(replace(DECODER_ONLY_PRESETS["tiny"], ae_alpha=0.5, ae_steps=10),
                                   VOCAB, SRC_TAG, TGT_TAG).eval()

@@ -153,7 +153,7 @@ def test_the_source_logit_schedule_follows_the_model_settings():
 
 def test_the_model_built_before_planning_gets_the_resolved_ae_steps():
     from stages.models.build import build_model
-    from stages.models.decoder_only import ae_weight
+    from stages.models.decoder_only.config import ae_weight
     from stages.models.spec import ModelSpec
 
     spec = ModelSpec(name="lm", family="decoder_only", preset="tiny", settings={"ae_fraction": 0.5})

@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from stages.models.dropout import Dropout
-from stages.models.presets import RnnConfig
+from stages.models.rnn.config import RnnConfig
 
 
 class Attention(nn.Module):
@@ -53,6 +53,12 @@ class Attention(nn.Module):
         else:
             scores = torch.bmm(keys, state.unsqueeze(2)).squeeze(2)
         return torch.softmax(scores.masked_fill(~src_valid, float("-inf")), dim=1)
+
+    def weights_of_call(self, args: tuple, kwargs: dict) -> Tensor:
+        """(B, 1 head, 1 query, S): the weights of one ``forward`` call (a forward hook's
+        view), for the one target step it attends for."""
+        bound = dict(zip(("state", "keys", "annotations", "src_valid"), args), **kwargs)
+        return self.weights(bound["state"], bound["keys"], bound["src_valid"])[:, None, None, :]
 
     def forward(self, state: Tensor, keys: Tensor, annotations: Tensor, src_valid: Tensor) -> Tensor:
         """Context vector c_t (B, H) for decoder state s_t (B, H)."""

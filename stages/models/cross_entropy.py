@@ -1,5 +1,6 @@
 """Label-smoothed cross-entropy (Szegedy et al. 2016; Vaswani et al. 2017, section 5.4,
-epsilon_ls = 0.1), summed over non-padding target tokens."""
+epsilon_ls = 0.1), summed over non-padding target tokens: the loss every family trains
+with (``loss.py``), alone or inside its own."""
 
 from __future__ import annotations
 
@@ -48,25 +49,3 @@ class _LabelSmoothedCrossEntropy(torch.autograd.Function):
         grad.mul_(weight * (grad_loss + grad_nll)).sub_(weight * (grad_loss * epsilon / vocab))
         grad.scatter_add_(-1, target.unsqueeze(-1), weight * -(grad_loss * (1.0 - epsilon) + grad_nll))
         return grad.to(ctx.dtype), None, None, None
-
-
-def translation_loss(model, src: Tensor, tgt_in: Tensor, tgt_out: Tensor, step: int = 0,
-                     epsilon: float = 0.1, pad_id: int = 0) -> tuple[Tensor, Tensor]:
-    """The training loss of any family, and the target NLL it reports (both summed).
-
-    Decoder-only models add lambda_d * L_AE, a language-model loss on the source tokens
-    (Wang et al. 2021, section 3.2); lambda_d = ae_weight(step) and is 0 for L_MT alone.
-    """
-    from stages.models.decoder_only import DecoderOnlyTranslator, ae_weight
-
-    if not isinstance(model, DecoderOnlyTranslator):
-        return label_smoothed_cross_entropy(model(src, tgt_in), tgt_out, epsilon, pad_id)
-    weight = ae_weight(step, model.config)
-    # Once L_AE weighs nothing, the source positions are not projected at all (their
-    # logits were 21% of the default job's decoder-only FLOPs): stages/models/flops.py
-    # counts the same.
-    src_logits, tgt_logits = model.forward_all(src, tgt_in, source_logits=weight > 0)
-    loss, nll = label_smoothed_cross_entropy(tgt_logits, tgt_out, epsilon, pad_id)
-    if weight > 0:
-        loss = loss + weight * label_smoothed_cross_entropy(src_logits, src, epsilon, pad_id)[0]
-    return loss, nll

@@ -9,7 +9,7 @@ tag. Padding inside that sequence (after a short source) is invisible: pad keys 
 masked and positions count only real tokens.
 
 Loss (section 3.2): lambda_d * L_AE + L_MT, where L_AE is the language-model loss on
-the source tokens and lambda_d decays piecewise-linearly; see ``ae_weight``.
+the source tokens and lambda_d decays piecewise-linearly; see ``config.ae_weight``.
 """
 
 from __future__ import annotations
@@ -22,20 +22,13 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from stages.models.dropout import Dropout
-from stages.models.presets import DecoderOnlyConfig
-from stages.models.transformer import (
+from stages.models.decoder_only.config import DecoderOnlyConfig
+from stages.models.layers import (
     FeedForward,
     MultiHeadAttention,
     PositionalEmbedding,
     Residual,
 )
-
-
-def ae_weight(step: int, config: DecoderOnlyConfig) -> float:
-    """lambda_d: 1 at step 0, linearly down to alpha at step B, then 0 (section 3.2)."""
-    if not config.ae_loss or config.prefix_attention or step >= config.ae_steps:
-        return 0.0
-    return 1.0 - (1.0 - config.ae_alpha) * step / config.ae_steps
 
 
 class Block(nn.Module):

@@ -1,0 +1,56 @@
+"""The decoder-only translator of Wang et al. (2021), "Language models are good
+translators": one causal stack over ``<src-lang> source <tgt-lang> target``
+(``model.py``), its presets and source-reconstruction schedule (``config.py``), its
+counted FLOPs (``flops.py``), its loss (``loss.py``) and its CTranslate2 converter
+(``ctranslate2.py``)."""
+
+from __future__ import annotations
+
+from stages.models.decoder_only import flops
+from stages.models.decoder_only.config import PRESETS, DecoderOnlyConfig, ae_weight
+from stages.models.family import Ctranslate2Export, ModelFamily
+
+
+def build(config: DecoderOnlyConfig, src_vocab: int, tgt_vocab: int, language_tag_ids: tuple[int, int],
+          pad_id: int):
+    from stages.models.decoder_only.model import DecoderOnlyTranslator
+
+    if src_vocab != tgt_vocab:
+        raise ValueError("the decoder-only family needs a joint vocabulary (bpe.joint: true)")
+    return DecoderOnlyTranslator(config, src_vocab, *language_tag_ids, pad_id=pad_id)
+
+
+def predicts_source(model, step: int) -> bool:
+    """While its reconstruction loss weighs something."""
+    return ae_weight(step, model.config) > 0
+
+
+def loss(*args):
+    from stages.models.decoder_only.loss import reconstruction_loss
+
+    return reconstruction_loss(*args)
+
+
+def attention_modules(model) -> list:
+    """Each block's self-attention over the whole sequence."""
+    return [("self-attention", i, block.attention) for i, block in enumerate(model.blocks)]
+
+
+def ctranslate2_spec(*args):
+    from stages.models.decoder_only.ctranslate2 import spec
+
+    return spec(*args)
+
+
+def ctranslate2_refuses(model) -> str | None:
+    from stages.models.decoder_only.ctranslate2 import refuses
+
+    return refuses(model)
+
+
+FAMILY = ModelFamily(
+    name="decoder_only", config=DecoderOnlyConfig, presets=PRESETS, build=build,
+    forward_flops=flops.forward_flops, plot_marker="^", joint_vocabulary=True, one_stack=True,
+    predicts_source=predicts_source, loss=loss, attention_modules=attention_modules,
+    ctranslate2=Ctranslate2Export(engine="generator", spec=ctranslate2_spec, refuses=ctranslate2_refuses),
+)

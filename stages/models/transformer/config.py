@@ -1,0 +1,33 @@
+"""The Transformer's hyperparameters and its named sizes: the paper's base and big, and
+``tiny`` and ``small`` sized for a CPU.
+
+Torch-free, so that loading a config does not import torch."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class TransformerConfig:
+    """Vaswani et al. (2017), "Attention is all you need", table 3."""
+
+    d_model: int = 512
+    heads: int = 8
+    ff_dim: int = 2048
+    encoder_layers: int = 6
+    decoder_layers: int = 6
+    dropout: float = 0.1  # residual and embedding dropout (section 5.4)
+    attention_dropout: float = 0.0  # on the attention weights: not in the paper; turns off SDPA's fused kernels
+    pre_norm: bool = False  # the paper is post-LN; pre-LN (with a final LayerNorm) trains more stably
+    learned_positions: bool = False
+    share_embeddings: bool = True  # source, target and output: needs a joint vocabulary (section 3.4)
+    max_positions: int = 1024
+
+
+PRESETS = {
+    "tiny": TransformerConfig(d_model=64, heads=4, ff_dim=128, encoder_layers=2, decoder_layers=2, dropout=0.1),
+    "small": TransformerConfig(d_model=256, heads=4, ff_dim=1024, encoder_layers=3, decoder_layers=3, dropout=0.1),
+    "base": TransformerConfig(),
+    "big": TransformerConfig(d_model=1024, heads=16, ff_dim=4096, dropout=0.3),
+}
