@@ -17,6 +17,12 @@ sentence is done once k hypotheses have finished (the early stop) or when it rea
 its maximum length, where EOS is the only continuation left; before ``min_length``
 tokens EOS is not a continuation at all. Done sentences leave the
 batch, so the rest decode without them. Beam size 1 is greedy decoding.
+
+The search is in three parts, each tested on its own: the per-step adjustments of the
+model's log-probabilities (``constrain_step``: banned tokens, the minimum length, EOS at
+the length limit), the choice of candidates (``best_candidates``, ``finish`` and
+``continuing``), and following the surviving beams (``follow``: the model's state and
+the tokens so far). ``beam_search`` runs them step by step.
 """
 
 from __future__ import annotations
@@ -24,9 +30,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from stages.inference.search import DEFAULT_SEARCH
+from stages.models.protocol import TranslationModel
 
 
 @dataclass(frozen=True)
@@ -52,7 +59,7 @@ def max_output_lengths(src: Tensor, pad_id: int, a: float, b: int, positions: in
     return limits
 
 
-def model_positions(model: nn.Module) -> int | None:
+def model_positions(model: TranslationModel) -> int | None:
     """The positions a model's position table has (None when it has none: the RNN)."""
     return getattr(getattr(model, "config", None), "max_positions", None)
 
@@ -86,8 +93,91 @@ def row_top_k(values: Tensor, k: int, groups: int = 16) -> tuple[Tensor, Tensor]
     return top, torch.where(in_table, token_in_table, at - groups * k + groups * width)
 
 
+def constrain_step(log_probs: Tensor, step: int, banned: Tensor, eos_id: int, min_length: int,
+                   rows_at_limit: Tensor | None) -> None:
+    """The per-step score adjustments, in place on (rows, V) log-probabilities: ``banned``
+    tokens are never generated, EOS not before ``min_length`` tokens, and a row at its
+    length limit (``rows_at_limit``) may only end, with the log-probability the model
+    gave EOS. (The length penalty applies to finished hypotheses: ``finish``.)"""
+    eos_at_limit = log_probs[rows_at_limit, eos_id] if rows_at_limit is not None else None
+    log_probs.index_fill_(1, banned, float("-inf"))
+    if step < min_length:
+        log_probs[:, eos_id] = float("-inf")
+    if rows_at_limit is not None:
+        log_probs[rows_at_limit] = float("-inf")
+        log_probs[rows_at_limit, eos_id] = eos_at_limit
+
+
+@dataclass(frozen=True)
+class Candidates:
+    """Each live sentence's 2k best continuations, best first (live, 2k each)."""
+
+    scores: Tensor  # cumulative log-probabilities
+    beams: Tensor  # the beam each continues
+    tokens: Tensor  # the token each adds
+
+
+def best_candidates(scores: Tensor, log_probs: Tensor, k: int) -> Candidates:
+    """The 2k best continuations of each sentence's beams (``scores``: (live, beams)
+    cumulative log-probabilities; ``log_probs``: (live * beams, V) of the next token)."""
+    live, beams, vocab = scores.size(0), scores.size(1), log_probs.size(1)
+    # A sentence's 2k best continuations are among its beams' own 2k best each: take
+    # those first (B * beams rows of the vocabulary), then the 2k best of their
+    # beams * 2k. That reads the (B * beams, V) log-probabilities once, where adding
+    # the beams' scores to every entry before one top-k wrote and read them again.
+    per_beam = min(2 * k, vocab)
+    beam_scores, beam_tokens = row_top_k(log_probs, per_beam)
+    totals = (scores.view(-1, 1) + beam_scores).view(live, beams * per_beam)
+    top_scores, top_ids = totals.topk(min(2 * k, beams * per_beam), dim=1)
+    return Candidates(top_scores, top_ids // per_beam, beam_tokens.view(live, -1).gather(1, top_ids))
+
+
+def finish(candidates: Candidates, k: int, eos_id: int, step: int, alpha: float, tokens: Tensor,
+           sentence_ids: list[int], finished: list[list[Hypothesis]]) -> None:
+    """Adds to ``finished`` (per original sentence) the hypotheses that end here: EOS
+    among a sentence's first k candidates, while it has fewer than k finished. A
+    hypothesis' score is its log-probability over the length penalty of its
+    ``step + 1`` tokens. ``tokens``: (live * beams, step + 1) the beams' tokens so far."""
+    beams = tokens.size(0) // len(sentence_ids)
+    rank = torch.arange(candidates.tokens.size(1), device=candidates.tokens.device)
+    ending = (candidates.tokens == eos_id) & (rank < k) & torch.isfinite(candidates.scores)
+    # The bookkeeping is kept on the host: on a GPU each value read back from the device
+    # makes the host wait, so a step reads back one small tensor, plus the finished
+    # hypotheses' tokens on steps where some finish.
+    read = torch.stack([ending.float(), candidates.scores, candidates.beams.float()]).cpu()
+    ending_at = read[0].nonzero().tolist()
+    if not ending_at:
+        return
+    _, scores, from_beams = read.tolist()
+    rows = torch.tensor([row * beams + int(from_beams[row][at]) for row, at in ending_at])
+    prefixes = tokens[rows.to(tokens.device), 1:].tolist()
+    for (row, at), prefix in zip(ending_at, prefixes):
+        sentence = finished[sentence_ids[row]]
+        if len(sentence) < k:
+            sentence.append(Hypothesis(tuple(prefix), scores[row][at], scores[row][at] / length_penalty(step + 1, alpha)))
+
+
+def continuing(candidates: Candidates, k: int, eos_id: int, beams: int) -> Candidates:
+    """The k best candidates that do not end in EOS, in score order. At most one a beam
+    ends in EOS, so there are k of them, but for a vocabulary smaller than the beam at
+    the first step: then fewer beams go on, and the next step spreads to k."""
+    count = candidates.tokens.size(1)
+    rank = torch.arange(count, device=candidates.tokens.device)
+    order = ((candidates.tokens == eos_id).long() * count + rank).argsort(dim=1)[:, :min(k, count - beams)]
+    return Candidates(candidates.scores.gather(1, order), candidates.beams.gather(1, order),
+                      candidates.tokens.gather(1, order))
+
+
+def follow(model: TranslationModel, state, tokens: Tensor, going_on: Candidates, keep: Tensor, beams: int):
+    """The state and tokens of the beams that go on: of the sentences ``keep``, the beams
+    ``going_on`` continues, each with its new token. (state, tokens)."""
+    rows = ((keep * beams).unsqueeze(1) + going_on.beams[keep]).view(-1)
+    state = model.reorder_state(state, rows, keep)
+    return state, torch.cat([tokens[rows], going_on.tokens[keep].view(-1, 1)], dim=1)
+
+
 @torch.no_grad()
-def beam_search(model: nn.Module, src: Tensor, beam_size: int, *, bos_id: int, eos_id: int, pad_id: int,
+def beam_search(model: TranslationModel, src: Tensor, beam_size: int, *, bos_id: int, eos_id: int, pad_id: int,
                 alpha: float = DEFAULT_SEARCH.length_penalty, max_length_a: float = DEFAULT_SEARCH.max_length_a,
                 max_length_b: int = DEFAULT_SEARCH.max_length_b, min_length: int = DEFAULT_SEARCH.min_length,
                 nbest: int = 1, banned_ids: tuple[int, ...] | None = None) -> list[list[Hypothesis]]:
@@ -108,81 +198,35 @@ def beam_search(model: nn.Module, src: Tensor, beam_size: int, *, bos_id: int, e
     # rows a sentence, one per beam, once the first step's candidates have spread them (a
     # family may keep what a sentence's beams share once a sentence).
     state = model.start_decoding(src)
-    # The bookkeeping of which sentence is where, and how long it may grow, is kept on
-    # the host: on a GPU each value read back from the device makes the host wait, so
-    # a step reads back one small tensor (the candidates), plus the finished
-    # hypotheses' tokens on steps where some finish. Per-sentence values the loop reads
-    # one by one are Python lists: reading a tensor element costs microseconds of op
-    # dispatch, and that per-step overhead runs on one thread whatever the thread count.
+    # Per-sentence values the loop reads one by one are Python lists: reading a tensor
+    # element costs microseconds of op dispatch, and that per-step overhead runs on one
+    # thread whatever the thread count.
     sentence_ids = list(range(batch))  # original index of each live sentence
     limits = max_output_lengths(src, pad_id, max_length_a, max_length_b, model_positions(model)).cpu()
     tokens = torch.full((batch, 1), bos_id, dtype=torch.long, device=device)
     scores = torch.zeros((batch, 1), device=device)  # (sentences, live beams each)
-    candidate_rank = torch.arange(2 * k, device=device)
 
     for step in range(int(limits.max())):
         log_probs, state = model.decode_step(state, tokens[:, -1])
         log_probs = log_probs.float()
-        live, beams, vocab = scores.size(0), scores.size(1), log_probs.size(1)
+        beams = scores.size(1)
         at_limit = step + 1 >= limits
-        any_at_limit = bool(at_limit.any())
-        if any_at_limit:  # the last allowed token: EOS, with the log-probability the model gave it
+        rows_at_limit = None
+        if bool(at_limit.any()):  # the last allowed token: EOS
             rows_at_limit = at_limit.nonzero().squeeze(1).to(device)
             rows_at_limit = (rows_at_limit.unsqueeze(1) * beams + torch.arange(beams, device=device)).view(-1)
-            eos_at_limit = log_probs[rows_at_limit, eos_id]
-        log_probs.index_fill_(1, banned, float("-inf"))
-        if step < min_length:
-            log_probs[:, eos_id] = float("-inf")
-        if any_at_limit:
-            log_probs[rows_at_limit] = float("-inf")
-            log_probs[rows_at_limit, eos_id] = eos_at_limit
+        constrain_step(log_probs, step, banned, eos_id, min_length, rows_at_limit)
 
-        # A sentence's 2k best continuations are among its beams' own 2k best each: take
-        # those first (B * beams rows of the vocabulary), then the 2k best of their
-        # beams * 2k. That reads the (B * beams, V) log-probabilities once, where adding
-        # the beams' scores to every entry before one top-k wrote and read them again.
-        per_beam = min(2 * k, vocab)
-        beam_scores, beam_tokens = row_top_k(log_probs, per_beam)
-        totals = (scores.view(-1, 1) + beam_scores).view(live, beams * per_beam)
-        top_scores, top_ids = totals.topk(min(2 * k, beams * per_beam), dim=1)
-        top_beams, top_tokens = top_ids // per_beam, beam_tokens.view(live, -1).gather(1, top_ids)
-        ends = top_tokens == eos_id
-
-        # Finished hypotheses: EOS among each sentence's first k candidates.
-        finishing = ends & (candidate_rank[:top_ids.size(1)] < k) & torch.isfinite(top_scores)
-        candidates = torch.stack([finishing.float(), top_scores, top_beams.float()]).cpu()  # the step's one read
-        finishing_rows = candidates[0].nonzero().tolist()
-        if finishing_rows:
-            _, candidate_scores, candidate_beams = candidates.tolist()
-            at = torch.tensor([row * beams + int(candidate_beams[row][rank]) for row, rank in finishing_rows])
-            prefixes = tokens[at.to(device), 1:].tolist()
-            for (row, rank), prefix in zip(finishing_rows, prefixes):
-                original = sentence_ids[row]
-                if len(finished[original]) == k:
-                    continue
-                log_prob = candidate_scores[row][rank]
-                finished[original].append(Hypothesis(tuple(prefix), log_prob,
-                                                     log_prob / length_penalty(step + 1, alpha)))
-
+        candidates = best_candidates(scores, log_probs, k)
+        finish(candidates, k, eos_id, step, alpha, tokens, sentence_ids, finished)
         done = torch.tensor([len(finished[i]) == k for i in sentence_ids]) | at_limit
         if bool(done.all()):
             break
 
-        # The k best candidates that do not end in EOS, in score order. At most one a beam
-        # ends in EOS, so there are k of them, but for a vocabulary smaller than the beam
-        # at the first step: then fewer beams go on, and the next step spreads to k.
-        next_count = min(k, top_ids.size(1) - beams)
-        order = (ends.long() * top_ids.size(1) + candidate_rank[:top_ids.size(1)]).argsort(dim=1)[:, :next_count]
-        next_beams, next_tokens = top_beams.gather(1, order), top_tokens.gather(1, order)
-        next_scores = top_scores.gather(1, order)
-
+        going_on = continuing(candidates, k, eos_id, beams)
         keep_host = (~done).nonzero().squeeze(1)
-        keep = keep_host.to(device)
-        rows = (keep * beams).unsqueeze(1) + next_beams[keep]  # the beams each kept sentence continues
-        rows = rows.view(-1)
-        state = model.reorder_state(state, rows, keep)
-        tokens = torch.cat([tokens[rows], next_tokens[keep].view(-1, 1)], dim=1)
-        scores, limits = next_scores[keep], limits[keep_host]
+        state, tokens = follow(model, state, tokens, going_on, keep_host.to(device), beams)
+        scores, limits = going_on.scores[keep_host.to(device)], limits[keep_host]
         sentence_ids = [sentence_ids[i] for i in keep_host.tolist()]
 
     return [sorted(hypotheses, key=lambda h: -h.score)[:nbest] for hypotheses in finished]

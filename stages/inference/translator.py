@@ -25,6 +25,7 @@ from stages.inference.beam import Hypothesis, beam_search, model_positions
 from stages.inference.decode_pool import DecodePool
 from stages.inference.model_file import ModelFiles, SourceEncoder, load_model_file
 from stages.inference.search import DEFAULT_SEARCH, SearchSettings
+from stages.models.protocol import TranslationModel
 
 
 @dataclass(frozen=True)
@@ -34,7 +35,7 @@ class Translation:
 
 
 class Translator:
-    def __init__(self, model: torch.nn.Module, src_spm: spm.SentencePieceProcessor,
+    def __init__(self, model: TranslationModel, src_spm: spm.SentencePieceProcessor,
                  tgt_spm: spm.SentencePieceProcessor, special_ids: dict, device: str = "cpu",
                  precision: str = "fp32"):
         """A model in memory with its SentencePiece models: what the train loop's

@@ -1,4 +1,5 @@
-"""The three model families behind one interface, used by training and beam search:
+"""The model families, each a folder with its record (``family.py``), listed in
+``families.py``; every family's model implements ``protocol.TranslationModel``:
 
 - ``model(src, tgt_in) -> logits (B, T, V)``: the teacher-forced forward;
 - ``model.start_decoding(src) -> state``: encode the source once;

@@ -7,9 +7,10 @@ from torch import Tensor
 
 from stages.models.cross_entropy import label_smoothed_cross_entropy
 from stages.models.families import family_of
+from stages.models.protocol import TranslationModel
 
 
-def translation_loss(model, src: Tensor, tgt_in: Tensor, tgt_out: Tensor, step: int = 0,
+def translation_loss(model: TranslationModel, src: Tensor, tgt_in: Tensor, tgt_out: Tensor, step: int = 0,
                      epsilon: float = 0.1, pad_id: int = 0) -> tuple[Tensor, Tensor]:
     """The training loss of any family, and the target NLL it reports (both summed):
     the label-smoothed cross-entropy of the target, or the family's own loss where it

@@ -21,12 +21,12 @@ from pathlib import Path
 
 import numpy as np
 import sentencepiece as spm
-import torch
 import torch.distributed as dist
 from sacrebleu.metrics import BLEU, CHRF
 
 from stages.inference.search import SearchSettings
 from stages.inference.translator import Translator
+from stages.models.protocol import TranslationModel
 from stages.train.config import TrainConfig
 from stages.train.data import TokenizedSplit
 
@@ -72,7 +72,7 @@ class BleuValidator:
         self.search = SearchSettings(beam_size=training.valid_bleu_beam)
         self.batch_size, self.rank, self.world = training.valid_bleu_batch_size, rank, world
 
-    def __call__(self, model: torch.nn.Module) -> dict:
+    def __call__(self, model: TranslationModel) -> dict:
         """``{valid,train}_{bleu,chrf}`` and the seconds spent decoding; the model is
         put in eval mode and left so (the caller restores training mode)."""
         model.eval()

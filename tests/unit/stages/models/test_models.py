@@ -245,3 +245,12 @@ def test_source_logits_predict_the_source_tokens_causally():
         before, after = model.forward_all(src, tgt_in)[0], model.forward_all(changed, tgt_in)[0]
     # Position i predicts source token i from the tag and tokens before it.
     assert torch.allclose(before[:, :6], after[:, :6], atol=1e-5)
+
+
+@pytest.mark.parametrize("family", FAMILIES, ids=NAMES)
+def test_every_family_s_model_implements_the_translation_model_protocol(family):
+    from stages.models.build import build_model
+    from stages.models.protocol import TranslationModel
+
+    model = build_model(family.name, "tiny", {}, VOCAB, VOCAB, (SRC_TAG, TGT_TAG))
+    assert isinstance(model, TranslationModel) and model.family == family.name
