@@ -38,8 +38,9 @@ from stages.names import TRAIN, train_stage
 
 # 3: lowercased BLEU (bleu_lc) beside the cased headline; 4: decoding FLOPs per sentence;
 # 5: CTranslate2's BLEU and speed (evaluate.ctranslate2), decoder-only decoding FLOPs
-# without an output projection over the prompt
-VERSION = 5
+# without an output projection over the prompt; 6: CTranslate2 searched with each
+# sentence's output limit (max_length_a) and min_length, as ours
+VERSION = 6
 # Of the model's train artifact, only what translating reads.
 READS = {TRAIN: MODEL_FILES}
 MLFLOW_FILES = ("*.txt", "nbest.jsonl", "scores.json")

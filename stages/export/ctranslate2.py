@@ -37,7 +37,8 @@ def write_ctranslate2(model: nn.Module, data: dict, files, output: Path, quantiz
     info = {"format": "ctranslate2", "family": family.name, "engine": family.ctranslate2.engine,
             "quantization": quantization or "float32",
             "source": str(files.weights), "src_spm": files.src_spm.name, "tgt_spm": files.tgt_spm.name,
-            "special_ids": data["vocabulary"]["special_ids"]}
+            "special_ids": data["vocabulary"]["special_ids"],
+            "max_positions": getattr(model.config, "max_positions", None)}
     if family.ctranslate2.engine == "generator":
         # A Generator continues a prompt: <src-tag> source </s> <tgt-tag>, as the model was trained.
         info["prompt"] = {"before_source": [src_pieces[model.src_tag_id]],

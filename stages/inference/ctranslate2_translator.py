@@ -23,7 +23,7 @@ from pathlib import Path
 import sentencepiece as spm
 
 from stages.inference.beam import Hypothesis
-from stages.inference.search import SearchSettings
+from stages.inference.search import SearchSettings, output_room
 from stages.inference.translator import Translation
 
 
@@ -50,21 +50,39 @@ class CTranslate2Translator:
 
     def translate_batch(self, sources: list[list[int]], search: SearchSettings) -> list[list[Translation]]:
         """CTranslate2 gives back pieces and its own normalized score only: the
-        ``Hypothesis`` holds the pieces' ids, and that score as its log-probability too."""
+        ``Hypothesis`` holds the pieces' ids, and that score as its log-probability too.
+
+        Every search setting is honoured as our search does: the beam, n-best and length
+        penalty are CTranslate2's own; ``min_length`` bans EOS before that many tokens;
+        each sentence's output limit (``max_length_a`` x its length + ``max_length_b``,
+        within the model's positions, EOS included) is CTranslate2's batch-wide maximum,
+        so sentences are searched in groups of one limit each."""
+        limits = [search.output_length_limit(len(ids), output_room(self.info.get("max_positions"), len(ids)))
+                  for ids in sources]
+        found: list[list[Translation]] = [[] for _ in sources]
+        for limit in sorted(set(limits)):
+            rows = [row for row, row_limit in enumerate(limits) if row_limit == limit]
+            for row, translations in zip(rows, self._search([sources[row] for row in rows], search, limit)):
+                found[row] = translations
+        return found
+
+    def _search(self, sources: list[list[int]], search: SearchSettings, limit: int) -> list[list[Translation]]:
         # Pieces without the EOS that add_source_eos (or the prompt) puts back.
         tokens = [[self.src_spm.id_to_piece(i) for i in ids[:-1]] for ids in sources]
+        # CTranslate2 counts generated tokens without EOS, and stops at its maximum
+        # without one; ours counts EOS, which ends every hypothesis at the limit.
         common = dict(beam_size=search.beam_size, num_hypotheses=search.nbest, length_penalty=search.length_penalty,
                       return_scores=True, max_batch_size=64)
         if "prompt" in self.info:
             before, after = self.info["prompt"]["before_source"], self.info["prompt"]["after_source"]
             results = self.engine.generate_batch([before + t + after for t in tokens], include_prompt_in_result=False,
-                                                 max_length=max(map(len, tokens)) + search.max_length_b, **common)
+                                                 max_length=limit - 1, min_length=search.min_length, **common)
             hypotheses = [r.sequences for r in results]
         else:
-            results = self.engine.translate_batch(tokens, max_decoding_length=max(map(len, tokens)) +
-                                                  search.max_length_b, **common)
+            results = self.engine.translate_batch(tokens, max_decoding_length=limit - 1,
+                                                  min_decoding_length=search.min_length, **common)
             hypotheses = [r.hypotheses for r in results]
         return [[Translation(self.tgt_spm.decode_pieces(pieces),
                              Hypothesis(tuple(self.tgt_spm.piece_to_id(pieces)), score, score))
-                 for pieces, score in zip(found, result.scores)]
-                for found, result in zip(hypotheses, results)]
+                 for pieces, score in zip(hypothesis_list, result.scores)]
+                for hypothesis_list, result in zip(hypotheses, results)]

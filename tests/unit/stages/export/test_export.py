@@ -89,6 +89,28 @@ def ctranslate2_greedy(exported, sentences: list[str], threads: int = 1) -> list
     return [[processor.piece_to_id(piece) for piece in hypothesis] for hypothesis in pieces]
 
 
+@pytest.mark.parametrize("model", ["post_ln_transformer", "decoder_only"])
+def test_ctranslate2_honours_each_sentence_s_output_limit_and_the_minimum_length(request, model, sentences):
+    """As our search does: at most max_length_a x |x| + max_length_b tokens with EOS (so
+    one fewer before it), per sentence, and none shorter than min_length."""
+    from stages.inference.ctranslate2_translator import CTranslate2Translator
+
+    model_dir = request.getfixturevalue(model)
+    engine, ours = CTranslate2Translator(model_dir), Translator.from_file(model_dir)
+    sources = ours.encode(sentences[:12])
+    short = SearchSettings(beam_size=2, max_length_a=0.5, max_length_b=2)
+    for source, translations in zip(sources, engine.translate_batch(sources, short)):
+        limit = short.output_length_limit(len(source))
+        assert len(translations[0].hypothesis.tokens) <= limit - 1
+    lengths = {len(t[0].hypothesis.tokens) for t in engine.translate_batch(sources, short)}
+    assert len(lengths) > 1  # the limits differ by sentence, and so do the outputs
+    long = SearchSettings(beam_size=2, min_length=9, max_length_b=30)
+    assert all(len(t[0].hypothesis.tokens) >= 9 for t in engine.translate_batch(sources, long))
+    greedy_short = SearchSettings(beam_size=1, max_length_a=0.5, max_length_b=2)
+    theirs = [t[0].hypothesis.tokens for t in engine.translate_batch(sources, greedy_short)]
+    assert theirs == [t[0].hypothesis.tokens for t in ours.translate_ids(sources, greedy_short)]
+
+
 def test_ctranslate2_export_translates_as_ours(transformer, sentences, tmp_path):
     exported = export_model(transformer, "ctranslate2", tmp_path / "ct2")
     assert {"model.bin", "config.json", "spm.model", "nmt_export.json"} <= {p.name for p in exported.iterdir()}
