@@ -15,8 +15,6 @@ def build(config: DecoderOnlyConfig, src_vocab: int, tgt_vocab: int, language_ta
           pad_id: int):
     from stages.models.decoder_only.model import DecoderOnlyTranslator
 
-    if src_vocab != tgt_vocab:
-        raise ValueError("the decoder-only family needs a joint vocabulary (bpe.joint: true)")
     return DecoderOnlyTranslator(config, src_vocab, *language_tag_ids, pad_id=pad_id)
 
 
