@@ -78,9 +78,14 @@ class LocalRayCluster:
         self._start_node("head", ["--head", f"--port={self.port}", "--num-cpus=0", "--include-dashboard=true",
                                   "--dashboard-host=127.0.0.1", f"--dashboard-port={self.dashboard_port}",
                                   f"--ray-client-server-port={free_port()}"])
+        # One node at a time, each once the one before has registered, as `ray start`
+        # is meant to be run: started all at once on 2 busy cores, a worker's first
+        # request to a head still starting timed out ("Failed to get node info: RPC
+        # error: Deadline Exceeded") and the node exited.
+        self._wait_for_nodes(1)
         for index, cpus in enumerate(worker_cpus, start=1):
             self._start_node(f"worker{index}", [f"--address={self.address}", f"--num-cpus={cpus}"])
-        self._wait_for_nodes(1 + len(worker_cpus))
+            self._wait_for_nodes(1 + index)
         return self
 
     def _start_node(self, name: str, args: list[str]) -> None:
