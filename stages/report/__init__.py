@@ -27,8 +27,9 @@ from stages.report.config import ReportStageConfig
 # 6: decoding FLOPs per sentence; 7: CTranslate2's BLEU and sent/s, crossovers only at
 # a BLEU from 0 to 100; 8: seeds resampled together (stages/report/resampling.py),
 # two-sided p-values, a seed-level test, Holm over the report, human agreement estimated;
-# 9: a lead's interval in the prose turned round where the first model is ahead
-VERSION = 9
+# 9: a lead's interval in the prose turned round where the first model is ahead;
+# 10: runs stopped short of their FLOPs budget named in the seeds note and the prose
+VERSION = 10
 # The files of each upstream artifact the report reads (besides its manifest): never
 # the train stage's checkpoints; of an evaluation, what the significance tests score.
 READS = {TRAIN: ("metrics.jsonl",), EVALUATE: ("hypotheses.txt", "reference.txt")}

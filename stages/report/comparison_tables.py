@@ -40,12 +40,25 @@ def _mean_std(summary: dict) -> str:
     return f"{summary['mean']:.2f}" + (f" ± {summary['std']:.2f}" if summary["std"] is not None else "")
 
 
+def short_of_budget(group: dict) -> str | None:
+    """Which of the group's runs stopped before its FLOPs budget, and where; None when
+    every run spent it."""
+    short = group.get("short_of_budget") or []
+    if not short:
+        return None
+    runs = "; ".join(f"seed {run['seed']} stopped by {run['stop_reason']} after {run['train_flops']:.3g} FLOPs "
+                     f"({run['train_flops'] / group['budget']:.0%})" for run in short)
+    return f"{group['label']} fell short of its budget of {group['budget']:.2g} FLOPs: {runs}"
+
+
 def _seeds(comparison: dict) -> Section:
     rows = [[group["label"], ", ".join(map(str, group["seeds"])), _mean_std(group["bleu"]),
              " / ".join(f"{value:.2f}" for value in group["bleu"]["each"]), _mean_std(group["chrf"])]
             for group in comparison["groups"]]
     table = pd.DataFrame(rows, columns=["model", "seeds", "BLEU mean ± sd", "BLEU per seed", "chrF mean ± sd"])
-    return Section("Seeds", table, "Sample standard deviation over the seeds; each seed is its own artifact.")
+    shortfalls = [said + "." for group in comparison["groups"] if (said := short_of_budget(group))]
+    return Section("Seeds", table, " ".join(["Sample standard deviation over the seeds; each seed is its own "
+                                             "artifact.", *shortfalls]))
 
 
 def _intervals(comparison: dict) -> Section:
@@ -81,6 +94,7 @@ def findings(comparison: dict) -> list[str]:
     """One sentence per pair on BLEU, written from the pair's own numbers and verdict:
     the report's only prose about which model is better."""
     sentences = []
+    groups = {group["label"]: group for group in comparison.get("groups", [])}
     for test in comparison["tests"]:
         if test["metric"] != "BLEU":
             continue
@@ -100,6 +114,12 @@ def findings(comparison: dict) -> list[str]:
                      f"smallest possible p is {test['p_seeds_smallest']:.2f})")
         else:
             said += f"not significant (Holm p {test['p_sentences_holm']:.3f})"
+        # A pair is compared at one budget; where a run stopped short of it, the pair's
+        # compute was not matched, and the sentence says so rather than the label implying it.
+        shortfalls = [found for label in (test["a"], test["b"])
+                      if label in groups and (found := short_of_budget(groups[label]))]
+        if shortfalls:
+            said += "; not at matched compute: " + "; ".join(shortfalls)
         sentences.append(said + ".")
     return sentences
 

@@ -18,10 +18,16 @@ class ModelAtBudget:
 
     def summary(self) -> dict:
         """Per scored field: mean, sample standard deviation (None for one seed) and each
-        seed's value; and the mean training FLOPs the runs used."""
+        seed's value; the mean training FLOPs the runs used; and the runs that stopped
+        before their FLOPs budget (a wall time, say), which put the group short of the
+        compute its label names."""
         row = {"model": self.model, "family": self.family, "budget": self.budget,
                "seeds": [run.get("seed") for run in self.runs],
-               "train_flops": statistics.fmean(run["train_flops"] for run in self.runs)}
+               "train_flops": statistics.fmean(run["train_flops"] for run in self.runs),
+               "short_of_budget": [{"seed": run.get("seed"), "train_flops": run["train_flops"],
+                                    "stop_reason": run.get("stop_reason")}
+                                   for run in self.runs
+                                   if self.budget and run.get("stop_reason") not in (None, "max_train_flops")]}
         for field in SCORED:
             values = [run[field] for run in self.runs if run.get(field) is not None]
             row[field] = {"mean": statistics.fmean(values) if values else None,

@@ -87,3 +87,22 @@ def test_one_seed_at_one_budget_has_no_seeds_table_and_no_frontier(tmp_path):
     assert "## Seeds" not in markdown and "## Quality against compute" not in markdown
     assert "## Paired significance" in markdown and "rnn_tiny vs transformer_tiny" in markdown
     assert "significant on this test set (1 seed)" in markdown and "over all 3 comparisons" in markdown
+
+
+def test_a_run_stopped_short_of_its_budget_is_named_wherever_its_pair_is_judged(sweep, tmp_path):
+    rows, outputs = sweep
+    for row in rows:
+        row["stop_reason"] = "max_train_flops"
+    short = next(row for row in rows if row["name"] == "rnn_tiny.2e+13.s1")  # the 1.6e13 budget, seed 1
+    short.update(stop_reason="max_wall_time", train_flops=1.02e13)
+    comparison = compare(rows, outputs)
+    groups = {group["label"]: group for group in comparison["groups"]}
+    assert groups["rnn_tiny @ 1.6e13"]["short_of_budget"] == [
+        {"seed": 1, "train_flops": 1.02e13, "stop_reason": "max_wall_time"}]
+    assert all(not group["short_of_budget"] for label, group in groups.items() if label != "rnn_tiny @ 1.6e13")
+    write_report(rows, {}, tmp_path, "sweep", outputs)
+    markdown = (tmp_path / "report.md").read_text()
+    said = "rnn_tiny @ 1.6e13 fell short of its budget of 1.6e+13 FLOPs: seed 1 stopped by max_wall_time after " \
+           "1.02e+13 FLOPs (64%)"
+    # In the seeds note, and in the sentence about the one pair at that budget only.
+    assert markdown.count(said) == 2 and markdown.count("not at matched compute") == 1
