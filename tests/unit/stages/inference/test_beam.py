@@ -16,6 +16,7 @@ from stages.inference.beam import (
     row_top_k,
 )
 from stages.models.build import build_model
+from stages.models.families import NAMES as FAMILIES
 
 PAD, UNK, BOS, EOS = 0, 1, 2, 3
 SPECIAL = {"bos_id": BOS, "eos_id": EOS, "pad_id": PAD}
@@ -151,9 +152,6 @@ def greedy(model: nn.Module, src: torch.Tensor, max_length: torch.Tensor) -> lis
         if all(finished):
             break
     return [(tuple(output), total) for output, total in zip(outputs, log_probs_sum)]
-
-
-FAMILIES = ("rnn", "transformer", "decoder_only")
 
 
 def random_model(family: str) -> nn.Module:
