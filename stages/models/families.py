@@ -4,13 +4,14 @@ names them. A family is a folder of ``stages/models/`` exporting its ``FAMILY`` 
 
 from __future__ import annotations
 
-from stages.models import decoder_only, rnn, transformer
+from stages.models import convs2s, decoder_only, rnn, transformer
 from stages.models.family import ModelFamily
 
 FAMILIES: tuple[ModelFamily, ...] = (
     transformer.FAMILY,
     rnn.FAMILY,
     decoder_only.FAMILY,
+    convs2s.FAMILY,
 )
 NAMES = tuple(family.name for family in FAMILIES)
 

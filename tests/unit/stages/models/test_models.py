@@ -9,6 +9,8 @@ import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
+from stages.models.convs2s.config import PRESETS as CONVS2S_PRESETS
+from stages.models.convs2s.model import ConvS2STranslator
 from stages.models.decoder_only.config import ae_weight
 from stages.models.decoder_only.model import DecoderOnlyTranslator
 from stages.models.decoder_only.config import PRESETS as DECODER_ONLY_PRESETS
@@ -42,12 +44,16 @@ def make(kind: str):
         "decoder_only": lambda: DecoderOnlyTranslator(tiny_decoder, VOCAB, SRC_TAG, TGT_TAG),
         "decoder_only_prefix": lambda: DecoderOnlyTranslator(replace(tiny_decoder, prefix_attention=True),
                                                              VOCAB, SRC_TAG, TGT_TAG),
+        # Narrow and shallow: a kernel of 5 still reaches past the sources' padding.
+        "convs2s": lambda: ConvS2STranslator(replace(CONVS2S_PRESETS["tiny"], embed_dim=32, hidden=48,
+                                                     out_embed_dim=32, encoder_layers=2, decoder_layers=3,
+                                                     kernel_size=5), VOCAB, VOCAB),
     }
     return models[kind]().eval()
 
 
 KINDS = ["transformer_post_ln", "transformer_pre_ln_learned", "rnn_lstm_additive", "rnn_gru_general",
-         "rnn_lstm_dot_tied", "rnn_gru_bottleneck_tied", "decoder_only", "decoder_only_prefix"]
+         "rnn_lstm_dot_tied", "rnn_gru_bottleneck_tied", "decoder_only", "decoder_only_prefix", "convs2s"]
 
 
 def batch(batch_size=3, src_len=9, tgt_len=7, seed=1):
