@@ -122,7 +122,7 @@ def experiment_yaml(corpus: Path, multi30k: Path) -> dict:
 
 
 def measure_size(pairs: int, work: Path, multi30k: Path) -> list[StageRow]:
-    from pipeline.artifacts import ArtifactStore
+    from pipeline.core.artifacts import ArtifactStore
     from pipeline.config import load_config
     from pipeline.graph import plan
     from pipeline.runner import run_pipeline

@@ -255,7 +255,7 @@ def print_profiles(model: Path, lines: list[str], thread_counts: list[int]) -> N
 
 def config_model_and_test_split(config_path: str, name: str, artifact_root: str | None):
     """The model file of ``name`` in an experiment, and its cleaned test split."""
-    from pipeline.artifacts import ArtifactState, ArtifactStore
+    from pipeline.core.artifacts import ArtifactState, ArtifactStore
     from pipeline.config import load_config
     from pipeline.graph import find_stage, plan
     from stages.clean import read_split

@@ -50,7 +50,7 @@ import pyarrow.fs as pafs
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from pipeline.artifacts import MANIFEST, ArtifactState, ArtifactStore  # noqa: E402
+from pipeline.core.artifacts import MANIFEST, ArtifactState, ArtifactStore  # noqa: E402
 from pipeline.config import load_config  # noqa: E402
 from pipeline.graph import plan  # noqa: E402
 from tests.s3_server import SeaweedS3, kill_group  # noqa: E402  (the loopback server the tests start)

@@ -27,7 +27,7 @@ from pathlib import Path  # noqa: E402
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from pipeline.hardware import detect_device  # noqa: E402
+from pipeline.core.hardware import detect_device  # noqa: E402
 from stages.report.resampling import (  # noqa: E402
     BOOTSTRAP_SAMPLES,
     RANDOMIZATION_TRIALS,

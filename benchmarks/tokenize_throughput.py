@@ -37,12 +37,12 @@ def main() -> None:
 
     import ray
 
-    from pipeline.artifacts import ArtifactStore
+    from pipeline.core.artifacts import ArtifactStore
     from pipeline.config import load_config
     from pipeline.graph import plan
     from pipeline.runner import connect_ray, run_pipeline
     from stages.clean import read_split
-    from stages.download.locate import mirrors_from
+    from stages.download.config import mirrors_from
 
     root = Path(tempfile.mkdtemp(prefix="nmt-bench-"))
     store = ArtifactStore(str(root / "artifacts"))

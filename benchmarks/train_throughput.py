@@ -10,9 +10,9 @@ models, whose shapes are the same).
 
 MFU divides the achieved FLOP/s by a peak in the same precision: the peak this
 machine reaches on large dense matrix products (measured here, by the probe the train
-stage uses: pipeline/peak_flops.py), and on a GPU also the datasheet's dense peak.
+stage uses: pipeline/core/peak_flops.py), and on a GPU also the datasheet's dense peak.
 
-Precisions: on a CPU fp32 and, where the CPU runs it natively (pipeline/hardware.py:
+Precisions: on a CPU fp32 and, where the CPU runs it natively (pipeline/core/hardware.py:
 AMX or AVX512-BF16), bf16 autocast; on a GPU bf16 autocast. ``--precisions`` forces a
 list; bf16 on an AVX2-only CPU is emulated and runs hundreds of times slower.
 
@@ -40,8 +40,8 @@ os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
 
 import torch  # noqa: E402
 
-from pipeline.hardware import detect_device, native_precisions  # noqa: E402
-from pipeline.peak_flops import measure_matmul_flops, peak_flops  # noqa: E402
+from pipeline.core.hardware import detect_device, native_precisions  # noqa: E402
+from pipeline.core.peak_flops import measure_matmul_flops, peak_flops  # noqa: E402
 from stages.models.transformer.config import PRESETS as TRANSFORMER_PRESETS  # noqa: E402
 from stages.models.transformer.model import Transformer  # noqa: E402
 from stages.models.flops import training_flops  # noqa: E402

@@ -12,7 +12,7 @@ import typer
 from rich.logging import RichHandler
 
 from pipeline.commands.output import console
-from pipeline.hardware import Precision
+from pipeline.core.hardware import Precision
 from stages.inference.search import DEFAULT_SEARCH
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,

@@ -10,10 +10,10 @@ from pathlib import Path
 
 from mlflow.tracking import MlflowClient
 
-from pipeline.artifacts import ArtifactState, ArtifactStore
+from pipeline.core.artifacts import ArtifactState, ArtifactStore
 from pipeline.config import ExperimentConfig
 from stages.names import evaluate_stage, train_stage, trained_model
-from stages.report import records
+from stages.report.artifact import model_row
 from stages.train.artifact import CURVE_FILE, parse_curve, read_curve
 
 
@@ -43,9 +43,8 @@ def from_config(config: ExperimentConfig, store: ArtifactStore) -> Gathered:
             gathered.skipped.append(f"{config.name}/{model.name}: not evaluated; BLEU columns left empty")
         # The train artifact's checkpoints are not needed: read only its small files.
         history = store.read_files(trained.stage.name, trained.key, (CURVE_FILE,))[CURVE_FILE]
-        record, curve = records.from_reports(model.name, store.read_manifest(trained.stage.name, trained.key),
-                                             parse_curve(history.decode("utf-8")), evaluation_manifest,
-                                             model.run_of)
+        record, curve = model_row(model.name, store.read_manifest(trained.stage.name, trained.key),
+                                  parse_curve(history.decode("utf-8")), evaluation_manifest, model.run_of)
         gathered.rows.append(record)
         gathered.curves[model.name] = curve
     return gathered
@@ -80,7 +79,7 @@ def from_mlflow(client: MlflowClient, run_id: str) -> Gathered:
                 eval_report = json.loads(Path(eval_dir).read_text())
             else:
                 gathered.skipped.append(f"{gathered.label}/{name}: not evaluated; BLEU columns left empty")
-            record, curve = records.from_reports(
+            record, curve = model_row(
                 name, json.loads((train_dir / "stage_report.json").read_text()),
                 read_curve(train_dir), eval_report)
             gathered.rows.append(record)

@@ -2,7 +2,7 @@
 
 Each stage's section is defined beside its stage (``stages/<stage>/config.py``); this
 module holds the experiment that gathers them, the slices each stage is keyed on, and
-loading. Every section refuses unknown keys (``pipeline/section.py``), so a typo is an
+loading. Every section refuses unknown keys (``pipeline/core/section.py``), so a typo is an
 error; ``load_config`` turns every validation problem into one ``ConfigError`` that
 names the file, the line, the dotted key, and the valid keys or the closest match
 (``pipeline/config_errors.py``). Relative paths in the file are resolved against the
@@ -17,7 +17,7 @@ import yaml
 from pydantic import ValidationError, ValidationInfo, field_validator, model_validator
 
 from pipeline.config_errors import describe_problems
-from pipeline.section import Section, resolve_path
+from pipeline.core.section import Section, resolve_path
 from stages.bpe.config import BpeConfig
 from stages.clean.config import CleanConfig
 from stages.download.config import SOURCE_TYPES, DownloadConfig

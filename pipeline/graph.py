@@ -16,14 +16,14 @@ import functools
 from dataclasses import dataclass
 from operator import attrgetter
 
-from pipeline.artifacts import (
+from pipeline.core.artifacts import (
     ArtifactState,
     ArtifactStatus,
     ArtifactStore,
     artifact_key,
 )
 from pipeline.config import ExperimentConfig
-from pipeline.hardware import HardwareError
+from pipeline.core.hardware import HardwareError
 from pipeline.stage import Stage
 from stages import bpe, clean, download, evaluate, report, tokenize, train
 from stages.models.spec import ModelSpec

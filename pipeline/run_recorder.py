@@ -14,7 +14,7 @@ import logging
 import time
 from dataclasses import dataclass
 
-from pipeline.artifacts import ArtifactStore
+from pipeline.core.artifacts import ArtifactStore
 from pipeline.config import ExperimentConfig
 from pipeline.graph import PlannedStage
 from pipeline.runner import StageResult, UpstreamFailed

@@ -17,9 +17,9 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable
 
-from pipeline.artifacts import ArtifactState, ArtifactStore
+from pipeline.core.artifacts import ArtifactState, ArtifactStore
 from pipeline.config import ExperimentConfig
-from pipeline.context import (
+from pipeline.core.context import (
     DownloadSources,
     RayTasks,
     StageContext,
@@ -27,9 +27,9 @@ from pipeline.context import (
     ray_progress,
 )
 from pipeline.graph import PlannedStage
-from pipeline.hardware import CPU_BF16_ENV
-from pipeline.leases import held
-from pipeline.progress_lines import PROGRESS_ENV, choose_progress_style
+from pipeline.core.hardware import CPU_BF16_ENV
+from pipeline.core.leases import held
+from pipeline.core.progress_lines import PROGRESS_ENV, choose_progress_style
 from pipeline.ray_output import filter_worker_output
 from pipeline.stage import Stage
 
@@ -67,7 +67,7 @@ def execute_stage(stage: Stage, section, key: str, upstream_keys: dict[str, str]
     """
     started = time.time()
     # Another run of the same key (a second driver on the same store) computes it first,
-    # and this one then finds its artifact: one writer per key (pipeline/leases.py).
+    # and this one then finds its artifact: one writer per key (pipeline/core/leases.py).
     with held(store.lease(stage.name, key), on_wait=_waiting_for(stage.name)) as lease:
         done = store.status(stage.name, key)
         if done.state == ArtifactState.CACHED and not forced:

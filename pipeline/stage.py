@@ -12,7 +12,7 @@ Every stage package under ``stages/`` has the same layout, and describes itself:
                                  (read_index(), pairs_file(), ...); and, where the
                                  defaults below do not fit, READS, RESUMABLE, TASK_CPUS,
                                  MLFLOW_FILES, RESOURCES, preflight() and fingerprint()
-    stages/<stage>/config.py     the stage's config section (a pipeline.section.Section)
+    stages/<stage>/config.py     the stage's config section (a pipeline.core.section.Section)
     stages/<stage>/*.py          the stage's own helpers
 
 ``Stage`` below is one stage of a graph: what its package says (``Stage.of``), plus
@@ -27,8 +27,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Callable, Protocol, TypeVar
 
-from pipeline.context import StageContext
-from pipeline.section import Section
+from pipeline.core.context import StageContext
+from pipeline.core.section import Section
 
 SectionT = TypeVar("SectionT", bound=Section, contravariant=True)
 
@@ -70,7 +70,7 @@ class Stage:
     mlflow_files: tuple[str, ...] = ()
     # What this machine cannot run, refused before a local run starts anything.
     preflight: Preflight | None = None
-    # The type of ``ctx.resources`` the stage uses (``pipeline.context``), if any.
+    # The type of ``ctx.resources`` the stage uses (``pipeline.core.context``), if any.
     resources: type | None = None
 
     @property

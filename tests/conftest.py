@@ -57,7 +57,7 @@ def local_ray():
 @pytest.fixture(scope="session")
 def tokenized(multi30k, tmp_path_factory) -> Path:
     """A tokenize artifact of a Multi30k slice (1,500 training pairs, joint 500-piece BPE)."""
-    from pipeline.context import StageContext
+    from pipeline.core.context import StageContext
     from stages import bpe, tokenize
     from stages.bpe.config import BpeConfig
     from stages.tokenize.config import TokenizeConfig

@@ -26,7 +26,7 @@ def shipped_config(name: str) -> dict:
 
 def run_stage(stage_run, inputs: dict[str, Path], config, output: Path) -> dict:
     """Call a stage's ``run`` directly, as the runner would, into a fresh ``output``."""
-    from pipeline.context import StageContext
+    from pipeline.core.context import StageContext
 
     output.mkdir()
     return stage_run(inputs, config, output, StageContext())
@@ -81,7 +81,7 @@ def small_config(corpus_dir: Path, **sections) -> dict:
 
 def clean_slice(multi30k: Path, root: Path, lines: dict[str, int]) -> Path:
     """Download and clean stages, called directly, on a slice of Multi30k: the clean artifact."""
-    from pipeline.context import StageContext
+    from pipeline.core.context import StageContext
     from stages import clean, download
     from stages.clean.config import CleanConfig
     from stages.download.config import DownloadConfig

@@ -11,7 +11,7 @@ from pipeline.commands.output import fail, load_experiment, open_store, table_co
 
 def inspect_models(config: Path, overrides: list[str], artifact_root: str | None, src_len: float | None,
                    tgt_len: float | None) -> None:
-    from pipeline.artifacts import ArtifactState
+    from pipeline.core.artifacts import ArtifactState
     from pipeline.graph import find_stage, plan
     from stages.models.build import build_model
     from stages.tokenize import read_index

@@ -10,9 +10,9 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from pipeline.artifacts import ArtifactStore
+from pipeline.core.artifacts import ArtifactStore
 from pipeline.config import ConfigError, ExperimentConfig, load_config
-from pipeline.object_store import redact
+from pipeline.core.object_store import redact
 
 console = Console(stderr=True)
 
@@ -56,19 +56,12 @@ def human_bytes(size: int) -> str:
 
 def print_report(report: dict) -> None:
     """The comparison's summary columns, its sacreBLEU signatures and hardware lines."""
-    from stages.report.tables import (
-        SUMMARY_COLUMNS,
-        display_table,
-        hardware_lines,
-        signature_lines,
-    )
+    from stages.report.artifact import summary
 
-    frame = display_table(report["models"])[list(SUMMARY_COLUMNS)]
+    frame, footnotes = summary(report)
     table = Table(*frame.columns, title=report["title"])
     for row in frame.itertuples(index=False):
         table.add_row(*row)
     table_console().print(table)
-    for line in signature_lines(report["models"]):
-        table_console().print(f"sacreBLEU {line}")
-    for line in hardware_lines(report["models"]):
+    for line in footnotes:
         table_console().print(line)

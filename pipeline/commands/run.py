@@ -21,7 +21,7 @@ from pipeline.commands.output import (
     print_report,
     table_console,
 )
-from pipeline.object_store import redact
+from pipeline.core.object_store import redact
 from stages.errors import InputDataError
 from stages.report.artifact import REPORT_JSON, parse_report
 
@@ -34,11 +34,11 @@ log = logging.getLogger("nmt")
 def run_experiment(config: Path, overrides: list[str], until: str | None, force: list[str],
                    artifact_root: str | None, address: str | None, tracking_uri: str | None) -> None:
     from pipeline.graph import plan, preflight
-    from pipeline.hardware import HardwareError, cpus_of_this_task
+    from pipeline.core.hardware import HardwareError, cpus_of_this_task
     from pipeline.run_recorder import RunRecorder
     from pipeline.runner import UpstreamFailed, connect_ray, run_pipeline
     from pipeline.tracking import RunTracker, default_tracking_uri
-    from stages.download.locate import mirrors_from
+    from stages.download.config import mirrors_from
 
     experiment = load_experiment(config, overrides)
     store = open_store(experiment, artifact_root, writable=True)  # before Ray and MLflow start
@@ -92,7 +92,7 @@ def print_results(rows: list[ResultRow]) -> None:
 def show_status(config: Path, overrides: list[str], artifact_root: str | None, verify: bool = False) -> None:
     """The plan's stages with their artifact state. ``verify`` (``nmt verify``) re-hashes
     every file, and exits 1 if any artifact is invalid."""
-    from pipeline.artifacts import ArtifactState
+    from pipeline.core.artifacts import ArtifactState
     from pipeline.graph import plan
 
     experiment = load_experiment(config, overrides)

@@ -49,7 +49,7 @@ def serve_model(model: Path, model_name: str | None, host: str, port: int, repli
     from ray import serve
 
     from pipeline.commands.translate import TrainedModel, trained_artifact
-    from pipeline.context import LocalPath
+    from pipeline.core.context import LocalPath
     from pipeline.runner import connect_ray
     from pipeline.serving.app import service_app
 

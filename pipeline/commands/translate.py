@@ -69,7 +69,7 @@ def _search_settings(options: dict):
 
 def _load(model: Path, model_name: str | None, artifact_root: str | None, search):
     """(model file, Translator in the resolved precision); a clear exit if either fails."""
-    from pipeline.hardware import HardwareError, detect_device, resolve_precision
+    from pipeline.core.hardware import HardwareError, detect_device, resolve_precision
     from stages.inference.translator import Translator
 
     try:
@@ -156,7 +156,7 @@ def model_file(model: Path, model_name: str | None, artifact_root: str | None) -
 def trained_artifact(config_file: Path, model_name: str | None, artifact_root: str | None):
     """(store, stage name, key) of the train artifact of ``model_name`` in an experiment
     YAML; a clear exit if there is no such model or it is not trained yet."""
-    from pipeline.artifacts import ArtifactState
+    from pipeline.core.artifacts import ArtifactState
     from pipeline.graph import find_stage, plan
     from stages.names import train_stage
 

@@ -25,7 +25,7 @@ import pyarrow.parquet as pq
 import sentencepiece as spm
 
 import stages.clean as clean_artifact
-from pipeline.context import StageContext
+from pipeline.core.context import StageContext
 from stages.bpe.config import BpeConfig
 from stages.errors import InputDataError
 from stages.pair_files import count_rows

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from pipeline.section import Section
+from pipeline.core.section import Section
 
 
 class BpeConfig(Section):

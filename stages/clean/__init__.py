@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 import stages.download as download_artifact
-from pipeline.context import StageContext
+from pipeline.core.context import StageContext
 from stages.clean.align import align_sentences
 from stages.clean.config import CleanConfig
 from stages.clean.normalize import normalize_text

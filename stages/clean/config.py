@@ -6,7 +6,7 @@ from typing import ClassVar, Literal
 
 from pydantic import Field
 
-from pipeline.section import Section
+from pipeline.core.section import Section
 
 
 class CleanConfig(Section):

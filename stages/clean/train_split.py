@@ -33,7 +33,7 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 
 import stages.download as download_artifact
-from pipeline.context import StageContext, node_id
+from pipeline.core.context import StageContext, node_id
 from stages.clean.align import align_sentences
 from stages.clean.config import CleanConfig
 from stages.clean.filters import RULES, PairFilter, pair_digest

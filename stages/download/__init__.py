@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 from typing import Iterator
 
-from pipeline.context import DownloadSources, StageContext
+from pipeline.core.context import DownloadSources, StageContext
 from stages.download import readers
 from stages.download.config import (
     DownloadConfig,

@@ -3,11 +3,13 @@ a pinned URL, a TSV, a Hugging Face dataset or a sacreBLEU test set)."""
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Annotated, Literal, Union
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
-from pipeline.section import Section, resolve_path
+from pipeline.core.section import Section, resolve_path
 
 
 class FileRef(Section):
@@ -113,3 +115,9 @@ class DownloadConfig(Section):
     train: Source  # the training split's source
     valid: Source  # the validation split's source (never filtered)
     test: Source  # the test split's source (never filtered)
+
+
+def mirrors_from(config_mirrors: list[str]) -> list[str]:
+    """Config mirrors first, then NMT_MIRROR (colon-separated), each as an absolute path."""
+    from_env = [entry for entry in os.environ.get("NMT_MIRROR", "").split(":") if entry]
+    return [str(Path(entry).resolve()) for entry in [*config_mirrors, *from_env]]

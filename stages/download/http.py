@@ -21,7 +21,7 @@ from typing import Any, Callable
 
 import requests
 
-from pipeline.artifacts import file_sha256
+from pipeline.core.artifacts import file_sha256
 from stages.errors import InputDataError
 
 CHUNK_BYTES = 1 << 20

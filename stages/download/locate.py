@@ -8,10 +8,9 @@ exactly which file to put where.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
-from pipeline.artifacts import file_sha256
+from pipeline.core.artifacts import file_sha256
 from stages.download.archives import extract_archive, is_archive
 from stages.download.config import FileRef
 from stages.download.http import DownloadError, fetch_url
@@ -63,9 +62,3 @@ def _fetch_pinned(ref: FileRef, mirrors: list[str], download_cache: Path, progre
 def _path_id(path: Path) -> str:
     stat = path.stat()
     return f"{path.name}-{stat.st_size}-{stat.st_mtime_ns}"
-
-
-def mirrors_from(config_mirrors: list[str]) -> list[str]:
-    """Config mirrors first, then NMT_MIRROR (colon-separated), each as an absolute path."""
-    from_env = [entry for entry in os.environ.get("NMT_MIRROR", "").split(":") if entry]
-    return [str(Path(entry).resolve()) for entry in [*config_mirrors, *from_env]]

@@ -13,7 +13,7 @@ from itertools import islice, zip_longest
 from pathlib import Path
 from typing import Iterator
 
-from pipeline.artifacts import file_digest
+from pipeline.core.artifacts import file_digest
 from stages.download.config import HuggingFaceSource, SacrebleuSource
 from stages.errors import InputDataError
 

@@ -6,7 +6,7 @@ beam search and, when ``greedy`` is set, with beam 1. Hypotheses are detokenized
 the model's SentencePiece model and scored against the cleaned references (the test
 split is normalized, never filtered) with sacreBLEU's BLEU and chrF.
 
-Each task resolves ``evaluate.precision`` on its own device (``pipeline/hardware.py``:
+Each task resolves ``evaluate.precision`` on its own device (``pipeline/core/hardware.py``:
 ``auto`` is bf16 only where the device runs it natively) and runs as many threads as
 CPUs Ray gave it.
 
@@ -28,8 +28,8 @@ import json
 import time
 from pathlib import Path
 
-from pipeline.context import StageContext
-from pipeline.hardware import HardwareError, detect_device, resolve_precision
+from pipeline.core.context import StageContext
+from pipeline.core.hardware import HardwareError, detect_device, resolve_precision
 from stages.clean import read_split
 from stages.errors import InputDataError
 from stages.evaluate.config import EvaluateStageConfig

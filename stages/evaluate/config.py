@@ -7,7 +7,7 @@ from typing import Literal, Optional
 
 from pydantic import Field
 
-from pipeline.section import Section
+from pipeline.core.section import Section
 from stages.export import QUANTIZATIONS
 from stages.inference.search import SearchSettings
 

@@ -11,7 +11,7 @@ from typing import Callable
 
 import torch
 
-from pipeline.hardware import cpus_of_this_task, detect_device, resolve_precision
+from pipeline.core.hardware import cpus_of_this_task, detect_device, resolve_precision
 from stages.evaluate.config import EvaluateConfig
 from stages.export import ExportError
 from stages.inference.ctranslate2_translator import CTranslate2Translator

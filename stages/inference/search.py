@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from pydantic import Field, model_validator
 
-from pipeline.hardware import Precision
-from pipeline.section import Section
+from pipeline.core.hardware import Precision
+from pipeline.core.section import Section
 
 
 # Upper bounds of every search setting, so that no request or config can ask for a
@@ -50,7 +50,7 @@ class SearchSettings(Section):
     min_length: int = Field(default=1, ge=0, le=MAX_OUTPUT_TOKENS,
                             description="Tokens before EOS may end a hypothesis (below each sentence's maximum).")
     # auto: bf16 where the device runs it natively, else fp32; fp16 on older GPUs
-    # (pipeline/hardware.py), resolved on the device that decodes. bf16 and fp16 are autocast.
+    # (pipeline/core/hardware.py), resolved on the device that decodes. bf16 and fp16 are autocast.
     precision: Precision = Field(default="auto", description="Autocast precision.")
     device: str = Field(default="cpu", pattern=r"^(cpu|cuda(:\d+)?)$", description="cpu, cuda, cuda:1, ...")
 

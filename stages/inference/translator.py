@@ -19,8 +19,8 @@ import sentencepiece as spm
 import torch
 from torch.nn.utils.rnn import pad_sequence
 
-from pipeline.hardware import detect_device, resolve_precision
-from pipeline.host_memory import keep_freed_memory
+from pipeline.core.hardware import detect_device, resolve_precision
+from pipeline.core.host_memory import keep_freed_memory
 from stages.inference.beam import Hypothesis, beam_search, model_positions
 from stages.inference.decode_pool import DecodePool
 from stages.inference.model_file import ModelFiles, SourceEncoder, load_model_file
@@ -40,7 +40,7 @@ class Translator:
                  precision: str = "fp32"):
         """A model in memory with its SentencePiece models: what the train loop's
         validation BLEU decodes with. ``precision``: fp32, or bf16/fp16 autocast, already
-        resolved (``pipeline.hardware``)."""
+        resolved (``pipeline.core.hardware``)."""
         self.model, self.src_spm, self.tgt_spm = model, src_spm, tgt_spm
         self.device, self.precision = device, precision
         self.pad_id, self.bos_id, self.eos_id = special_ids["pad"], special_ids["bos"], special_ids["eos"]
@@ -53,7 +53,7 @@ class Translator:
         directory, with the artifact's ``vocab.json`` and SentencePiece model(s) beside it.
 
         A process that loads a model to translate keeps the memory it frees
-        (``pipeline.host_memory``): each search step's vocabulary-sized tensors then
+        (``pipeline.core.host_memory``): each search step's vocabulary-sized tensors then
         reuse the last step's pages instead of faulting in new ones."""
         files = ModelFiles.find(model_file)
         keep_freed_memory()

@@ -56,6 +56,10 @@ class ModelFamily:
     # see both sides' tokens (the 6ND estimate of stages/models/flops.py).
     one_stack: bool = False
     predicts_source: Callable[[Any, int], bool] | None = None
+    # For such a family, ``source_loss_schedule(model, settings)``: how long the updates
+    # that predict the source last, as ``("fraction", share of the run)`` or ``("steps",
+    # updates)`` (None: this model never predicts it), which a run's plan prices in.
+    source_loss_schedule: Callable[[Any, dict], tuple[str, float] | None] | None = None
     loss: Callable[..., Any] | None = None
     attention_modules: Callable[[Any], list] = lambda model: []
     ctranslate2: Ctranslate2Export | None = None

@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
-from pipeline.section import Section
+from pipeline.core.section import Section
 from stages.models.families import NAMES, family
 
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pipeline.context import StageContext
+from pipeline.core.context import StageContext
 from stages.names import EVALUATE, TRAIN, evaluate_stage, train_stage
 from stages.report import records
 from stages.report.config import ReportStageConfig

@@ -1,10 +1,15 @@
-"""Readers of a report artifact, for other modules (``nmt run`` and ``nmt report``
-print its table)."""
+"""What the orchestration reads of the report stage: a report artifact and its summary
+table (``nmt run`` and ``nmt report`` print it), and the report's row for one model from
+its train and evaluate reports (``nmt report`` across experiments)."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 REPORT_JSON = "report.json"  # the rows, the curves and the title (tables.write_json)
 
@@ -15,3 +20,21 @@ def parse_report(text: str | bytes) -> dict:
 
 def read_report(artifact: Path) -> dict:
     return parse_report((artifact / REPORT_JSON).read_text())
+
+
+def summary(report: dict) -> tuple[pd.DataFrame, list[str]]:
+    """The report's summary columns, one row per model as display strings, and the lines
+    printed under them: sacreBLEU's signatures, then each run's hardware."""
+    from stages.report.tables import SUMMARY_COLUMNS, display_table, hardware_lines, signature_lines
+
+    frame = display_table(report["models"])[list(SUMMARY_COLUMNS)]
+    return frame, [f"sacreBLEU {line}" for line in signature_lines(report["models"])] + hardware_lines(report["models"])
+
+
+def model_row(name: str, train_report: dict, train_curve: list[dict], eval_report: dict | None,
+              run_of: str | None = None) -> tuple[dict, list[dict]]:
+    """One model's row of the report and its validation curve, from any dicts with a
+    stage's ``config`` and ``metrics`` (a manifest, or the copy MLflow keeps)."""
+    from stages.report.records import from_reports
+
+    return from_reports(name, train_report, train_curve, eval_report, run_of)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pipeline.section import Section
+from pipeline.core.section import Section
 
 
 class ReportStageConfig(Section):

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pipeline.artifacts import read_local_manifest
+from pipeline.core.artifacts import read_local_manifest
 from stages.train.artifact import read_curve
 
 # The fields of report.json and report.csv, in column order.

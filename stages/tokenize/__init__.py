@@ -31,7 +31,7 @@ import pyarrow as pa
 import sentencepiece as spm
 
 import stages.clean as clean_artifact
-from pipeline.context import StageContext, in_order, node_id
+from pipeline.core.context import StageContext, in_order, node_id
 from stages.bpe import read_vocab
 from stages.pair_files import count_rows, read_rows
 from stages.tokenize.config import TokenizeConfig

@@ -19,8 +19,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from pipeline.context import StageContext, TrainingPlacement
-from pipeline.hardware import HardwareError, detect_device, resolve_precision
+from pipeline.core.context import StageContext, TrainingPlacement
+from pipeline.core.hardware import HardwareError, detect_device, resolve_precision
 from stages.errors import InputDataError
 from stages.tokenize import read_index
 from stages.models.families import family

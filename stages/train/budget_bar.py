@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pipeline.context import ray_progress
+from pipeline.core.context import ray_progress
 from stages.train.progress import TrainingProgress, budget_fraction
 
 

@@ -8,8 +8,8 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
-from pipeline.hardware import Precision
-from pipeline.section import Section
+from pipeline.core.hardware import Precision
+from pipeline.core.section import Section
 from stages.models.spec import ModelSpec
 
 
@@ -36,7 +36,7 @@ class TrainConfig(Section):
     # torch threads per worker, at most cpus_per_worker (more would oversubscribe the
     # CPUs Ray gave the worker); default: cpus_per_worker.
     threads_per_worker: int | None = Field(default=None, gt=0)
-    # auto: what the worker's device runs fast (pipeline/hardware.py): bf16 on GPUs that
+    # auto: what the worker's device runs fast (pipeline/core/hardware.py): bf16 on GPUs that
     # have it and on CPUs with AMX or AVX512-BF16, fp16 on older GPUs, else fp32.
     # bf16 is autocast on a CPU and DeepSpeed's bf16 mode on a GPU; fp16 is GPU only.
     precision: Precision = "auto"
@@ -102,7 +102,7 @@ class TrainConfig(Section):
     seed: int = 1  # initial weights, batch order, dropout, the BLEU sample
     # Peak FLOP/s of one worker's device, for MFU and the "time x peak" FLOPs. Default:
     # the datasheet of a known GPU, else measured by a matmul probe on each worker
-    # (pipeline/peak_flops.py); set it only to override those.
+    # (pipeline/core/peak_flops.py); set it only to override those.
     peak_flops_per_worker: float | None = Field(default=None, gt=0)
     # Ray Train restarts crashed workers from the last checkpoint this many times.
     max_failures: int = Field(default=2, ge=-1)

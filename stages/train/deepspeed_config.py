@@ -1,6 +1,6 @@
 """The DeepSpeed JSON config, generated from our train section.
 
-Precision is the one the worker resolved for its device (``pipeline/hardware.py``),
+Precision is the one the worker resolved for its device (``pipeline/core/hardware.py``),
 never ``auto``. On a GPU, ``bf16`` and ``fp16`` are DeepSpeed's own mixed-precision
 modes (fp32 master weights in the optimizer, ZeRO-aware). fp16 uses dynamic loss
 scaling as in Micikevicius et al. (2018): start at 2^16, halve the scale and skip the

@@ -20,6 +20,7 @@ import math
 
 import numpy as np
 
+from stages.models.families import family_of
 from stages.train.batching import token_batches, worker_batches
 from stages.train.config import TrainConfig, TrainStageConfig
 
@@ -64,15 +65,10 @@ def _updates_for_flops(budget: float, early: float, late: float, source_logits: 
 
 def source_logit_schedule(model, settings: dict) -> tuple[str, float] | None:
     """Which updates of ``model`` project the source (its family's loss): None for a
-    model that always or never does, else ``("fraction", ae_fraction)`` (from the
-    unresolved ``settings``) or ``("steps", ae_steps)``."""
-    from stages.models.decoder_only.model import DecoderOnlyTranslator
-
-    if not isinstance(model, DecoderOnlyTranslator) or not model.config.ae_loss or model.config.prefix_attention:
-        return None
-    if settings.get("ae_fraction") is not None:
-        return "fraction", settings["ae_fraction"]
-    return "steps", model.config.ae_steps
+    model that always or never does, else ``("fraction", share)`` (from the unresolved
+    ``settings``) or ``("steps", updates)``, as its family record says."""
+    schedule = family_of(model).source_loss_schedule
+    return None if schedule is None else schedule(model, settings)
 
 
 def resolve(config: TrainStageConfig, updates: int | None) -> TrainStageConfig:

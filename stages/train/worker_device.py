@@ -1,11 +1,11 @@
 """What a training worker runs on: its device, the precision all workers agree on, and
 the peak FLOP/s that MFU divides by.
 
-Each worker resolves ``train.precision`` on its own device (``pipeline/hardware.py``),
+Each worker resolves ``train.precision`` on its own device (``pipeline/core/hardware.py``),
 since on a cluster the driver's machine is not the workers'. Under ``auto`` the
 workers of a heterogeneous group could resolve differently, so they take the lowest
 precision any of them resolved: one DeepSpeed run has one precision. Each worker
-then finds its device's peak (``pipeline/peak_flops.py``); their sum is the group's.
+then finds its device's peak (``pipeline/core/peak_flops.py``); their sum is the group's.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from pipeline.hardware import detect_device, resolve_precision
-from pipeline.peak_flops import peak_flops
+from pipeline.core.hardware import detect_device, resolve_precision
+from pipeline.core.peak_flops import peak_flops
 from stages.train.config import TrainConfig
 
 # Lowest first: the precision a mixed group falls back to.

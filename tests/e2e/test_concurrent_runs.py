@@ -18,7 +18,7 @@ from pathlib import Path
 import pyarrow.fs as pafs
 import pytest
 
-from pipeline.artifacts import ArtifactState, ArtifactStore
+from pipeline.core.artifacts import ArtifactState, ArtifactStore
 from pipeline.config import load_config
 from pipeline.graph import plan
 from tests.helpers import REPO

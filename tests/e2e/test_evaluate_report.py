@@ -17,9 +17,9 @@ import pytest
 from mlflow.tracking import MlflowClient
 from typer.testing import CliRunner
 
-from pipeline.artifacts import MANIFEST
+from pipeline.core.artifacts import MANIFEST
 from pipeline.cli import app
-from pipeline.hardware import detect_device, resolve_precision
+from pipeline.core.hardware import detect_device, resolve_precision
 from stages.inference.model_file import load_model_file
 from stages.inference.search import SearchSettings
 from stages.inference.translator import Translator

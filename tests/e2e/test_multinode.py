@@ -35,7 +35,7 @@ import pytest
 import requests
 import yaml
 
-from pipeline.artifacts import ArtifactStore
+from pipeline.core.artifacts import ArtifactStore
 from pipeline.config import load_config
 from pipeline.graph import plan
 from stages.train.checkpointer import complete_checkpoints

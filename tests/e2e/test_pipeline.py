@@ -15,7 +15,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 from typer.testing import CliRunner
 
-from pipeline.artifacts import ArtifactState, ArtifactStore
+from pipeline.core.artifacts import ArtifactState, ArtifactStore
 from pipeline.cli import app
 from pipeline.config import load_config
 from pipeline.graph import plan

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from pipeline.context import StageContext
-from pipeline.hardware import CPU_BF16_ENV, detect_device
+from pipeline.core.context import StageContext
+from pipeline.core.hardware import CPU_BF16_ENV, detect_device
 from stages import train
 from stages.inference.model_file import load_model_file
 from stages.models.spec import ModelSpec
@@ -149,7 +149,7 @@ from pathlib import Path
 import ray
 from stages import train
 from stages.train.config import TrainStageConfig
-from pipeline.context import StageContext
+from pipeline.core.context import StageContext
 from pipeline.runner import point_state_api_at_own_dashboard
 
 ray.init(address="local", num_cpus=1, dashboard_port=point_state_api_at_own_dashboard(), log_to_driver=False)
@@ -238,7 +238,7 @@ def test_a_crashed_worker_is_restarted_by_ray_train_from_the_last_checkpoint(tok
 def test_each_seed_is_its_own_artifact_and_a_seed_trained_before_is_a_cache_hit(tokenized, tmp_path, local_ray):
     """``seeds: [1, 2]`` trains each model twice, under two keys, with different
     initial weights and batches; growing the list to [2, 1, 3] reuses both."""
-    from pipeline.artifacts import ArtifactState, ArtifactStore
+    from pipeline.core.artifacts import ArtifactState, ArtifactStore
     from pipeline.config import ExperimentConfig
     from pipeline.graph import plan
     from tests.helpers import shipped_config

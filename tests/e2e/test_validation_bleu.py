@@ -10,7 +10,7 @@ import pytest
 import torch
 from sacrebleu.metrics import BLEU, CHRF
 
-from pipeline.context import StageContext
+from pipeline.core.context import StageContext
 from stages import train
 from stages.clean import read_split
 from stages.inference.search import SearchSettings

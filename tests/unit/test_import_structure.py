@@ -1,7 +1,8 @@
-"""The layers of the code, as imports: no module imports itself through others, stages
-use only the small core of ``pipeline/``, and a stage reads another stage's artifact
-only through that stage's public modules (its package, ``config.py`` and the readers of
-``artifact.py``), never its internals.
+"""The layers of the code, as imports: no module imports itself through others; the
+core (``pipeline/core/``) imports neither the stages nor the orchestration; stages use
+only the core of ``pipeline/``; and a stage, or the orchestration (the rest of
+``pipeline/``), reads a stage's artifact only through that stage's public modules (its
+package, ``config.py`` and the readers of ``artifact.py``), never its internals.
 
 Imports are read from the source (every ``import`` statement, those inside functions
 too), so a lazy import that would close a circle is caught as well."""
@@ -14,11 +15,11 @@ from tests.helpers import REPO
 from tests.imports import imported_modules
 
 PACKAGES = ("pipeline", "stages")
-# What of pipeline/ a stage may use: config sections, what the runner hands a stage
-# (and its progress lines), artifacts, hardware and its peak FLOP/s, host memory. Never
-# the orchestration (graph, runner, commands, serving, tracking, Ray's console output).
-PIPELINE_CORE = {"pipeline.section", "pipeline.context", "pipeline.progress_lines", "pipeline.artifacts",
-                 "pipeline.object_store", "pipeline.hardware", "pipeline.peak_flops", "pipeline.host_memory"}
+# What of pipeline/ a stage may use: its core, pipeline/core/ (config sections, what the
+# runner hands a stage and its progress lines, artifacts, object stores, leases, hardware
+# and its peak FLOP/s, host memory). Never the orchestration (graph, runner, commands,
+# serving, tracking, Ray's console output): the rest of pipeline/.
+CORE = "pipeline.core"
 # Packages under stages/ that are not stages: every stage may use them, and they use no stage.
 # export is not a stage of the graph: nmt export, the service and evaluate's CTranslate2
 # columns call it.
@@ -75,6 +76,10 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
+def in_core(module: str) -> bool:
+    return module == CORE or module.startswith(CORE + ".")
+
+
 def stage_package(module: str) -> str | None:
     """``train`` for ``stages.train.loop``; None outside stages/."""
     parts = module.split(".")
@@ -93,7 +98,7 @@ def test_no_module_imports_itself_through_others():
 def test_stages_use_only_the_core_of_pipeline():
     violations = [f"{module} imports {target}" for module, targets in import_graph().items()
                   if module.startswith("stages") for target in targets
-                  if target.startswith("pipeline") and target not in PIPELINE_CORE]
+                  if target.startswith("pipeline") and not in_core(target)]
     assert violations == []
 
 
@@ -113,6 +118,30 @@ def test_a_stage_uses_another_stage_only_through_its_package_config_and_readers(
                     violations.append(f"{module} (shared) imports {target}")
             elif target not in (f"stages.{other}", f"stages.{other}.config", f"stages.{other}.artifact"):
                 violations.append(f"{module} imports {target}, an internal of the {other} stage")
+    assert violations == []
+
+
+def test_the_core_of_pipeline_imports_neither_stages_nor_orchestration():
+    violations = [f"{module} imports {target}" for module, targets in import_graph().items()
+                  if in_core(module) for target in targets
+                  if target.startswith("stages") or (target.startswith("pipeline") and not in_core(target))]
+    assert violations == []
+
+
+def test_orchestration_uses_a_stage_only_through_its_package_config_and_readers():
+    """graph, runner, commands, serving: a stage's artifact is read through the stage's
+    public modules (its package, config.py, artifact.py); the shared packages (models,
+    inference, export) are theirs to use whole."""
+    violations = []
+    for module, targets in import_graph().items():
+        if not module.startswith("pipeline") or in_core(module):
+            continue
+        for target in targets:
+            stage = stage_package(target)
+            if stage is None or stage in SHARED:
+                continue
+            if target not in (f"stages.{stage}", f"stages.{stage}.config", f"stages.{stage}.artifact"):
+                violations.append(f"{module} imports {target}, an internal of the {stage} stage")
     assert violations == []
 
 

@@ -23,6 +23,16 @@ def predicts_source(model, step: int) -> bool:
     return ae_weight(step, model.config) > 0
 
 
+def source_loss_schedule(model, settings: dict) -> tuple[str, float] | None:
+    """How long its reconstruction loss lasts: ``("fraction", ae_fraction)`` of the run
+    (from the unresolved ``settings``) or ``("steps", ae_steps)``; None without one."""
+    if not model.config.ae_loss or model.config.prefix_attention:
+        return None
+    if settings.get("ae_fraction") is not None:
+        return "fraction", settings["ae_fraction"]
+    return "steps", model.config.ae_steps
+
+
 def loss(*args):
     from stages.models.decoder_only.loss import reconstruction_loss
 
@@ -49,6 +59,6 @@ def ctranslate2_refuses(model) -> str | None:
 FAMILY = ModelFamily(
     name="decoder_only", config=DecoderOnlyConfig, presets=PRESETS, build=build,
     forward_flops=flops.forward_flops, plot_marker="^", joint_vocabulary=True, one_stack=True,
-    predicts_source=predicts_source, loss=loss, attention_modules=attention_modules,
+    predicts_source=predicts_source, source_loss_schedule=source_loss_schedule, loss=loss, attention_modules=attention_modules,
     ctranslate2=Ctranslate2Export(engine="generator", spec=ctranslate2_spec, refuses=ctranslate2_refuses),
 )

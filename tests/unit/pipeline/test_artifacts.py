@@ -10,7 +10,7 @@ import time
 import pyarrow.fs as pafs
 import pytest
 
-from pipeline.artifacts import MANIFEST, ArtifactState, ArtifactStore, artifact_key
+from pipeline.core.artifacts import MANIFEST, ArtifactState, ArtifactStore, artifact_key
 
 
 def _stage_output(directory, text="hello"):
@@ -56,7 +56,7 @@ def test_status_reads_no_file_contents(tmp_path, monkeypatch):
     def no_hashing(path):
         raise AssertionError(f"status hashed {path}")
 
-    monkeypatch.setattr("pipeline.artifacts.file_sha256", no_hashing)
+    monkeypatch.setattr("pipeline.core.artifacts.file_sha256", no_hashing)
     assert store.status("clean", "k1").state == ArtifactState.CACHED
 
 

@@ -98,7 +98,7 @@ def test_model_preset_and_settings_are_validated(tmp_path):
 
 
 def test_how_work_is_spread_is_not_in_the_key_but_what_it_computes_is(tmp_path):
-    from pipeline.artifacts import ArtifactStore
+    from pipeline.core.artifacts import ArtifactStore
     from pipeline.graph import plan
 
     store = ArtifactStore(str(tmp_path / "artifacts"))
@@ -114,7 +114,7 @@ def test_how_work_is_spread_is_not_in_the_key_but_what_it_computes_is(tmp_path):
 
 
 def test_seeds_and_budgets_make_one_named_run_per_model_budget_and_seed(tmp_path):
-    from pipeline.artifacts import ArtifactStore
+    from pipeline.core.artifacts import ArtifactStore
     from pipeline.graph import plan
 
     smoke = REPO / "configs" / "smoke.yaml"

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline import context
-from pipeline.context import MAX_TASKS_IN_FLIGHT, InlineTasks, RayTasks, StageContext, in_order
+from pipeline.core import context
+from pipeline.core.context import MAX_TASKS_IN_FLIGHT, InlineTasks, RayTasks, StageContext, in_order
 
 
 class CountingTasks(InlineTasks):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline.artifacts import ArtifactStore
+from pipeline.core.artifacts import ArtifactStore
 from pipeline.config import load_config
 from pipeline.graph import find_stage, pipeline_stages, plan
 from tests.helpers import REPO

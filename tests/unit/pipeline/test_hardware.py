@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from pipeline.hardware import (
+from pipeline.core.hardware import (
     CPU_BF16_ENV,
     Device,
     HardwareError,
@@ -85,7 +85,7 @@ def test_a_ray_task_uses_the_cpus_ray_gave_it(local_ray):
 
 
 def test_the_bf16_probe_refuses_emulation_but_not_a_busy_core():
-    from pipeline.hardware import _bf16_probe_problem
+    from pipeline.core.hardware import _bf16_probe_problem
 
     emulated = _bf16_probe_problem(lambda dtype: {"float32": 100.0, "bfloat16": 1.5}[dtype])
     assert emulated == "the bf16 probe ran matrix products 66.7x slower than fp32"
@@ -98,7 +98,7 @@ def test_the_bf16_probe_refuses_emulation_but_not_a_busy_core():
 def test_the_bf16_probe_measures_on_one_thread_and_gives_the_threads_back():
     import torch
 
-    from pipeline.hardware import _matmul_rate
+    from pipeline.core.hardware import _matmul_rate
 
     seen = []
     before = torch.get_num_threads()

@@ -11,7 +11,7 @@ import pytest
 FAULTS_OF_A_BEAM_SEARCH = """
 import resource, sys
 import torch
-from pipeline.host_memory import keep_freed_memory
+from pipeline.core.host_memory import keep_freed_memory
 from stages.inference.beam import beam_search
 from stages.models.build import build_model
 

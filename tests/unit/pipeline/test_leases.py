@@ -16,8 +16,8 @@ from contextlib import contextmanager
 import pyarrow.fs as pafs
 import pytest
 
-from pipeline import leases
-from pipeline.leases import Lease, LeaseLost, held
+from pipeline.core import leases
+from pipeline.core.leases import Lease, LeaseLost, held
 
 
 @pytest.fixture(autouse=True)

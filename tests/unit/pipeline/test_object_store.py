@@ -10,9 +10,9 @@ import cloudpickle
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from pipeline.artifacts import ArtifactStore
-from pipeline.context import TrainingPlacement
-from pipeline.object_store import _credentials, redact
+from pipeline.core.artifacts import ArtifactStore
+from pipeline.core.context import TrainingPlacement
+from pipeline.core.object_store import _credentials, redact
 
 ROOT = "s3://nmt-artifacts/shared?endpoint_override=127.0.0.1:9&scheme=http"
 KEY_ID, SECRET = "AKIAEXAMPLEKEYID0001", "wJalrXUtnFEMI-example-secret-0001"

@@ -7,11 +7,11 @@ import json
 import pytest
 import torch
 
-from pipeline import peak_flops as peak_module
-from pipeline.hardware import (
+from pipeline.core import peak_flops as peak_module
+from pipeline.core.hardware import (
     Device,
 )
-from pipeline.peak_flops import measure_matmul_flops, peak_flops
+from pipeline.core.peak_flops import measure_matmul_flops, peak_flops
 
 CUDA_BF16 = Device("cuda", "NVIDIA H100 80GB HBM3", "sm_90", True)
 CPU_AVX2 = Device("cpu", "AMD EPYC", "AVX2", False, "no AMX or AVX512-BF16")

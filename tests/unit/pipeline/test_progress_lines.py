@@ -1,8 +1,8 @@
-"""Progress as lines where no terminal draws bars (pipeline/progress_lines.py)."""
+"""Progress as lines where no terminal draws bars (pipeline/core/progress_lines.py)."""
 
 from __future__ import annotations
 
-from pipeline.progress_lines import (
+from pipeline.core.progress_lines import (
     PROGRESS_ENV,
     LineProgress,
     choose_progress_style,

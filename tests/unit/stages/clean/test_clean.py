@@ -7,7 +7,7 @@ import json
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline.context import StageContext
+from pipeline.core.context import StageContext
 from stages import clean
 from stages.clean.align import align_sentences
 from stages.clean.config import CleanConfig

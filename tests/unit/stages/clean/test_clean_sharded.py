@@ -11,7 +11,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline.context import RayTasks, StageContext
+from pipeline.core.context import RayTasks, StageContext
 from stages import clean
 from stages.clean.config import CleanConfig
 from stages.clean.filters import PairFilter

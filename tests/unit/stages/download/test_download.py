@@ -14,7 +14,7 @@ import zipfile
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline.context import DownloadSources, StageContext
+from pipeline.core.context import DownloadSources, StageContext
 from stages import download
 from stages.download.config import DownloadConfig, FileRef
 from stages.download.locate import locate_file

@@ -3,7 +3,7 @@ what makes editing a local corpus file change the artifact keys."""
 
 from __future__ import annotations
 
-from pipeline.artifacts import ArtifactStore
+from pipeline.core.artifacts import ArtifactStore
 from pipeline.config import load_config
 from pipeline.graph import plan
 from tests.helpers import REPO, slice_multi30k, small_config, write_config

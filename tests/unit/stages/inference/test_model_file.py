@@ -8,7 +8,7 @@ import json
 import pytest
 import torch
 
-from pipeline.artifacts import file_sha256
+from pipeline.core.artifacts import file_sha256
 from stages.inference.model_file import ModelFileError, load_model_file
 from tests.trained_models import train_briefly
 

@@ -9,7 +9,7 @@ import pyarrow.parquet as pq
 import pytest
 import sentencepiece as spm
 
-from pipeline.context import StageContext
+from pipeline.core.context import StageContext
 from stages import bpe, tokenize
 from stages.bpe.config import BpeConfig
 from stages.tokenize.config import TokenizeConfig

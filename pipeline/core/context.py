@@ -22,8 +22,8 @@ from typing import Any, Callable, Generic, Iterable, Iterator, TypeVar
 
 from tqdm.auto import tqdm
 
-from pipeline.artifacts import default_cache_dir
-from pipeline.progress_lines import LineProgress, lines_wanted
+from pipeline.core.artifacts import default_cache_dir
+from pipeline.core.progress_lines import LineProgress, lines_wanted
 
 MAX_TASKS_IN_FLIGHT = 64
 

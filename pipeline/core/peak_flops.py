@@ -23,7 +23,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from pipeline.hardware import Device
+from pipeline.core.hardware import Device
 
 # NVIDIA datasheets, dense (without 2:4 sparsity), per GPU, FLOP/s. First match of
 # the name wins, so the more specific names come first. fp32 is the plain fp32 rate:
@@ -70,7 +70,7 @@ def peak_flops(device: Device, precision: str, threads: int, override: float | N
 
 
 def _measured(device: Device, precision: str, threads: int, cache_dir: Path | None) -> Peak:
-    from pipeline.artifacts import default_cache_dir
+    from pipeline.core.artifacts import default_cache_dir
 
     host = socket.gethostname()
     threads_text = f"{threads} thread{'s' if threads > 1 else ''}" if device.kind == "cpu" else "GPU"

@@ -6,7 +6,7 @@ config slice, and the keys of its upstream artifacts. A change to an unrelated
 config section leaves the key, and so the cached artifact, untouched.
 
 Runs that share a store hold a lease on a key while they compute it
-(``pipeline/leases.py``), and a commit never replaces a committed artifact.
+(``pipeline/core/leases.py``), and a commit never replaces a committed artifact.
 
 Trust comes from the manifest alone. A stage writes into a staging directory;
 ``commit`` hashes every file, writes ``MANIFEST.json`` last, and only then makes the
@@ -35,8 +35,8 @@ from pathlib import Path
 
 import pyarrow.fs as pafs
 
-from pipeline.leases import Lease
-from pipeline.object_store import open_filesystem, redact
+from pipeline.core.leases import Lease
+from pipeline.core.object_store import open_filesystem, redact
 
 MANIFEST = "MANIFEST.json"
 # Written into an artifact in which ``nmt verify`` found a file that does not match its
@@ -292,7 +292,7 @@ class ArtifactStore:
     # ------------------------------------------------------------------ writing
 
     def lease(self, stage: str, key: str) -> Lease:
-        """The lease a run holds on ``stage/key`` while it computes it (``pipeline/leases.py``)."""
+        """The lease a run holds on ``stage/key`` while it computes it (``pipeline/core/leases.py``)."""
         return Lease(self.fs, f"{self.path(stage, key)}.lease", self.is_local)
 
     def staging_dir(self, stage: str, key: str, keep_previous: bool = False) -> Path:
