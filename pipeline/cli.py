@@ -135,10 +135,11 @@ def translate(
     artifact_root: Optional[str] = RootOpt,
 ) -> None:
     """Translate lines of text with a trained model: one output line per input line."""
-    from pipeline.commands.translate import translate_text
+    from pipeline.commands.translate import search_settings, translate_text
 
-    search = dict(beam_size=beam_size, nbest=nbest, length_penalty=length_penalty, max_length_a=max_length_a,
-                  max_length_b=max_length_b, min_length=min_length, device=device, precision=precision)
+    search = search_settings(beam_size=beam_size, nbest=nbest, length_penalty=length_penalty,
+                             max_length_a=max_length_a, max_length_b=max_length_b, min_length=min_length,
+                             device=device, precision=precision)
     translate_text(model, model_name, input_file, search, batch_size, artifact_root, alignment, workers)
 
 

@@ -42,7 +42,7 @@ SENTENCES = 6
 SETTINGS = {
     "greedy": {"beam_size": 1},
     "beam4_nbest4": {"beam_size": 4, "nbest": 4},
-    "beam5_alpha1_min3_short": {"beam_size": 5, "nbest": 2, "alpha": 1.0, "min_length": 3,
+    "beam5_alpha1_min3_short": {"beam_size": 5, "nbest": 2, "length_penalty": 1.0, "min_length": 3,
                                 "max_length_a": 0.5, "max_length_b": 4},
     "beam3_banned": {"beam_size": 3, "nbest": 3, "banned_ids": (PAD, BOS, 6, 7, 8, 9)},
 }

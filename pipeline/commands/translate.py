@@ -7,11 +7,12 @@ import time
 from pathlib import Path
 
 from pipeline.commands.output import console, fail, load_experiment, open_store
+from stages.inference.search import SearchSettings
 
 
-def translate_text(model: Path, model_name: str | None, input_file: Path | None, search_options: dict,
+def translate_text(model: Path, model_name: str | None, input_file: Path | None, search: SearchSettings,
                    batch_size: int, artifact_root: str | None, alignment: bool = False, workers: int = 1) -> None:
-    """``search_options``: the CLI's values of ``SearchSettings`` fields, checked here."""
+    """Translate the lines of ``input_file`` (stdin if None) to stdout, searching as ``search`` says."""
     import contextlib
     import functools
 
@@ -21,7 +22,6 @@ def translate_text(model: Path, model_name: str | None, input_file: Path | None,
     from stages.inference.decode_pool import DecodePool
     from stages.inference.translator import open_translator
 
-    search = _search_settings(search_options)
     if alignment and search.nbest > 1:
         fail("--alignment prints the best translation's alignment: use it with --nbest 1", 2)
     if workers > 1 and not search.device.startswith("cpu"):
@@ -53,11 +53,10 @@ def translate_text(model: Path, model_name: str | None, input_file: Path | None,
     console.print(f"{len(lines)} lines in {seconds:.1f}s ({len(lines) / max(seconds, 1e-9):.1f} sentences/s)")
 
 
-def _search_settings(options: dict):
-    """The options as ``SearchSettings``; an invalid one exits naming its CLI option."""
+def search_settings(**options) -> SearchSettings:
+    """The CLI's search options as ``SearchSettings``, checked once, here: an invalid one
+    exits naming its CLI option (``--length-penalty``), not the field."""
     from pydantic import ValidationError
-
-    from stages.inference.search import SearchSettings
 
     try:
         return SearchSettings(**options)
@@ -128,7 +127,6 @@ def attention_files(model: Path, model_name: str | None, text: str, output: Path
         sentence_attention,
     )
     from stages.inference.attention_figures import write_heatmaps, write_page
-    from stages.inference.search import SearchSettings
     from stages.inference.translator import Translator
 
     if not text.strip():

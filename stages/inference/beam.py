@@ -40,12 +40,14 @@ from stages.models.protocol import TranslationModel
 class Hypothesis:
     tokens: tuple[int, ...]  # generated tokens, without BOS and EOS
     log_prob: float  # log P(Y | X), EOS included
-    score: float  # log_prob / length_penalty(len(tokens) + 1)
+    score: float  # log_prob / length_normalizer(len(tokens) + 1, length_penalty)
 
 
-def length_penalty(length: int, alpha: float) -> float:
-    """GNMT's lp(Y) for |Y| = ``length`` tokens (EOS included); 1.0 when alpha is 0."""
-    return ((5.0 + length) / 6.0) ** alpha
+def length_normalizer(length: int, length_penalty: float) -> float:
+    """GNMT's lp(Y) for |Y| = ``length`` tokens (EOS included), ``length_penalty`` its
+    alpha (the name the search settings, fairseq's ``--lenpen`` and CTranslate2 use); 1.0
+    when it is 0."""
+    return ((5.0 + length) / 6.0) ** length_penalty
 
 
 def max_output_lengths(src: Tensor, pad_id: int, a: float, b: int, positions: int | None = None) -> Tensor:
@@ -132,11 +134,11 @@ def best_candidates(scores: Tensor, log_probs: Tensor, k: int) -> Candidates:
     return Candidates(top_scores, top_ids // per_beam, beam_tokens.view(live, -1).gather(1, top_ids))
 
 
-def finish(candidates: Candidates, k: int, eos_id: int, step: int, alpha: float, tokens: Tensor,
+def finish(candidates: Candidates, k: int, eos_id: int, step: int, length_penalty: float, tokens: Tensor,
            sentence_ids: list[int], finished: list[list[Hypothesis]]) -> None:
     """Adds to ``finished`` (per original sentence) the hypotheses that end here: EOS
     among a sentence's first k candidates, while it has fewer than k finished. A
-    hypothesis' score is its log-probability over the length penalty of its
+    hypothesis' score is its log-probability over the length normalizer of its
     ``step + 1`` tokens. ``tokens``: (live * beams, step + 1) the beams' tokens so far."""
     beams = tokens.size(0) // len(sentence_ids)
     rank = torch.arange(candidates.tokens.size(1), device=candidates.tokens.device)
@@ -154,7 +156,8 @@ def finish(candidates: Candidates, k: int, eos_id: int, step: int, alpha: float,
     for (row, at), prefix in zip(ending_at, prefixes):
         sentence = finished[sentence_ids[row]]
         if len(sentence) < k:
-            sentence.append(Hypothesis(tuple(prefix), scores[row][at], scores[row][at] / length_penalty(step + 1, alpha)))
+            score = scores[row][at] / length_normalizer(step + 1, length_penalty)
+            sentence.append(Hypothesis(tuple(prefix), scores[row][at], score))
 
 
 def continuing(candidates: Candidates, k: int, eos_id: int, beams: int) -> Candidates:
@@ -178,9 +181,10 @@ def follow(model: TranslationModel, state, tokens: Tensor, going_on: Candidates,
 
 @torch.no_grad()
 def beam_search(model: TranslationModel, src: Tensor, beam_size: int, *, bos_id: int, eos_id: int, pad_id: int,
-                alpha: float = DEFAULT_SEARCH.length_penalty, max_length_a: float = DEFAULT_SEARCH.max_length_a,
-                max_length_b: int = DEFAULT_SEARCH.max_length_b, min_length: int = DEFAULT_SEARCH.min_length,
-                nbest: int = 1, banned_ids: tuple[int, ...] | None = None) -> list[list[Hypothesis]]:
+                length_penalty: float = DEFAULT_SEARCH.length_penalty,
+                max_length_a: float = DEFAULT_SEARCH.max_length_a, max_length_b: int = DEFAULT_SEARCH.max_length_b,
+                min_length: int = DEFAULT_SEARCH.min_length, nbest: int = 1,
+                banned_ids: tuple[int, ...] | None = None) -> list[list[Hypothesis]]:
     """The ``nbest`` best hypotheses of each sentence of ``src`` (B, S), best first.
 
     EOS may end a hypothesis only after ``min_length`` tokens (fairseq's default of 1:
@@ -218,7 +222,7 @@ def beam_search(model: TranslationModel, src: Tensor, beam_size: int, *, bos_id:
         constrain_step(log_probs, step, banned, eos_id, min_length, rows_at_limit)
 
         candidates = best_candidates(scores, log_probs, k)
-        finish(candidates, k, eos_id, step, alpha, tokens, sentence_ids, finished)
+        finish(candidates, k, eos_id, step, length_penalty, tokens, sentence_ids, finished)
         done = torch.tensor([len(finished[i]) == k for i in sentence_ids]) | at_limit
         if bool(done.all()):
             break

@@ -117,7 +117,7 @@ class Translator:
         src = pad_sequence([torch.tensor(ids) for ids in sources], batch_first=True, padding_value=self.pad_id)
         with self._autocast():
             return beam_search(self.model, src.to(self.device), search.beam_size, bos_id=self.bos_id,
-                               eos_id=self.eos_id, pad_id=self.pad_id, alpha=search.length_penalty,
+                               eos_id=self.eos_id, pad_id=self.pad_id, length_penalty=search.length_penalty,
                                max_length_a=search.max_length_a, max_length_b=search.max_length_b,
                                min_length=search.min_length, nbest=search.nbest)
 

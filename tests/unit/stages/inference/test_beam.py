@@ -11,7 +11,7 @@ from torch import nn
 
 from stages.inference.beam import (
     beam_search,
-    length_penalty,
+    length_normalizer,
     max_output_lengths,
     row_top_k,
 )
@@ -51,7 +51,7 @@ class PrefixModel(nn.Module):
         return torch.log_softmax(logits, dim=0)
 
 
-def exhaustive(model: PrefixModel, source_token: int, max_length: int, alpha: float, min_length: int = 0):
+def exhaustive(model: PrefixModel, source_token: int, max_length: int, length_penalty: float, min_length: int = 0):
     """Every output with at least ``min_length`` tokens before EOS and at most
     ``max_length`` with it, best first."""
     allowed = [t for t in range(model.vocab) if t not in (PAD, BOS, EOS)]
@@ -63,29 +63,29 @@ def exhaustive(model: PrefixModel, source_token: int, max_length: int, alpha: fl
             for token in (*prefix, EOS):
                 log_prob += float(model.log_probs(history)[token])
                 history += (token,)
-            outputs.append((prefix, log_prob, log_prob / length_penalty(length + 1, alpha)))
+            outputs.append((prefix, log_prob, log_prob / length_normalizer(length + 1, length_penalty)))
     return sorted(outputs, key=lambda output: -output[2])
 
 
 def test_length_penalty_is_gnmts_formula():
     # lp(Y) = ((5 + |Y|) / 6) ** alpha, by hand: |Y| = 7, alpha = 0.6 gives 2 ** 0.6.
-    assert length_penalty(7, 0.6) == pytest.approx(1.5157165665103982)
-    assert length_penalty(1, 0.6) == pytest.approx(1.0)
-    assert length_penalty(12, 0.0) == 1.0
+    assert length_normalizer(7, 0.6) == pytest.approx(1.5157165665103982)
+    assert length_normalizer(1, 0.6) == pytest.approx(1.0)
+    assert length_normalizer(12, 0.0) == 1.0
     src = torch.tensor([[5, 6, 7, EOS, PAD], [5, EOS, PAD, PAD, PAD]])
     assert max_output_lengths(src, PAD, 1.0, 50).tolist() == [54, 52]
 
 
-@pytest.mark.parametrize("alpha", [0.0, 0.6, 1.0])
-def test_a_beam_wide_enough_finds_every_output_in_exhaustive_order(alpha):
+@pytest.mark.parametrize("length_penalty", [0.0, 0.6, 1.0])
+def test_a_beam_wide_enough_finds_every_output_in_exhaustive_order(length_penalty):
     model = PrefixModel()
     # Outputs of up to 3 tokens from 4 choices (unk, 4, 5 and EOS): 1 + 3 + 9 = 13; a
     # beam of 13 never prunes, so its n-best list is the exhaustive ranking.
     src = torch.tensor([[7, EOS], [9, EOS]])
-    results = beam_search(model, src, 13, alpha=alpha, max_length_a=0.0, max_length_b=3, min_length=0, nbest=13,
-                          **SPECIAL)
+    results = beam_search(model, src, 13, length_penalty=length_penalty, max_length_a=0.0, max_length_b=3,
+                          min_length=0, nbest=13, **SPECIAL)
     for row, source_token in enumerate((7, 9)):
-        expected = exhaustive(model, source_token, 3, alpha)
+        expected = exhaustive(model, source_token, 3, length_penalty)
         assert [h.tokens for h in results[row]] == [prefix for prefix, _, _ in expected]
         assert [h.log_prob for h in results[row]] == pytest.approx([lp for _, lp, _ in expected], abs=1e-5)
         assert [h.score for h in results[row]] == pytest.approx([s for _, _, s in expected], abs=1e-5)
@@ -94,7 +94,7 @@ def test_a_beam_wide_enough_finds_every_output_in_exhaustive_order(alpha):
 def test_a_narrow_beam_finds_the_best_output_of_a_peaked_model():
     model = PrefixModel(temperature=4.0)
     src = torch.tensor([[11, EOS]])
-    best = beam_search(model, src, 4, alpha=0.6, max_length_a=0.0, max_length_b=4, **SPECIAL)[0][0]
+    best = beam_search(model, src, 4, length_penalty=0.6, max_length_a=0.0, max_length_b=4, **SPECIAL)[0][0]
     expected = exhaustive(model, 11, 4, 0.6, min_length=1)[0]
     assert best.tokens == expected[0] and best.score == pytest.approx(expected[2], abs=1e-5)
 
@@ -103,7 +103,7 @@ def test_a_sentence_stops_once_beam_size_hypotheses_have_finished():
     # EOS is by far the likeliest token: one beam finishes at the first step, a second
     # at the next, and with beam 2 the search stops there, far from its length limit.
     model = PrefixModel(eos_bias=8.0)
-    results = beam_search(model, torch.tensor([[5, EOS]]), 2, alpha=0.6, max_length_a=0.0, max_length_b=20,
+    results = beam_search(model, torch.tensor([[5, EOS]]), 2, length_penalty=0.6, max_length_a=0.0, max_length_b=20,
                           min_length=0, nbest=2, **SPECIAL)
     assert model.steps == 2
     assert sorted(len(h.tokens) + 1 for h in results[0]) == [1, 2]
@@ -113,15 +113,15 @@ def test_a_sentence_stops_once_beam_size_hypotheses_have_finished():
 def test_the_first_step_decodes_one_row_a_sentence_and_the_next_one_a_beam():
     # Every beam starts from the same BOS: decoding it k times would be the same work k times.
     model = PrefixModel(vocab=12)
-    beam_search(model, torch.tensor([[5, 6, EOS], [7, EOS, PAD]]), 3, alpha=0.6, max_length_a=0.0, max_length_b=4,
-                **SPECIAL)
+    beam_search(model, torch.tensor([[5, 6, EOS], [7, EOS, PAD]]), 3, length_penalty=0.6, max_length_a=0.0,
+                max_length_b=4, **SPECIAL)
     assert model.rows[:2] == [2, 2 * 3]
 
 
 def test_the_length_limit_ends_every_hypothesis_with_eos():
     model = PrefixModel(eos_bias=-50.0)  # EOS practically never chosen freely
-    results = beam_search(model, torch.tensor([[5, 6, 7, EOS]]), 3, alpha=0.6, max_length_a=1.0, max_length_b=2,
-                          nbest=3, **SPECIAL)
+    results = beam_search(model, torch.tensor([[5, 6, 7, EOS]]), 3, length_penalty=0.6, max_length_a=1.0,
+                          max_length_b=2, nbest=3, **SPECIAL)
     assert [len(h.tokens) + 1 for h in results[0]] == [6, 6, 6]  # |x| = 4 (EOS included) + 2
     assert all(EOS not in h.tokens and PAD not in h.tokens and BOS not in h.tokens for h in results[0])
 
@@ -178,7 +178,7 @@ def sources() -> torch.Tensor:
 @pytest.mark.parametrize("family", FAMILIES)
 def test_beam_size_one_is_greedy_decoding(family):
     model, src = random_model(family), sources()
-    found = beam_search(model, src, 1, alpha=0.6, max_length_a=1.0, max_length_b=4, **SPECIAL)
+    found = beam_search(model, src, 1, length_penalty=0.6, max_length_a=1.0, max_length_b=4, **SPECIAL)
     expected = greedy(model, src, max_output_lengths(src, PAD, 1.0, 4))
     assert [h[0].tokens for h in found] == [tokens for tokens, _ in expected]
     assert [h[0].log_prob for h in found] == pytest.approx([total for _, total in expected], abs=1e-4)
@@ -187,10 +187,10 @@ def test_beam_size_one_is_greedy_decoding(family):
 @pytest.mark.parametrize("family", FAMILIES)
 def test_batched_beam_search_equals_decoding_each_sentence_alone(family):
     model, src = random_model(family), sources()
-    batched = beam_search(model, src, 4, alpha=0.6, max_length_a=1.0, max_length_b=4, nbest=3, **SPECIAL)
+    batched = beam_search(model, src, 4, length_penalty=0.6, max_length_a=1.0, max_length_b=4, nbest=3, **SPECIAL)
     for row in range(src.size(0)):
         length = int((src[row] != PAD).sum())
-        alone = beam_search(model, src[row:row + 1, :length], 4, alpha=0.6, max_length_a=1.0, max_length_b=4,
+        alone = beam_search(model, src[row:row + 1, :length], 4, length_penalty=0.6, max_length_a=1.0, max_length_b=4,
                             nbest=3, **SPECIAL)[0]
         assert [h.tokens for h in batched[row]] == [h.tokens for h in alone]
         assert [h.score for h in batched[row]] == pytest.approx([h.score for h in alone], abs=1e-4)

@@ -17,7 +17,7 @@ from stages.inference.beam import (
     continuing,
     finish,
     follow,
-    length_penalty,
+    length_normalizer,
 )
 
 EOS = 3
@@ -70,10 +70,10 @@ def test_only_eos_among_the_first_k_finishes_with_the_length_penalty_and_at_most
     found = candidates([[EOS, 5, EOS, 6, EOS, 7], [5, 6, 7, 8, EOS, EOS]])
     finished: list[list[Hypothesis]] = [[], [Hypothesis((9,), -1.0, -1.0)] * 2]
     tokens = torch.tensor([[2, 10], [2, 11], [2, 12], [2, 13]])  # two beams each, BOS and one token
-    finish(found, 3, EOS, step=1, alpha=0.6, tokens=tokens, sentence_ids=[0, 1], finished=finished)
+    finish(found, 3, EOS, step=1, length_penalty=0.6, tokens=tokens, sentence_ids=[0, 1], finished=finished)
     # sentence 0: EOS at ranks 0 and 2 (rank 4 is past k); candidates alternate beams 0, 1
     assert [(h.tokens, h.log_prob) for h in finished[0]] == [((10,), -0.0), ((10,), -2.0)]
-    assert finished[0][1].score == pytest.approx(-2.0 / length_penalty(2, 0.6))
+    assert finished[0][1].score == pytest.approx(-2.0 / length_normalizer(2, 0.6))
     assert len(finished[1]) == 2  # no EOS among its first 3
 
 
