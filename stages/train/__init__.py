@@ -35,7 +35,8 @@ __all__ = ["VERSION", "RUN_NAME", "RESUMABLE", "TASK_CPUS", "MLFLOW_FILES", "RES
 # 6: train_flops_6nd side by side, the output projection counted (stages/models/flops.py)
 # 7: warmup, checkpoints, the averaged window and ae_steps as fractions of the run (plan.py)
 # 8: a decoder-only model's source is not projected (nor counted) once L_AE has ended
-VERSION = 8
+# 9: ConvS2S weight-normalized (a ConvS2S artifact of 8 holds the model without it)
+VERSION = 9
 RUN_NAME = "train_run"
 # A crashed attempt's staging directory holds its checkpoints: the next attempt resumes.
 RESUMABLE = True
