@@ -16,7 +16,7 @@ the block's output. Residual sums are scaled by sqrt(0.5) throughout (section 3.
 the encoder's output gradient is divided by twice the decoder's attention steps, as the
 paper scales it by their number. Initialization, and weight normalization (Salimans and
 Kingma 2016) of every convolution and projection, as section 3.4. Without weight
-normalization the tiny preset diverged in configs/smoke.yaml, at the rates the other
+normalization a 128-wide, six-block version diverged in configs/smoke.yaml, at the rates the other
 families train with there (Adam under its noam schedule, peak 0.018): the loss went from
 5.4 to 44 around update 80 and never came back. With it, the same run's loss rose to 9.4
 there and was back at 5.5-5.7 by update 130.
