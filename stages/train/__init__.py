@@ -36,7 +36,8 @@ __all__ = ["VERSION", "RUN_NAME", "RESUMABLE", "TASK_CPUS", "MLFLOW_FILES", "RES
 # 7: warmup, checkpoints, the averaged window and ae_steps as fractions of the run (plan.py)
 # 8: a decoder-only model's source is not projected (nor counted) once L_AE has ended
 # 9: ConvS2S weight-normalized (a ConvS2S artifact of 8 holds the model without it)
-VERSION = 9
+# 10: ConvS2S's tiny preset 64 wide, four blocks a side (presets are keyed by name)
+VERSION = 10
 RUN_NAME = "train_run"
 # A crashed attempt's staging directory holds its checkpoints: the next attempt resumes.
 RESUMABLE = True
