@@ -41,11 +41,11 @@ import sentencepiece as spm
 import torch
 from sacrebleu.metrics import BLEU
 
-from stages.export import ExportError, export_model
-from stages.inference.decode_pool import DecodePool, threads_of_spawned_children
-from stages.inference.model_file import ModelFiles
-from stages.inference.search import SearchSettings
-from stages.inference.translator import Translator, open_translator
+from stages.shared.export import ExportError, export_model
+from stages.shared.inference.decode_pool import DecodePool, threads_of_spawned_children
+from stages.shared.inference.model_file import ModelFiles
+from stages.shared.inference.search import SearchSettings
+from stages.shared.inference.translator import Translator, open_translator
 
 BEAM, BATCH, MAX_LENGTH_B = 4, 64, 50
 
@@ -259,8 +259,8 @@ def config_model_and_test_split(config_path: str, name: str, artifact_root: str 
     from pipeline.config import load_config
     from pipeline.graph import find_stage, plan
     from stages.clean import read_split
-    from stages.inference.model_file import MODEL_FILES, weights_file
-    from stages.names import train_stage
+    from stages.shared.inference.model_file import MODEL_FILES, weights_file
+    from stages.shared.names import train_stage
 
     config = load_config(config_path)
     store = ArtifactStore(artifact_root or config.artifact_root)

@@ -4,7 +4,7 @@ side in one run.
 The output layer (attentional vector -> vocabulary) is most of an RNN update at a
 10k vocabulary. nmtpytorch narrows the attentional vector to the embedding width and
 ties the output layer to the target embedding; ``attentional_dim`` and
-``tie_embeddings`` do the same here (stages/models/rnn/model.py). Both variants train
+``tie_embeddings`` do the same here (stages/shared/models/rnn/model.py). Both variants train
 on the same random batch with Adam; they take turns, a few steps each per round, and
 the table reports the median round, so a machine that slows down for a while slows both.
 
@@ -22,8 +22,8 @@ from dataclasses import replace
 import torch
 import torch.nn.functional as F
 
-from stages.models.rnn.config import RnnConfig
-from stages.models.rnn.model import RnnTranslator
+from stages.shared.models.rnn.config import RnnConfig
+from stages.shared.models.rnn.model import RnnTranslator
 
 
 def update_seconds(model: RnnTranslator, src: torch.Tensor, tgt: torch.Tensor, steps: int) -> float:

@@ -33,8 +33,8 @@ import requests
 import torch
 
 from pipeline.serving.backends import open_backend
-from stages.inference.model_file import ModelFiles, SourceEncoder
-from stages.inference.search import SearchSettings
+from stages.shared.inference.model_file import ModelFiles, SourceEncoder
+from stages.shared.inference.search import SearchSettings
 
 
 def offline_rate(model: Path, backend: str, lines: list[str], beam: int, batch: int, threads: int) -> float:

@@ -27,7 +27,7 @@ import pyarrow.fs as pafs
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from pipeline.core.artifacts import MANIFEST, ArtifactStore  # noqa: E402
-from stages.inference.model_file import MODEL_FILES  # noqa: E402
+from stages.shared.inference.model_file import MODEL_FILES  # noqa: E402
 from stages.train import RUN_NAME  # noqa: E402
 from stages.train.checkpointer import checkpoint_weights, complete_checkpoints, slim  # noqa: E402
 from tests.s3_server import SeaweedS3  # noqa: E402  (the same loopback server the tests start)

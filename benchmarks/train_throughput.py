@@ -5,7 +5,7 @@ Both models train on the same random batch with the same optimizer (torch's fuse
 Adam), so the numbers compare the model code, not the data pipeline. The models take
 turns: each round times a few steps of each, and the table reports the median round,
 so a machine that slows down for a while slows both. FLOPs per step come from
-stages/models/flops.py (the count the train stage budgets with; the same for both
+stages/shared/models/flops.py (the count the train stage budgets with; the same for both
 models, whose shapes are the same).
 
 MFU divides the achieved FLOP/s by a peak in the same precision: the peak this
@@ -42,10 +42,10 @@ import torch  # noqa: E402
 
 from pipeline.core.hardware import detect_device, native_precisions  # noqa: E402
 from pipeline.core.peak_flops import measure_matmul_flops, peak_flops  # noqa: E402
-from stages.models.transformer.config import PRESETS as TRANSFORMER_PRESETS  # noqa: E402
-from stages.models.transformer.model import Transformer  # noqa: E402
-from stages.models.flops import training_flops  # noqa: E402
-from stages.models.cross_entropy import label_smoothed_cross_entropy  # noqa: E402
+from stages.shared.models.transformer.config import PRESETS as TRANSFORMER_PRESETS  # noqa: E402
+from stages.shared.models.transformer.model import Transformer  # noqa: E402
+from stages.shared.models.flops import training_flops  # noqa: E402
+from stages.shared.models.cross_entropy import label_smoothed_cross_entropy  # noqa: E402
 
 VOCAB = 8000
 

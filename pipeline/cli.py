@@ -13,7 +13,7 @@ from rich.logging import RichHandler
 
 from pipeline.commands.output import console
 from pipeline.core.hardware import Precision
-from stages.inference.search import DEFAULT_SEARCH
+from stages.shared.inference.search import DEFAULT_SEARCH
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Parallel corpus to trained, evaluated translation models, as a cached Ray task graph.")

@@ -12,7 +12,7 @@ from mlflow.tracking import MlflowClient
 
 from pipeline.core.artifacts import ArtifactState, ArtifactStore
 from pipeline.config import ExperimentConfig
-from stages.names import evaluate_stage, train_stage, trained_model
+from stages.shared.names import evaluate_stage, train_stage, trained_model
 from stages.report.artifact import model_row
 from stages.train.artifact import CURVE_FILE, parse_curve, read_curve
 

@@ -22,7 +22,7 @@ from stages.bpe.config import BpeConfig
 from stages.clean.config import CleanConfig
 from stages.download.config import SOURCE_TYPES, DownloadConfig
 from stages.evaluate.config import EvaluateConfig, EvaluateStageConfig
-from stages.models.spec import ModelSpec
+from stages.shared.models.spec import ModelSpec
 from stages.report.config import ReportStageConfig
 from stages.tokenize.config import TokenizeConfig
 from stages.train.config import TrainConfig, TrainStageConfig

@@ -26,8 +26,8 @@ from pipeline.config import ExperimentConfig
 from pipeline.core.hardware import HardwareError
 from pipeline.stage import Stage
 from stages import bpe, clean, download, evaluate, report, tokenize, train
-from stages.models.spec import ModelSpec
-from stages.names import evaluate_stage, train_stage
+from stages.shared.models.spec import ModelSpec
+from stages.shared.names import evaluate_stage, train_stage
 
 DATA_STAGES = (
     Stage.of(download, "download", attrgetter("download")),

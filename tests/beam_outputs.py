@@ -28,8 +28,8 @@ from pathlib import Path
 
 import torch
 
-from stages.inference.beam import beam_search
-from stages.models.build import build_model
+from stages.shared.inference.beam import beam_search
+from stages.shared.models.build import build_model
 
 REPO = Path(__file__).resolve().parents[1]
 RECORD = REPO / "tests" / "data" / "beam_outputs.json"

@@ -40,8 +40,8 @@ def single_process_distributed(monkeypatch: pytest.MonkeyPatch, backend: str) ->
 
 def train_loop(tokenized: Path, precision: str, use_gpu: bool, family: str = "transformer",
                max_tokens: int = 300, **train_settings) -> LoopUnderTest:
-    from stages.inference.model_file import build_for_vocabulary, vocabulary_facts
-    from stages.models.spec import ModelSpec
+    from stages.shared.inference.model_file import build_for_vocabulary, vocabulary_facts
+    from stages.shared.models.spec import ModelSpec
     from stages.train.batching import batches_from
     from stages.train.config import TrainConfig, TrainStageConfig
     from stages.train.data import TokenizedSplit

@@ -15,14 +15,14 @@ import torch
 
 def train_briefly(tokenized: Path, output: Path, family: str, settings: dict | None = None, updates: int = 300,
                   max_tokens: int = 1500, seed: int = 0) -> Path:
-    from stages.inference.model_file import (
+    from stages.shared.inference.model_file import (
         build_for_vocabulary,
         save_model_file,
         vocabulary_facts,
     )
-    from stages.models.spec import ModelSpec
+    from stages.shared.models.spec import ModelSpec
     from stages.train.data import TokenizedSplit
-    from stages.models.loss import translation_loss
+    from stages.shared.models.loss import translation_loss
 
     train = TokenizedSplit(tokenized, "train")
     facts = vocabulary_facts(tokenized, train.vocab)

@@ -10,8 +10,8 @@ from pipeline.commands.output import console, fail
 def export_files(model: Path, model_name: str | None, format: str, output: Path, quantization: str | None,
                  force: bool, artifact_root: str | None) -> None:
     from pipeline.commands.translate import model_file
-    from stages.export import ExportError, export_model
-    from stages.inference.model_file import ModelFileError
+    from stages.shared.export import ExportError, export_model
+    from stages.shared.inference.model_file import ModelFileError
 
     try:
         written = export_model(model_file(model, model_name, artifact_root), format, output, quantization, force)

@@ -13,9 +13,9 @@ def inspect_models(config: Path, overrides: list[str], artifact_root: str | None
                    tgt_len: float | None) -> None:
     from pipeline.core.artifacts import ArtifactState
     from pipeline.graph import find_stage, plan
-    from stages.models.build import build_model
+    from stages.shared.models.build import build_model
     from stages.tokenize import read_index
-    from stages.models.flops import cost_summary
+    from stages.shared.models.flops import cost_summary
 
     experiment = load_experiment(config, overrides)
     if not experiment.models:
@@ -50,7 +50,7 @@ def inspect_models(config: Path, overrides: list[str], artifact_root: str | None
                       ("total", "embedding", "non_embedding", "forward_flops_per_tgt_token",
                        "train_flops_per_tgt_token", "six_nd_per_tgt_token")))
     table_console().print(table)
-    table_console().print(f"Sizes from {source}. FLOPs count matrix products (stages/models/flops.py); "
+    table_console().print(f"Sizes from {source}. FLOPs count matrix products (stages/shared/models/flops.py); "
                           "training = 3 x forward; 6ND = Kaplan et al. (2020)'s 6 x parameters x tokens, side by side: "
                           "encoder x source, decoder x target (both for decoder-only), output projection x target; "
                           "per target token here.")

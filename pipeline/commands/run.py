@@ -22,7 +22,7 @@ from pipeline.commands.output import (
     table_console,
 )
 from pipeline.core.object_store import redact
-from stages.errors import InputDataError
+from stages.shared.errors import InputDataError
 from stages.report.artifact import REPORT_JSON, parse_report
 
 if TYPE_CHECKING:

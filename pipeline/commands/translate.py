@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 
 from pipeline.commands.output import console, fail, load_experiment, open_store
-from stages.inference.search import SearchSettings
+from stages.shared.inference.search import SearchSettings
 
 
 def translate_text(model: Path, model_name: str | None, input_file: Path | None, search: SearchSettings,
@@ -19,8 +19,8 @@ def translate_text(model: Path, model_name: str | None, input_file: Path | None,
     import torch
     from tqdm import tqdm
 
-    from stages.inference.decode_pool import DecodePool
-    from stages.inference.translator import open_translator
+    from stages.shared.inference.decode_pool import DecodePool
+    from stages.shared.inference.translator import open_translator
 
     if alignment and search.nbest > 1:
         fail("--alignment prints the best translation's alignment: use it with --nbest 1", 2)
@@ -69,7 +69,7 @@ def search_settings(**options) -> SearchSettings:
 def _load(model: Path, model_name: str | None, artifact_root: str | None, search):
     """(model file, Translator in the resolved precision); a clear exit if either fails."""
     from pipeline.core.hardware import HardwareError, detect_device, resolve_precision
-    from stages.inference.translator import Translator
+    from stages.shared.inference.translator import Translator
 
     try:
         resolved = resolve_precision(search.precision, detect_device(search.device), "--precision")
@@ -107,7 +107,7 @@ def _check_lengths(translator, lines: list[str], input_file: Path | None) -> Non
 
 def _alignment(translator, line: str, translation) -> str:
     """The hard word alignment of ``translation``, from the model's cross-attention."""
-    from stages.inference.attention import (
+    from stages.shared.inference.attention import (
         format_alignment,
         hard_alignment,
         sentence_attention,
@@ -121,13 +121,13 @@ def _alignment(translator, line: str, translation) -> str:
 def attention_files(model: Path, model_name: str | None, text: str, output: Path, beam: int, device: str,
                     artifact_root: str | None) -> None:
     """``nmt attention``: translate ``text``, write a PNG per layer and head and one HTML page."""
-    from stages.inference.attention import (
+    from stages.shared.inference.attention import (
         format_alignment,
         hard_alignment,
         sentence_attention,
     )
-    from stages.inference.attention_figures import write_heatmaps, write_page
-    from stages.inference.translator import Translator
+    from stages.shared.inference.attention_figures import write_heatmaps, write_page
+    from stages.shared.inference.translator import Translator
 
     if not text.strip():
         fail("--input: give a sentence to translate", 2)
@@ -156,7 +156,7 @@ def trained_artifact(config_file: Path, model_name: str | None, artifact_root: s
     YAML; a clear exit if there is no such model or it is not trained yet."""
     from pipeline.core.artifacts import ArtifactState
     from pipeline.graph import find_stage, plan
-    from stages.names import train_stage
+    from stages.shared.names import train_stage
 
     experiment = load_experiment(config_file, [])
     names = [spec.name for spec in experiment.trained_models()]
@@ -177,6 +177,6 @@ class TrainedModel:
         self.store, self.stage, self.key = store, stage, key
 
     def __call__(self) -> Path:
-        from stages.inference.model_file import MODEL_FILES, weights_file
+        from stages.shared.inference.model_file import MODEL_FILES, weights_file
 
         return weights_file(self.store.local_path(self.stage, self.key, MODEL_FILES))

@@ -15,7 +15,7 @@ queue; once the decoder is free they form the next batch, up to
 ``max_batch_sentences`` sentences, waiting up to ``batch_wait_s`` for more when that is
 not a full batch, and up to ``batch_max_wait_s`` while it holds fewer sentences than
 the last round had in flight (the clients of the last batch come back). A batch is
-decoded in a child process of the replica (``stages/inference/decode_pool.py`` says why
+decoded in a child process of the replica (``stages/shared/inference/decode_pool.py`` says why
 not a thread), so the replica keeps accepting the requests that will form the next one.
 Requests with different search settings share the wait but are decoded apart. Ray
 Serve's health check fails once the child has died, and Serve replaces the replica.
@@ -29,7 +29,7 @@ characters are counted before anything is tokenized, and tokenizing runs off the
 loop), a ``min_length`` that a sentence's longest allowed output cannot exceed (422).
 
 No request can hold the decoder for ever: every search setting is bounded
-(``stages/inference/search.py``), and each batch has a deadline (``batch_deadline_s``).
+(``stages/shared/inference/search.py``), and each batch has a deadline (``batch_deadline_s``).
 A batch that runs past it has its decode process killed and restarted: only that
 batch's requests get a 503, and ``/health`` answers 503 until the new process has
 loaded. Requests with different search settings are decoded apart, and one group's
@@ -54,9 +54,9 @@ from ray import serve
 from pipeline.serving.backends import open_backend
 from pipeline.serving.batcher import DynamicBatcher
 from pipeline.serving.body_limit import BodyLimit
-from stages.inference.decode_pool import DecodeDeadlineExceeded, DecodePool, DecodeProcessExited
-from stages.inference.model_file import ModelFiles, SourceEncoder
-from stages.inference.search import SearchSettings, output_room
+from stages.shared.inference.decode_pool import DecodeDeadlineExceeded, DecodePool, DecodeProcessExited
+from stages.shared.inference.model_file import ModelFiles, SourceEncoder
+from stages.shared.inference.search import SearchSettings, output_room
 
 MAX_BEAM = 16
 
@@ -228,7 +228,7 @@ class TranslationService:
         return TranslateResponse(translations=translations)
 
     def _decode(self, jobs: list[Job]) -> list:
-        """Each job's translations (``stages.inference.translator.Translation`` lists), or
+        """Each job's translations (``stages.shared.inference.translator.Translation`` lists), or
         the exception that failed its group: the jobs that share search settings are
         decoded as one batch, and one group's failure is its own."""
         results: list = [None] * len(jobs)

@@ -1,6 +1,6 @@
 """What a service replica decodes with: our own ``Translator``, or the model exported
-to CTranslate2 (``stages/inference/ctranslate2_translator.py``). Either runs in the
-replica's decode process (``stages/inference/decode_pool.py``), takes sources encoded by
+to CTranslate2 (``stages/shared/inference/ctranslate2_translator.py``). Either runs in the
+replica's decode process (``stages/shared/inference/decode_pool.py``), takes sources encoded by
 ``SourceEncoder`` and the request's ``SearchSettings``, and gives back the n best
 ``Translation``s per sentence.
 """
@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from stages.inference.ctranslate2_translator import CTranslate2Translator
-from stages.inference.translator import open_translator
+from stages.shared.inference.ctranslate2_translator import CTranslate2Translator
+from stages.shared.inference.translator import open_translator
 
 BACKENDS = ("ours", "ctranslate2")
 

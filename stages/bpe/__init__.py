@@ -27,8 +27,8 @@ import sentencepiece as spm
 import stages.clean as clean_artifact
 from pipeline.core.context import StageContext
 from stages.bpe.config import BpeConfig
-from stages.errors import InputDataError
-from stages.pair_files import count_rows
+from stages.shared.errors import InputDataError
+from stages.shared.pair_files import count_rows
 
 # 2: the sample of a big corpus is drawn here, not by SentencePiece; 3: the model
 # without the temporary paths SentencePiece records (the same key, the same bytes)

@@ -26,7 +26,7 @@ from stages.clean.align import align_sentences
 from stages.clean.config import CleanConfig
 from stages.clean.normalize import normalize_text
 from stages.clean.train_split import clean_train_split
-from stages.pair_files import write_pairs
+from stages.shared.pair_files import write_pairs
 
 VERSION = 1
 READ_BATCH = 50_000

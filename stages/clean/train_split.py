@@ -38,7 +38,7 @@ from stages.clean.align import align_sentences
 from stages.clean.config import CleanConfig
 from stages.clean.filters import RULES, PairFilter, pair_digest
 from stages.clean.normalize import normalize_text
-from stages.pair_files import read_rows, write_pair_tables
+from stages.shared.pair_files import read_rows, write_pair_tables
 
 PARTITIONS = 16
 SURVIVOR_SCHEMA = pa.schema([("src", pa.string()), ("tgt", pa.string()), ("wrong_language", pa.bool_())])

@@ -23,8 +23,8 @@ from stages.download.config import (
     TsvSource,
 )
 from stages.download.locate import locate_file
-from stages.errors import InputDataError
-from stages.pair_files import write_pairs
+from stages.shared.errors import InputDataError
+from stages.shared.pair_files import write_pairs
 
 VERSION = 1
 SPLITS = ("train", "valid", "test")

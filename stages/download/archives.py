@@ -13,7 +13,7 @@ import tarfile
 import zipfile
 from pathlib import Path
 
-from stages.errors import InputDataError
+from stages.shared.errors import InputDataError
 
 
 def is_archive(path: Path) -> bool:

@@ -22,7 +22,7 @@ from typing import Any, Callable
 import requests
 
 from pipeline.core.artifacts import file_sha256
-from stages.errors import InputDataError
+from stages.shared.errors import InputDataError
 
 CHUNK_BYTES = 1 << 20
 # Exponential backoff between attempts: 1, 2, 4, 8 s rides out a flaky mirror or proxy.

@@ -14,7 +14,7 @@ from pipeline.core.artifacts import file_sha256
 from stages.download.archives import extract_archive, is_archive
 from stages.download.config import FileRef
 from stages.download.http import DownloadError, fetch_url
-from stages.errors import InputDataError
+from stages.shared.errors import InputDataError
 
 
 def locate_file(ref: FileRef, mirrors: list[str], download_cache: Path, progress) -> Path:

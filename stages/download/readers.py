@@ -15,7 +15,7 @@ from typing import Iterator
 
 from pipeline.core.artifacts import file_digest
 from stages.download.config import HuggingFaceSource, SacrebleuSource
-from stages.errors import InputDataError
+from stages.shared.errors import InputDataError
 
 Pair = tuple[str, str]
 

@@ -15,7 +15,7 @@ Output: ``source.txt`` and ``reference.txt`` (the split as scored), ``hypotheses
 run by CTranslate2, ``evaluate.ctranslate2``), ``nbest.jsonl`` (the ``nbest`` best per line with
 model scores) and ``scores.json``: BLEU and chrF with their signatures, the mean
 length-penalized model score, decoding speed, the estimated decoding FLOPs per
-sentence of the beam search (``stages/models/flops.py``: the cost to use the model, as
+sentence of the beam search (``stages/shared/models/flops.py``: the cost to use the model, as
 training FLOPs are the cost to make it), and the resolved precision and device.
 Speed is per task (one CPU thread under the runner): sentences and generated tokens
 (EOS included) per second of decoding, model loading excluded; CTranslate2's the same,
@@ -31,10 +31,10 @@ from pathlib import Path
 from pipeline.core.context import StageContext
 from pipeline.core.hardware import HardwareError, detect_device, resolve_precision
 from stages.clean import read_split
-from stages.errors import InputDataError
+from stages.shared.errors import InputDataError
 from stages.evaluate.config import EvaluateStageConfig
-from stages.inference.model_file import MODEL_FILES, weights_file
-from stages.names import TRAIN, train_stage
+from stages.shared.inference.model_file import MODEL_FILES, weights_file
+from stages.shared.names import TRAIN, train_stage
 
 # 3: lowercased BLEU (bleu_lc) beside the cased headline; 4: decoding FLOPs per sentence;
 # 5: CTranslate2's BLEU and speed (evaluate.ctranslate2), decoder-only decoding FLOPs

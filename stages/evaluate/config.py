@@ -8,8 +8,8 @@ from typing import Literal, Optional
 from pydantic import Field
 
 from pipeline.core.section import Section
-from stages.export import QUANTIZATIONS
-from stages.inference.search import SearchSettings
+from stages.shared.export import QUANTIZATIONS
+from stages.shared.inference.search import SearchSettings
 
 
 class EvaluateConfig(SearchSettings):

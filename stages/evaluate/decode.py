@@ -13,11 +13,11 @@ import torch
 
 from pipeline.core.hardware import cpus_of_this_task, detect_device, resolve_precision
 from stages.evaluate.config import EvaluateConfig
-from stages.export import ExportError
-from stages.inference.ctranslate2_translator import CTranslate2Translator
-from stages.inference.model_file import weights_file
-from stages.inference.translator import Translation, Translator
-from stages.models.flops import decoding_flops
+from stages.shared.export import ExportError
+from stages.shared.inference.ctranslate2_translator import CTranslate2Translator
+from stages.shared.inference.model_file import weights_file
+from stages.shared.inference.translator import Translation, Translator
+from stages.shared.models.flops import decoding_flops
 
 
 @dataclass(frozen=True)
@@ -36,7 +36,7 @@ class Decoded:
     beam_seconds: float
     greedy_seconds: float
     hardware: dict  # the task's resolved precision and device
-    beam_flops: float  # estimated decoding FLOPs of the beam search over the part (stages/models/flops.py)
+    beam_flops: float  # estimated decoding FLOPs of the beam search over the part (stages/shared/models/flops.py)
     ctranslate2: list[list[Translation]] | None = None  # the beam search run by CTranslate2
     ctranslate2_seconds: float = 0.0
     ctranslate2_skipped: str | None = None  # why a model CTranslate2 cannot run was not decoded by it

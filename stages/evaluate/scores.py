@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 from sacrebleu.metrics import BLEU, CHRF
 
 if TYPE_CHECKING:  # for annotations only: scoring needs no model
-    from stages.inference.translator import Translation
+    from stages.shared.inference.translator import Translation
 
 
 def score_hypotheses(translations: list[list[Translation]], references: list[str], prefix: str,

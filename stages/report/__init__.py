@@ -19,7 +19,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from pipeline.core.context import StageContext
-from stages.names import EVALUATE, TRAIN, evaluate_stage, train_stage
+from stages.shared.names import EVALUATE, TRAIN, evaluate_stage, train_stage
 from stages.report import records
 from stages.report.config import ReportStageConfig
 

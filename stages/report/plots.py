@@ -160,6 +160,6 @@ def _save(figure, path: Path) -> None:
 def marker_of(family_name: str) -> str:
     """The family's marker (``ModelFamily.plot_marker``); a diamond for a family this
     code does not know (a run recorded by another version)."""
-    from stages.models.families import FAMILIES
+    from stages.shared.models.families import FAMILIES
 
     return next((f.plot_marker for f in FAMILIES if f.name == family_name), "D")

@@ -160,7 +160,7 @@ def html_page(records: list[dict], title: str, plots: list[str], comparison: dic
 NOTES = ("BLEU: cased, detokenized (the headline); BLEU lc: lowercased, the kind Multi30k papers report; "
          "valid BLEU: the best BLEU on the validation split during training (greedy unless "
          "train.valid_bleu_beam says otherwise). "
-         "FLOPs counted: matrix products of every update (stages/models/flops.py), 3 x forward; "
+         "FLOPs counted: matrix products of every update (stages/shared/models/flops.py), 3 x forward; "
          "6ND: Kaplan et al. (2020)'s 6 x parameters x tokens, side by side: the encoder's parameters x source "
          "tokens, the decoder's x target tokens (source and target for the decoder-only model), the output "
          "projection x target tokens, tied or not; embedding lookups left out; "

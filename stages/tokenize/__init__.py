@@ -33,7 +33,7 @@ import sentencepiece as spm
 import stages.clean as clean_artifact
 from pipeline.core.context import StageContext, in_order, node_id
 from stages.bpe import read_vocab
-from stages.pair_files import count_rows, read_rows
+from stages.shared.pair_files import count_rows, read_rows
 from stages.tokenize.config import TokenizeConfig
 
 VERSION = 1

@@ -10,7 +10,7 @@ group from it, up to ``max_failures`` times.
 
 When training ends the stage writes, next to the retained DeepSpeed checkpoints,
 ``model.pt``, ``best.pt``, ``metrics.jsonl`` and ``train_report.json``
-(``outputs.py``); ``stages.inference.model_file.weights_file(artifact)`` is where a reader finds the
+(``outputs.py``); ``stages.shared.inference.model_file.weights_file(artifact)`` is where a reader finds the
 weights.
 """
 
@@ -21,9 +21,9 @@ from pathlib import Path
 
 from pipeline.core.context import StageContext, TrainingPlacement
 from pipeline.core.hardware import HardwareError, detect_device, resolve_precision
-from stages.errors import InputDataError
+from stages.shared.errors import InputDataError
 from stages.tokenize import read_index
-from stages.models.families import family
+from stages.shared.models.families import family
 from stages.train.config import TrainStageConfig
 
 __all__ = ["VERSION", "RUN_NAME", "RESUMABLE", "TASK_CPUS", "MLFLOW_FILES", "RESOURCES", "run", "preflight"]
@@ -32,7 +32,7 @@ __all__ = ["VERSION", "RUN_NAME", "RESUMABLE", "TASK_CPUS", "MLFLOW_FILES", "RES
 # 4: no dropout on attention weights by default, CPU dropout masks from uniform draws,
 #    fused Adam: the same config trains a different model
 # 5: validation BLEU rows, best.pt and early stopping by train.best_metric
-# 6: train_flops_6nd side by side, the output projection counted (stages/models/flops.py)
+# 6: train_flops_6nd side by side, the output projection counted (stages/shared/models/flops.py)
 # 7: warmup, checkpoints, the averaged window and ae_steps as fractions of the run (plan.py)
 # 8: a decoder-only model's source is not projected (nor counted) once L_AE has ended
 # 9: ConvS2S weight-normalized (a ConvS2S artifact of 8 holds the model without it)

@@ -1,6 +1,6 @@
 """Readers of a train artifact's small files, for other modules (the report, ``nmt
 report``, ``nmt run``): torch-free, so that reading a curve does not import a trainer.
-The weights are read through ``stages.inference.model_file``."""
+The weights are read through ``stages.shared.inference.model_file``."""
 
 from __future__ import annotations
 

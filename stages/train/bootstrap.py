@@ -11,8 +11,8 @@ from typing import Any, Callable
 
 import torch
 
-from stages.inference.model_file import build_for_vocabulary, vocabulary_facts
-from stages.models.flops import training_flops
+from stages.shared.inference.model_file import build_for_vocabulary, vocabulary_facts
+from stages.shared.models.flops import training_flops
 from stages.train import checkpointer, plan
 from stages.train.config import TrainStageConfig
 from stages.train.data import TokenizedSplit

@@ -10,7 +10,7 @@ from pydantic import Field, model_validator
 
 from pipeline.core.hardware import Precision
 from pipeline.core.section import Section
-from stages.models.spec import ModelSpec
+from stages.shared.models.spec import ModelSpec
 
 
 # The rule every fraction of the run shares, named in its error.
@@ -73,7 +73,7 @@ class TrainConfig(Section):
     max_steps: int | None = Field(default=None, gt=0)
     max_epochs: int | None = Field(default=None, gt=0)  # passes over the training split
     max_train_tokens: int | None = Field(default=None, gt=0)  # target tokens, all workers
-    max_train_flops: float | None = Field(default=None, gt=0)  # counted, stages/models/flops.py
+    max_train_flops: float | None = Field(default=None, gt=0)  # counted, stages/shared/models/flops.py
     max_wall_time: float | None = Field(default=None, gt=0)  # seconds of training
 
     valid_every: int = Field(default=1000, gt=0)  # steps

@@ -33,8 +33,8 @@ from stages.train.budget_bar import BudgetBar
 from stages.train.config import TrainStageConfig
 from stages.train.data import Batch, TokenizedSplit
 from stages.train.deepspeed_config import cpu_autocast
-from stages.models.flops import projects_source, training_flops
-from stages.models.loss import translation_loss
+from stages.shared.models.flops import projects_source, training_flops
+from stages.shared.models.loss import translation_loss
 from stages.train.progress import TrainingProgress, budget_reached
 
 

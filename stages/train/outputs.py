@@ -13,7 +13,7 @@ import math
 from pathlib import Path
 
 from stages.bpe import read_vocab
-from stages.inference.model_file import (
+from stages.shared.inference.model_file import (
     build_for_vocabulary,
     save_model_file,
     vocabulary_facts,
@@ -21,7 +21,7 @@ from stages.inference.model_file import (
 )
 from stages.train import checkpointer, plan
 from stages.train.config import TrainStageConfig
-from stages.models.flops import parameter_counts, six_nd
+from stages.shared.models.flops import parameter_counts, six_nd
 
 
 def write_outputs(output: Path, config: TrainStageConfig, tokenized: Path, checkpoints: list,
@@ -56,7 +56,7 @@ def write_outputs(output: Path, config: TrainStageConfig, tokenized: Path, check
         "steps": progress["step"], "epoch": progress["epoch"], "train_tokens": progress["train_tokens"],
         "train_flops": progress["train_flops"],
         "train_src_tokens": progress["train_src_tokens"],
-        # Kaplan et al. (2020)'s 6ND, side by side (stages/models/flops.py).
+        # Kaplan et al. (2020)'s 6ND, side by side (stages/shared/models/flops.py).
         "train_flops_6nd": six_nd(model, progress["train_src_tokens"], progress["train_tokens"]),
         "train_seconds": seconds, "device_hours": seconds * training.workers / 3600,
         "tokens_per_second": progress["train_tokens"] / max(seconds, 1e-9),

@@ -20,7 +20,7 @@ import math
 
 import numpy as np
 
-from stages.models.families import family_of
+from stages.shared.models.families import family_of
 from stages.train.batching import token_batches, worker_batches
 from stages.train.config import TrainConfig, TrainStageConfig
 

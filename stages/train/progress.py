@@ -18,7 +18,7 @@ class TrainingProgress:
     step_in_epoch: int = 0
     train_tokens: int = 0  # target tokens, all workers
     train_src_tokens: int = 0
-    train_flops: float = 0.0  # counted (stages/models/flops.py), all workers
+    train_flops: float = 0.0  # counted (stages/shared/models/flops.py), all workers
     seconds: float = 0.0  # wall time spent training, across restarts
     best_valid_loss: float = math.inf
     best_valid_bleu: float | None = None

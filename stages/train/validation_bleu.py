@@ -24,9 +24,9 @@ import sentencepiece as spm
 import torch.distributed as dist
 from sacrebleu.metrics import BLEU, CHRF
 
-from stages.inference.search import SearchSettings
-from stages.inference.translator import Translator
-from stages.models.protocol import TranslationModel
+from stages.shared.inference.search import SearchSettings
+from stages.shared.inference.translator import Translator
+from stages.shared.models.protocol import TranslationModel
 from stages.train.config import TrainConfig
 from stages.train.data import TokenizedSplit
 

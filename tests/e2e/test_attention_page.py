@@ -9,10 +9,10 @@ import shutil
 import numpy as np
 import pytest
 
-from stages.inference.attention import sentence_attention
-from stages.inference.attention_figures import write_heatmaps, write_page
-from stages.inference.search import SearchSettings
-from tests.unit.stages.inference.test_attention import translator_for
+from stages.shared.inference.attention import sentence_attention
+from stages.shared.inference.attention_figures import write_heatmaps, write_page
+from stages.shared.inference.search import SearchSettings
+from tests.unit.stages.shared.inference.test_attention import translator_for
 
 pytestmark = pytest.mark.slow
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"

@@ -20,11 +20,11 @@ from typer.testing import CliRunner
 from pipeline.core.artifacts import MANIFEST
 from pipeline.cli import app
 from pipeline.core.hardware import detect_device, resolve_precision
-from stages.inference.model_file import load_model_file
-from stages.inference.search import SearchSettings
-from stages.inference.translator import Translator
-from stages.models.families import NAMES as FAMILIES
-from stages.models.families import family as family_record
+from stages.shared.inference.model_file import load_model_file
+from stages.shared.inference.search import SearchSettings
+from stages.shared.inference.translator import Translator
+from stages.shared.models.families import NAMES as FAMILIES
+from stages.shared.models.families import family as family_record
 from stages.report import write_report
 from tests.helpers import slice_multi30k, small_config, write_config
 
@@ -152,7 +152,7 @@ def test_stage_scores_equal_sacrebleu_run_on_the_written_files(pipeline_run, fam
 
 @pytest.mark.parametrize("family", FAMILIES)
 def test_decoding_flops_are_the_models_count_at_each_sentences_lengths(pipeline_run, family):
-    from stages.models.flops import decoding_flops
+    from stages.shared.models.flops import decoding_flops
 
     directory = artifact(pipeline_run, f"evaluate/{family}_tiny")
     scores = json.loads((directory / "scores.json").read_text())

@@ -18,8 +18,8 @@ import torch
 from pipeline.core.context import StageContext
 from pipeline.core.hardware import CPU_BF16_ENV, detect_device
 from stages import train
-from stages.inference.model_file import load_model_file
-from stages.models.spec import ModelSpec
+from stages.shared.inference.model_file import load_model_file
+from stages.shared.models.spec import ModelSpec
 from stages.train.checkpointer import complete_checkpoints
 from stages.train.config import TrainConfig, TrainStageConfig
 from stages.train.data import TokenizedSplit

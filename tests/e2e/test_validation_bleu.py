@@ -13,9 +13,9 @@ from sacrebleu.metrics import BLEU, CHRF
 from pipeline.core.context import StageContext
 from stages import train
 from stages.clean import read_split
-from stages.inference.search import SearchSettings
-from stages.inference.translator import Translator
-from stages.models.spec import ModelSpec
+from stages.shared.inference.search import SearchSettings
+from stages.shared.inference.translator import Translator
+from stages.shared.models.spec import ModelSpec
 from stages.train.config import TrainConfig, TrainStageConfig
 
 pytestmark = pytest.mark.slow

@@ -19,10 +19,10 @@ def cuda_distributed(monkeypatch):
 
 
 def _models():
-    from stages.models.decoder_only.model import DecoderOnlyTranslator
-    from stages.models.decoder_only.config import PRESETS as DECODER_ONLY_PRESETS
-    from stages.models.transformer.config import PRESETS as TRANSFORMER_PRESETS
-    from stages.models.transformer.model import Transformer
+    from stages.shared.models.decoder_only.model import DecoderOnlyTranslator
+    from stages.shared.models.decoder_only.config import PRESETS as DECODER_ONLY_PRESETS
+    from stages.shared.models.transformer.config import PRESETS as TRANSFORMER_PRESETS
+    from stages.shared.models.transformer.model import Transformer
 
     torch.manual_seed(0)
     return {"transformer": Transformer(TRANSFORMER_PRESETS["small"], 1000, 1000),
@@ -46,7 +46,7 @@ def test_attention_runs_only_fused_kernels_in_bf16(family):
     with the math fallback excluded, any call that needs it raises."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    from stages.models.cross_entropy import label_smoothed_cross_entropy
+    from stages.shared.models.cross_entropy import label_smoothed_cross_entropy
 
     model = _models()[family].cuda().train()
     src, tgt = _batch("cuda")
@@ -77,7 +77,7 @@ def test_a_training_step_on_cuda_matches_the_cpu():
     neither device's fp32 arithmetic (on an H200 the fp32 weight gradient here was about
     4e-4 of its size away from the CPU's, with TF32 off and the math attention path)
     hides a difference the code makes."""
-    from stages.models.cross_entropy import label_smoothed_cross_entropy
+    from stages.shared.models.cross_entropy import label_smoothed_cross_entropy
 
     losses, grads = {}, {}
     for device in ("cpu", "cuda"):
@@ -93,7 +93,7 @@ def test_a_training_step_on_cuda_matches_the_cpu():
 
 @pytest.mark.parametrize("beam", [1, 4])
 def test_beam_search_on_cuda_finds_what_the_cpu_finds(beam):
-    from stages.inference.beam import beam_search
+    from stages.shared.inference.beam import beam_search
 
     model = _models()["transformer"].eval()
     src, _ = _batch("cpu")

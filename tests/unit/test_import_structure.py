@@ -20,10 +20,11 @@ PACKAGES = ("pipeline", "stages")
 # and its peak FLOP/s, host memory). Never the orchestration (graph, runner, commands,
 # serving, tracking, Ray's console output): the rest of pipeline/.
 CORE = "pipeline.core"
-# Packages under stages/ that are not stages: every stage may use them, and they use no stage.
+# What under stages/ is not a stage: stages/shared/ (models, inference, export, names,
+# errors, pair files). Every stage and the orchestration may use it, and it uses no stage.
 # export is not a stage of the graph: nmt export, the service and evaluate's CTranslate2
 # columns call it.
-SHARED = {"inference", "models", "export", "names", "errors", "pair_files"}
+SHARED = "shared"
 
 
 def module_files() -> dict[str, Path]:
@@ -110,12 +111,10 @@ def test_a_stage_uses_another_stage_only_through_its_package_config_and_readers(
             continue
         for target in targets:
             other = stage_package(target)
-            if other is None or other == own or other in SHARED:
+            if other is None or other == own or other == SHARED:
                 continue
-            if own in SHARED:
-                # Shared code serves the stages; inference builds the model families.
-                if not (own == "inference" and other == "models"):
-                    violations.append(f"{module} (shared) imports {target}")
+            if own == SHARED:  # shared code serves the stages and imports none
+                violations.append(f"{module} (shared) imports {target}")
             elif target not in (f"stages.{other}", f"stages.{other}.config", f"stages.{other}.artifact"):
                 violations.append(f"{module} imports {target}, an internal of the {other} stage")
     assert violations == []
@@ -130,15 +129,15 @@ def test_the_core_of_pipeline_imports_neither_stages_nor_orchestration():
 
 def test_orchestration_uses_a_stage_only_through_its_package_config_and_readers():
     """graph, runner, commands, serving: a stage's artifact is read through the stage's
-    public modules (its package, config.py, artifact.py); the shared packages (models,
-    inference, export) are theirs to use whole."""
+    public modules (its package, config.py, artifact.py); stages/shared/ (models,
+    inference, export) is theirs to use whole."""
     violations = []
     for module, targets in import_graph().items():
         if not module.startswith("pipeline") or in_core(module):
             continue
         for target in targets:
             stage = stage_package(target)
-            if stage is None or stage in SHARED:
+            if stage is None or stage == SHARED:
                 continue
             if target not in (f"stages.{stage}", f"stages.{stage}.config", f"stages.{stage}.artifact"):
                 violations.append(f"{module} imports {target}, an internal of the {stage} stage")

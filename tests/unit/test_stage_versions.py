@@ -39,5 +39,5 @@ def test_docstrings_comments_and_the_version_line_do_not_change_the_fingerprint(
 
 def test_a_stage_s_code_includes_the_shared_code_it_reaches_but_no_other_stage():
     modules = guard.stage_modules("evaluate")
-    assert {"stages.evaluate", "stages.inference.beam", "stages.models.transformer"} <= set(modules)
+    assert {"stages.evaluate", "stages.shared.inference.beam", "stages.shared.models.transformer"} <= set(modules)
     assert not [module for module in modules if module.startswith(("stages.clean", "stages.train"))]

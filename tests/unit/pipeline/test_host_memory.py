@@ -12,8 +12,8 @@ FAULTS_OF_A_BEAM_SEARCH = """
 import resource, sys
 import torch
 from pipeline.core.host_memory import keep_freed_memory
-from stages.inference.beam import beam_search
-from stages.models.build import build_model
+from stages.shared.inference.beam import beam_search
+from stages.shared.models.build import build_model
 
 if sys.argv[1] == "keep":
     assert keep_freed_memory()

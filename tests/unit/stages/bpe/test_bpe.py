@@ -9,7 +9,7 @@ import sentencepiece as spm
 
 from stages import bpe
 from stages.bpe.config import BpeConfig
-from stages.errors import InputDataError
+from stages.shared.errors import InputDataError
 from tests.helpers import run_stage
 
 

@@ -13,7 +13,7 @@ from stages.clean.align import align_sentences
 from stages.clean.config import CleanConfig
 from stages.clean.filters import PairFilter
 from stages.clean.normalize import normalize_text
-from stages.pair_files import write_pairs
+from stages.shared.pair_files import write_pairs
 
 
 def test_nfc_composes_combining_accents():

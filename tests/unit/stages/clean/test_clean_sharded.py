@@ -17,7 +17,7 @@ from stages.clean.config import CleanConfig
 from stages.clean.filters import PairFilter
 from stages.clean.normalize import normalize_text
 from stages.clean.train_split import repeated_positions
-from stages.pair_files import write_pairs
+from stages.shared.pair_files import write_pairs
 
 WRONG_LANGUAGE = ("A man is riding a bicycle down the busy street.", "A man is riding a bicycle down the busy street!")
 

@@ -18,7 +18,7 @@ from pipeline.core.context import DownloadSources, StageContext
 from stages import download
 from stages.download.config import DownloadConfig, FileRef
 from stages.download.locate import locate_file
-from stages.errors import InputDataError
+from stages.shared.errors import InputDataError
 from tests.helpers import write_lines
 from tests.loopback_http import LoopbackFileServer
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from stages.evaluate.scores import score_hypotheses
-from stages.inference.beam import Hypothesis
-from stages.inference.translator import Translation
+from stages.shared.inference.beam import Hypothesis
+from stages.shared.inference.translator import Translation
 
 REFERENCES = ["Ein Mann fährt Fahrrad auf der Wiese.", "Zwei Hunde spielen im Schnee."]  # no ß: its upper case is SS
 

@@ -10,8 +10,8 @@ from sacrebleu.metrics import BLEU, CHRF
 
 from pipeline.compare import Gathered, merge
 from stages.evaluate.scores import score_hypotheses
-from stages.inference.beam import Hypothesis
-from stages.inference.translator import Translation
+from stages.shared.inference.beam import Hypothesis
+from stages.shared.inference.translator import Translation
 from stages.report.records import FIELDS
 from stages.report.tables import (
     display_table,

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from pipeline.config import load_config
-from stages.inference.model_file import build_for_vocabulary, vocabulary_facts
-from stages.models.flops import training_flops
+from stages.shared.inference.model_file import build_for_vocabulary, vocabulary_facts
+from stages.shared.models.flops import training_flops
 from stages.train import plan
 from stages.train.config import TrainConfig, TrainStageConfig
 from stages.train.data import TokenizedSplit
@@ -40,7 +40,7 @@ def test_the_first_budget_to_run_out_plans_the_run(tokenized):
 
 
 def test_fractions_become_updates_of_the_run_and_ae_fraction_becomes_ae_steps():
-    from stages.models.spec import ModelSpec
+    from stages.shared.models.spec import ModelSpec
 
     config = TrainStageConfig(
         model=ModelSpec(name="lm", family="decoder_only", preset="tiny", settings={"ae_fraction": 0.5}),
@@ -141,7 +141,7 @@ def test_a_decoder_only_run_plans_the_cheaper_updates_after_its_reconstruction_l
 
 
 def test_the_source_logit_schedule_follows_the_model_settings():
-    from stages.models.build import build_model
+    from stages.shared.models.build import build_model
 
     assert plan.source_logit_schedule(build_model("transformer", "tiny", {}, 100, 100), {}) is None
     lm = build_model("decoder_only", "tiny", {"ae_fraction": 0.3}, 100, 100)
@@ -152,9 +152,9 @@ def test_the_source_logit_schedule_follows_the_model_settings():
 
 
 def test_the_model_built_before_planning_gets_the_resolved_ae_steps():
-    from stages.models.build import build_model
-    from stages.models.decoder_only.config import ae_weight
-    from stages.models.spec import ModelSpec
+    from stages.shared.models.build import build_model
+    from stages.shared.models.decoder_only.config import ae_weight
+    from stages.shared.models.spec import ModelSpec
 
     spec = ModelSpec(name="lm", family="decoder_only", preset="tiny", settings={"ae_fraction": 0.5})
     model = build_model("decoder_only", "tiny", dict(spec.settings), 100, 100)
