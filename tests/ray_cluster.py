@@ -22,6 +22,12 @@ from pathlib import Path
 from tests.s3_server import free_port, kill_group
 
 
+# On 2 busy cores (the whole suite under -n 2), a raylet took over 30 s to register with
+# its head, Ray's default wait, and the node exited ("The node registration may not be
+# complete yet before the timeout"): every node the tests start waits longer.
+SLOW_MACHINE = {"RAY_raylet_start_wait_time_s": "300"}
+
+
 def ray_binary() -> str:
     beside = Path(sys.executable).parent / "ray"
     return str(beside) if beside.is_file() else "ray"
@@ -33,18 +39,19 @@ def start_another_instance() -> tuple[subprocess.Popen, int]:
     ``ray.init()`` joins. Returns its ``ray start`` process (stop it with ``kill_group``)
     and its GCS port."""
     port = free_port()
-    env = {**os.environ, "RAY_AUTH_MODE": "disabled"}
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled", **SLOW_MACHINE}
     env.pop("RAY_ADDRESS", None)
+    log = tempfile.TemporaryFile()
     process = subprocess.Popen([ray_binary(), "start", "--head", "--block", f"--port={port}", "--num-cpus=0",
                                 "--include-dashboard=false", f"--ray-client-server-port={free_port()}"],
-                               env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                               start_new_session=True)
+                               env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     latest = Path("/tmp/ray/ray_current_cluster")
-    deadline = time.time() + 120
+    deadline = time.time() + 240
     while not (latest.is_file() and latest.read_text().strip().endswith(f":{port}")):
         if process.poll() is not None or time.time() > deadline:
             kill_group(process)
-            raise RuntimeError("the other Ray instance did not start")
+            log.seek(0)
+            raise RuntimeError(f"the other Ray instance did not start: {log.read().decode(errors='replace')[-2000:]}")
         time.sleep(0.2)
     return process, port
 
@@ -82,10 +89,14 @@ class LocalRayCluster:
         # is meant to be run: started all at once on 2 busy cores, a worker's first
         # request to a head still starting timed out ("Failed to get node info: RPC
         # error: Deadline Exceeded") and the node exited.
-        self._wait_for_nodes(1)
-        for index, cpus in enumerate(worker_cpus, start=1):
-            self._start_node(f"worker{index}", [f"--address={self.address}", f"--num-cpus={cpus}"])
-            self._wait_for_nodes(1 + index)
+        try:
+            self._wait_for_nodes(1)
+            for index, cpus in enumerate(worker_cpus, start=1):
+                self._start_node(f"worker{index}", [f"--address={self.address}", f"--num-cpus={cpus}"])
+                self._wait_for_nodes(1 + index)
+        except BaseException:
+            self.stop()  # the nodes already up would outlive the failed fixture
+            raise
         return self
 
     def _start_node(self, name: str, args: list[str]) -> None:
@@ -97,7 +108,7 @@ class LocalRayCluster:
                  f"--runtime-env-agent-port={free_port()}", f"--metrics-export-port={free_port()}"]
         # RAY_ADDRESS: Ray's own actors that connect back (Ray Train's placement group
         # cleaner) must find this cluster, not another Ray instance on the machine.
-        env = {**os.environ, **self.env, **self.auth_env(), "NMT_CACHE_DIR": str(cache_dir),
+        env = {**os.environ, **SLOW_MACHINE, **self.env, **self.auth_env(), "NMT_CACHE_DIR": str(cache_dir),
                "RAY_USAGE_STATS_ENABLED": "0", "RAY_ADDRESS": self.address}
         command = [ray_binary(), "start", "--block", "--node-ip-address=127.0.0.1", f"--temp-dir={temp_dir}",
                    "--object-store-memory=100000000", "--disable-usage-stats", *ports, *args]
@@ -105,7 +116,7 @@ class LocalRayCluster:
         process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         self.nodes[name] = RayNode(name, process, temp_dir, cache_dir)
 
-    def _wait_for_nodes(self, count: int, timeout: float = 120) -> None:
+    def _wait_for_nodes(self, count: int, timeout: float = 300) -> None:
         deadline = time.time() + timeout
         while time.time() < deadline:
             for node in self.nodes.values():

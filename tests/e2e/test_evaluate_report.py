@@ -45,7 +45,11 @@ def pipeline_run(tmp_path_factory, multi30k, local_ray):
         # precision and peak FLOP/s left to the hardware: auto, and a measured peak.
         train = {"workers": 1, "max_tokens": 600, "warmup_steps": 20, "lr_scale": 2.0,
                  "max_steps": 30, "valid_every": 15, "checkpoint_every": 15, "log_every": 5}
-        models = [{"name": f"{family}_tiny", "family": family, "preset": "tiny"} for family in FAMILIES]
+        # ConvS2S at a quarter of the others' rate: at their peak (0.056) its loss rose from
+        # 6.6 to 14.9 over the 30 updates; configs/smoke.yaml's peak of 0.018 trains it.
+        own_train = {"convs2s": {"lr_scale": 0.5}}
+        models = [{"name": f"{family}_tiny", "family": family, "preset": "tiny", "train": own_train.get(family, {})}
+                  for family in FAMILIES]
         evaluate = {"batch_size": 8, "max_length_b": 20, "ctranslate2": "int8"}
         config = write_config(root / "exp.yaml", {**small_config(corpus), "train": train, "evaluate": evaluate,
                                                   "models": models})
@@ -110,7 +114,8 @@ def test_every_family_is_trained_evaluated_reported_and_tracked(pipeline_run):
 
     # The run prints the comparison; the rerun computes nothing.
     assert "BLEU beam" in run.first.stdout and "rnn_tiny" in run.first.stdout
-    assert run.again.output.count("│ cached ") == 11  # four data stages, three x (train, evaluate), report
+    # The four data stages, each family's train and evaluate, the report.
+    assert run.again.output.count("│ cached ") == 4 + 2 * len(FAMILIES) + 1
 
 
 def sacrebleu_cli(references: Path, hypotheses: Path, *options: str) -> dict[str, float]:
@@ -269,7 +274,7 @@ def test_nmt_report_compares_configs_and_mlflow_runs(pipeline_run, tmp_path):
     both = CliRunner().invoke(app, ["report", str(run.config), parents[1].info.run_id, "-o", str(tmp_path / "both")])
     assert both.exit_code == 0, both.output
     names = [row["name"] for row in json.loads((tmp_path / "both" / "report.json").read_text())["models"]]
-    assert len(names) == 6 and len(set(names)) == 6 and "test/rnn_tiny" in names
+    assert len(names) == 2 * len(FAMILIES) and len(set(names)) == len(names) and "test/rnn_tiny" in names
 
     stage_run = stage_runs(run, "report")["report"].info.run_id
     wrong = CliRunner().invoke(app, ["report", stage_run, "-o", str(tmp_path / "wrong")])
