@@ -9,10 +9,11 @@ run's storage and hands the newest one back through ``ray.train.get_checkpoint()
 it restarts a worker group or when the stage is started again.
 
 The storage is on the artifact store, which every node reaches: a local directory,
-or a prefix of an object store (any pyarrow filesystem). A checkpoint directory is
-complete when rank 0's ``progress.json`` is there and DeepSpeed's files for every rank
-are too: a run killed while a checkpoint was being persisted leaves one that is
-skipped, never resumed from. Once training ends, every checkpoint but the newest is
+or a prefix of an object store (any pyarrow filesystem). Every rank also writes
+``files.rank<N>.json``, the size of each file it wrote. A checkpoint directory is
+complete when every rank's list is there and every file in it has its listed size: a
+worker killed while Ray Train persisted its files (they are copied in no fixed order)
+leaves present but cut-off files, and such a checkpoint is skipped, never resumed from. Once training ends, every checkpoint but the newest is
 slimmed to its consolidated fp32 ``weights.pt`` (what averaging needs), dropping
 DeepSpeed's optimizer states; such a checkpoint can be averaged but not resumed. Consolidated fp32 weights
 come from DeepSpeed's own ``zero_to_fp32`` for ZeRO stages 1-3 (the optimizer's fp32
@@ -56,18 +57,20 @@ def complete_checkpoints(storage: Path | str, world_size: int, zero_stage: int,
         listing = filesystem.get_file_info(pafs.FileSelector(root, recursive=True, allow_not_found=True))
     except OSError:  # an object store's bucket that does not exist yet
         return []
-    files = {info.path for info in listing if info.type == pafs.FileType.File}
+    sizes = {info.path: info.size for info in listing if info.type == pafs.FileType.File}
     found = []
-    for progress_file in sorted(path for path in files if path.endswith("/progress.json")):
+    for progress_file in sorted(path for path in sizes if path.endswith("/progress.json")):
         directory = posixpath.dirname(progress_file)
         if not posixpath.basename(directory).startswith("checkpoint_"):
             continue
-        resumable = _deepspeed_files_present(files, f"{directory}/{DEEPSPEED_TAG}", world_size, zero_stage)
-        if not resumable and f"{directory}/{WEIGHTS}" not in files:
+        slimmed = f"{directory}/{WEIGHTS}" in sizes
+        resumable = not slimmed and _deepspeed_files_present(
+            set(sizes), f"{directory}/{DEEPSPEED_TAG}", world_size, zero_stage) and all(
+            _persisted_whole(filesystem, sizes, directory, rank) for rank in range(world_size))
+        if not resumable and not slimmed:
             continue
         try:
-            with filesystem.open_input_stream(progress_file) as stream:
-                progress = json.loads(stream.read().decode("utf-8"))
+            progress = _read_json(filesystem, progress_file)
         except (json.JSONDecodeError, UnicodeDecodeError):
             continue  # cut off while being persisted
         path = Path(directory) if isinstance(filesystem, pafs.LocalFileSystem) else directory
@@ -107,6 +110,7 @@ def save(engine, rank: int, progress: TrainingProgress, history: list[dict], bes
             if best is not None:
                 torch.save(best, root / "best.pt")
             (root / "progress.json").write_text(json.dumps(progress.to_json(), indent=2))
+        _write_file_sizes(Path(directory), rank)
         metrics = {"step": progress.step, "train_tokens": progress.train_tokens}
         ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(directory))
 
@@ -157,6 +161,34 @@ def final_weights(checkpoints: list[SavedCheckpoint], averaged_steps: list[int],
     return fill_tied_weights(average_weights(list(averaged.values())), model)
 
 
+def _file_sizes_name(rank: int) -> str:
+    return f"files.rank{rank}.json"
+
+
+def _write_file_sizes(directory: Path, rank: int) -> None:
+    """The size of every file this rank wrote into its checkpoint directory, written last."""
+    sizes = {path.relative_to(directory).as_posix(): path.stat().st_size
+             for path in sorted(directory.rglob("*")) if path.is_file()}
+    (directory / _file_sizes_name(rank)).write_text(json.dumps(sizes, indent=1))
+
+
+def _persisted_whole(filesystem: pafs.FileSystem, sizes: dict[str, int], directory: str, rank: int) -> bool:
+    """Whether ``rank``'s files all reached the storage at the sizes the rank wrote."""
+    listed = f"{directory}/{_file_sizes_name(rank)}"
+    if listed not in sizes:
+        return False
+    try:
+        expected = _read_json(filesystem, listed)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return False
+    return all(sizes.get(f"{directory}/{name}") == size for name, size in expected.items())
+
+
+def _read_json(filesystem: pafs.FileSystem, path: str):
+    with filesystem.open_input_stream(path) as stream:
+        return json.loads(stream.read().decode("utf-8"))
+
+
 def _deepspeed_files_present(files: set[str], directory: str, world_size: int, zero_stage: int) -> bool:
     if f"{directory}/mp_rank_00_model_states.pt" not in files:
         return False
@@ -188,7 +220,11 @@ def checkpoint_weights(checkpoint: SavedCheckpoint, zero_stage: int) -> dict[str
 def slim(checkpoint: SavedCheckpoint, weights: dict[str, torch.Tensor]) -> None:
     """Keep only a local checkpoint's fp32 weights, progress and history: DeepSpeed's
     optimizer states are what make a checkpoint large, and only the newest resumes."""
-    torch.save(weights, checkpoint.path / WEIGHTS)
+    # Written under another name first: ``complete_checkpoints`` takes a checkpoint
+    # with this file for a slimmed one, so it must never be seen half written.
+    partial = checkpoint.path / f"{WEIGHTS}.partial"
+    torch.save(weights, partial)
+    partial.replace(checkpoint.path / WEIGHTS)
     shutil.rmtree(checkpoint.path / DEEPSPEED_TAG, ignore_errors=True)
     (checkpoint.path / "best.pt").unlink(missing_ok=True)  # the newest checkpoint's is the one kept
 

@@ -168,10 +168,15 @@ def uninterrupted(tokenized, tmp_path_factory, local_ray) -> tuple[TrainStageCon
 
 
 def start_in_a_new_process(config: TrainStageConfig, tokenized: Path, output: Path) -> subprocess.Popen:
+    """The stage in its own process group, its output in ``output/../<name>.log`` for a failure's message."""
     output.mkdir(parents=True, exist_ok=True)
+    log = (output.parent / f"{output.name}.log").open("wb")
     return subprocess.Popen([sys.executable, "-c", VICTIM, config.model_dump_json(), str(tokenized), str(output)],
-                            cwd=REPO, start_new_session=True, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+                            cwd=REPO, start_new_session=True, stdout=log, stderr=subprocess.STDOUT)
+
+
+def log_tail(output: Path, lines: int = 60) -> str:
+    return "\n".join((output.parent / f"{output.name}.log").read_text(errors="replace").splitlines()[-lines:])
 
 
 def wait_for_a_checkpoint(process: subprocess.Popen, output: Path) -> None:
@@ -229,7 +234,7 @@ def test_a_crashed_worker_is_restarted_by_ray_train_from_the_last_checkpoint(tok
                if "RayTrainWorker" in " ".join(process.cmdline())]
     assert len(workers) == 1
     workers[0].kill()
-    assert run.wait(timeout=300) == 0
+    assert run.wait(timeout=300) == 0, log_tail(output)
     report = json.loads((output / "train_report.json").read_text())
     assert report["metrics"]["restarts"] == 1 and report["metrics"]["steps"] == 40
     assert_same_curve(expected, rows(output))

@@ -34,9 +34,15 @@ def write_checkpoint(root, name: str, step: int, ranks: tuple[int, ...] = (0,), 
         torch.save({"w": torch.zeros(1)}, directory / WEIGHTS)
         return directory
     (deepspeed / "mp_rank_00_model_states.pt").write_bytes(b"states")
-    if zero:
-        for rank in ranks:
-            (deepspeed / f"bf16_zero_pp_rank_{rank}_mp_rank_00_optim_states.pt").write_bytes(b"optimizer")
+    for rank in ranks:
+        written = {"progress.json": len((directory / "progress.json").read_bytes())} if rank == 0 else {}
+        if rank == 0:
+            written[f"{DEEPSPEED_TAG}/mp_rank_00_model_states.pt"] = len(b"states")
+        if zero:
+            shard = f"{DEEPSPEED_TAG}/bf16_zero_pp_rank_{rank}_mp_rank_00_optim_states.pt"
+            (directory / shard).write_bytes(b"optimizer")
+            written[shard] = len(b"optimizer")
+        (directory / f"files.rank{rank}.json").write_text(json.dumps(written))
     return directory
 
 
@@ -50,8 +56,17 @@ def test_only_complete_checkpoints_are_listed_oldest_first(tmp_path):
     assert [(c.step, c.resumable) for c in found] == [(100, False), (200, True)]
 
 
+def test_a_checkpoint_with_a_file_cut_off_while_it_was_persisted_is_not_resumed_from(tmp_path):
+    write_checkpoint(tmp_path, "checkpoint_000001", 100, ranks=(0, 1), zero=True)
+    cut = write_checkpoint(tmp_path, "checkpoint_000002", 200, ranks=(0, 1), zero=True)
+    (cut / DEEPSPEED_TAG / "mp_rank_00_model_states.pt").write_bytes(b"sta")
+    unlisted = write_checkpoint(tmp_path, "checkpoint_000003", 300, ranks=(0, 1), zero=True)
+    (unlisted / "files.rank1.json").unlink()  # rank 1's list of what it wrote never arrived
+    assert [c.step for c in complete_checkpoints(tmp_path, world_size=2, zero_stage=1)] == [100]
+
+
 def test_under_zero_stage_0_the_model_states_alone_make_a_checkpoint_complete(tmp_path):
-    write_checkpoint(tmp_path, "checkpoint_000001", 100)
+    write_checkpoint(tmp_path, "checkpoint_000001", 100, ranks=(0, 1, 2, 3))
     (tmp_path / "checkpoint_000002").mkdir()  # a directory whose files never arrived
     assert [c.step for c in complete_checkpoints(tmp_path, world_size=4, zero_stage=0)] == [100]
     assert complete_checkpoints(tmp_path / "missing", world_size=1, zero_stage=0) == []
