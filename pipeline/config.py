@@ -81,21 +81,22 @@ class ExperimentConfig(Section):
         return EvaluateStageConfig(model=model.name, evaluate=self.evaluate)
 
     def trained_models(self) -> list[ModelSpec]:
-        """The runs the graph trains: each of ``models`` once per budget and seed, the
-        budget and seed set in its train overrides and named in its name. Without
+        """The runs the graph trains: each of ``models`` once per size, budget and seed,
+        the size as its preset, budget and seed set in its train overrides, all three named
+        in its name (transformer.w128.3e12.s1). Without
         ``seeds`` and ``budgets``, ``models`` itself: adding either later leaves the
         runs already trained under other names untouched."""
         runs = []
-        for model in self.models:
+        for sized in (spec for model in self.models for spec in model.at_sizes()):
             for budget in self.budgets or [None]:
                 for seed in self.seeds or [None]:
-                    name, train = model.name, dict(model.train)
+                    name, train = sized.name, dict(sized.train)
                     if budget is not None:
                         name, train["max_train_flops"] = f"{name}.{budget_label(budget)}", budget
                     if seed is not None:
                         name, train["seed"] = f"{name}.s{seed}", seed
-                    runs.append(model if name == model.name else
-                                model.model_copy(update={"name": name, "train": train, "run_of": model.name}))
+                    runs.append(sized if name == sized.name else
+                                sized.model_copy(update={"name": name, "train": train, "run_of": sized.name}))
         return runs
 
     def report_stage_config(self) -> ReportStageConfig:

@@ -21,6 +21,11 @@ class ModelSpec(Section):
     name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")  # the stages' names: train/<name>, evaluate/<name>
     family: Literal[NAMES]  # a folder of stages/shared/models/, listed in families.py
     preset: str = "small"  # a named size of the family (its config.py): tiny, small, base, big, ...
+    # Or several of the family's presets: the model is trained at each, each run named
+    # after the model and size (transformer.w128), settings applying to every size. The
+    # report draws each family's frontier across them (docs/comparing.md). Left out of
+    # keys: every run is of one size, which its preset names.
+    sizes: list[str] = Field(default=[], exclude=True)
     settings: dict[str, Any] = {}  # hyperparameters over the preset's (d_model, layers, dropout, ...)
     train: dict[str, Any] = {}  # train keys for this model only (lr, warmup_steps, ...)
     # Set by the experiment's seeds and budgets, not in a config: the configured model
@@ -30,5 +35,28 @@ class ModelSpec(Section):
 
     @model_validator(mode="after")
     def _preset_and_settings_exist(self) -> ModelSpec:
-        family(self.family).resolve(self.preset, self.settings)  # torch-free
+        if not self.sizes:
+            family(self.family).resolve(self.preset, self.settings)  # torch-free
+            return self
+        if "preset" in self.model_fields_set:
+            raise ValueError("name the preset or the sizes, not both: sizes are presets, one run each")
+        if len(set(self.sizes)) != len(self.sizes):
+            raise ValueError(f"sizes must be distinct; got {self.sizes}")
+        presets = family(self.family).presets
+        missing = [size for size in self.sizes if size not in presets]
+        if missing:
+            raise ValueError(f"sizes {missing} are not {self.family} presets; presets are: {', '.join(presets)}")
+        resolved = [family(self.family).resolve(size, {}) for size in self.sizes]
+        varying = sorted(key for key in self.settings
+                         if len({getattr(config, key, None) for config in resolved}) > 1)
+        if varying:
+            raise ValueError(f"settings {varying} would make every size the same in what the sizes differ in; "
+                             f"leave them to the presets {self.sizes}")
+        for size in self.sizes:
+            family(self.family).resolve(size, self.settings)
         return self
+
+    def at_sizes(self) -> list[ModelSpec]:
+        """One spec per size (named ``<name>.<size>``, with that preset), or this one."""
+        return [self.model_copy(update={"name": f"{self.name}.{size}", "preset": size, "sizes": []})
+                for size in self.sizes] or [self]

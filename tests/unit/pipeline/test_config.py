@@ -136,6 +136,28 @@ def test_seeds_and_budgets_make_one_named_run_per_model_budget_and_seed(tmp_path
     assert keys["train/rnn_tiny"] != seeded["train/rnn_tiny.s1"]  # another name: another stage
 
 
+def test_sizes_make_one_named_run_per_size_with_that_preset_and_the_shared_settings():
+    config = load_config(REPO / "configs" / "smoke.yaml",
+                         ['models=[{name: t, family: transformer, sizes: [w64, w256], settings: {pre_norm: true}}]',
+                          "seeds=[1, 2]"])
+    runs = config.trained_models()
+    assert [(run.name, run.preset, run.run_of) for run in runs] == [
+        ("t.w64.s1", "w64", "t.w64"), ("t.w64.s2", "w64", "t.w64"),
+        ("t.w256.s1", "w256", "t.w256"), ("t.w256.s2", "w256", "t.w256")]
+    assert all(run.settings == {"pre_norm": True} and "sizes" not in run.model_dump() for run in runs)
+
+
+@pytest.mark.parametrize(("model", "message"), [
+    ("{name: t, family: rnn, sizes: [w64, w512]}", r"models.0: .*sizes \['w512'\] are not rnn presets; presets are: "),
+    ("{name: t, family: rnn, preset: tiny, sizes: [w64]}", "models.0: .*name the preset or the sizes, not both"),
+    ("{name: t, family: rnn, sizes: [w64, w128], settings: {hidden: 96}}",
+     r"models.0: .*settings \['hidden'\] would make every size the same"),
+])
+def test_sizes_a_family_lacks_or_that_settings_undo_are_refused_naming_the_model(model, message):
+    with pytest.raises(ConfigError, match=message):
+        load_config(REPO / "configs" / "smoke.yaml", [f"models=[{model}]"])
+
+
 @pytest.mark.parametrize(("override", "message"), [
     ("seeds=[1, 1]", "seeds must be distinct"),
     ("budgets=[0]", "budgets are counted training FLOPs, each above 0"),

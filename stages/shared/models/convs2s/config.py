@@ -39,4 +39,9 @@ PRESETS = {
     # Section 5.1 for WMT'16 English-Romanian: 20 layers in the encoder and in the decoder,
     # 512 hidden units, kernel width 3, embeddings of 512 (fairseq's fconv_wmt_en_ro).
     "paper": ConvS2SConfig(),
+    # The compute frontier's sizes (a model's ``sizes:``): every width ``width`` at four
+    # blocks a side (section 5.2 varies widths at a fixed depth too); 0.26M, 1.0M and 3.95M
+    # parameters outside the embeddings.
+    **{f"w{width}": ConvS2SConfig(embed_dim=width, hidden=width, out_embed_dim=width, encoder_layers=4,
+                                  decoder_layers=4, dropout=0.1, share_embeddings=True) for width in (64, 128, 256)},
 }

@@ -48,4 +48,9 @@ PRESETS = {
     "small": DecoderOnlyConfig(d_model=256, heads=4, ff_dim=1024, layers=6),
     # 14 layers match Transformer base's parameter count (63M with a 37k joint vocabulary).
     "base": DecoderOnlyConfig(layers=14),
+    # The compute frontier's sizes (a model's ``sizes:``): the width doubles at a fixed
+    # depth of 10 layers, which holds as many parameters as the Transformer's 4 + 4 at
+    # each width (0.34M, 1.33M and 5.27M outside the embeddings).
+    **{f"w{width}": DecoderOnlyConfig(d_model=width, heads=width // 32, ff_dim=2 * width, layers=10, dropout=0.1)
+       for width in (64, 128, 256)},
 }

@@ -33,4 +33,11 @@ PRESETS = {
     # Sized to Transformer base's parameter count (63M with a 37k joint vocabulary):
     # most of both are the 37k x 512 embedding and output matrices.
     "base": RnnConfig(embed_dim=512, hidden=512, encoder_layers=2, decoder_layers=2),
+    # The compute frontier's sizes (a model's ``sizes:``): embeddings ``width`` wide, a
+    # state twice that, one GRU layer a side, the attentional vector as wide as the
+    # embeddings so that the output layer is the target embedding; 0.22M, 0.86M and 3.42M
+    # parameters outside the embeddings. The width grows, as from Luong et al.'s 500 to
+    # 1000 units. GRU: oneDNN has no bf16 LSTM on CPUs without native bf16.
+    **{f"w{width}": RnnConfig(cell="gru", embed_dim=width, hidden=2 * width, encoder_layers=1, decoder_layers=1,
+                              dropout=0.1, attentional_dim=width, tie_embeddings=True) for width in (64, 128, 256)},
 }
