@@ -6,7 +6,9 @@ perplexity, BLEU and chrF greedy and with the beam, decoding speed. Then the com
 (``comparison.py``): each model's seeds together (mean, standard deviation), 95%
 confidence intervals and paired significance tests that keep the seeds together
 (``significance.py``, ``resampling.py``), and per family a power
-law of BLEU against training FLOPs when the experiment has several budgets. Written as
+law of BLEU against training FLOPs when the experiment has several budgets, and with
+four or more, each family's best size per budget and the laws that predict it
+(``compute_laws.py``). Written as
 ``report.md``, ``report.html``, ``report.csv`` and ``report.json`` (which also holds
 each model's validation curve and the comparison), with PNG plots: BLEU against
 training FLOPs, the frontier, and validation loss against training FLOPs and against
@@ -28,8 +30,10 @@ from stages.report.config import ReportStageConfig
 # a BLEU from 0 to 100; 8: seeds resampled together (stages/report/resampling.py),
 # two-sided p-values, a seed-level test, Holm over the report, human agreement estimated;
 # 9: a lead's interval in the prose turned round where the first model is ahead;
-# 10: runs stopped short of their FLOPs budget named in the seeds note and the prose
-VERSION = 10
+# 10: runs stopped short of their FLOPs budget named in the seeds note and the prose;
+# 11: each family's envelope and its saturating and power laws, judged by leave-one-out;
+# FLOPs for a BLEU and crossovers only inside the measured range
+VERSION = 11
 # The files of each upstream artifact the report reads (besides its manifest): never
 # the train stage's checkpoints; of an evaluation, what the significance tests score.
 READS = {TRAIN: ("metrics.jsonl",), EVALUATE: ("hypotheses.txt", "reference.txt")}

@@ -1,6 +1,8 @@
 """What the report says about the comparison beyond one row per run: each configured
 model's seeds taken together, confidence intervals and paired significance tests between
-models trained at the same budget, and per family a power law of BLEU against FLOPs.
+models trained at the same budget, per family a power law of BLEU against FLOPs, and,
+with enough budgets, each family's frontier and the laws that predict it
+(``compute_laws.py``).
 
 Everything here is plain data (JSON-ready): ``report.json`` holds it as ``comparison``,
 and the tables and the frontier plot are drawn from it.
@@ -8,7 +10,7 @@ and the tables and the frontier plot are drawn from it.
 
 from __future__ import annotations
 
-from stages.report import frontier, resampling, significance
+from stages.report import compute_laws, frontier, resampling, significance
 from stages.report.seeds import ModelAtBudget, group_runs
 
 
@@ -42,9 +44,11 @@ def compare(records: list[dict], outputs: dict[str, tuple[list[str], list[str]]]
 
     laws = [law for family in dict.fromkeys(group.family for group in groups)
             if (law := _family_law(family, summaries)) is not None]
+    family_laws = compute_laws.family_laws(summaries)
     return {"groups": summaries, "intervals": intervals, "tests": tests,
             "alpha": significance.ALPHA, "agreement": significance.AGREEMENT,
-            "frontier": frontier.frontier_rows(laws), "crossovers": frontier.crossovers(laws)}
+            "frontier": frontier.frontier_rows(laws), "crossovers": frontier.crossovers(laws),
+            "laws": family_laws, "law_crossovers": compute_laws.crossovers(family_laws, summaries)}
 
 
 def _label(group: ModelAtBudget, several_budgets: bool) -> str:

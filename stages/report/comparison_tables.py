@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from stages.report.resampling import BOOTSTRAP_SAMPLES, RANDOMIZATION_TRIALS
+from stages.report.scaling_laws import BEYOND
 from stages.report.significance import ALPHA
 
 
@@ -31,6 +32,8 @@ def sections(comparison: dict) -> list[Section]:
         found.append(_tests(comparison))
     if comparison["frontier"]:
         found.append(_frontier(comparison))
+    if comparison.get("laws"):
+        found += [_envelope(comparison), _laws(comparison)]
     return found
 
 
@@ -158,7 +161,7 @@ def _tests(comparison: dict) -> Section:
 def _flops(need: dict | None) -> str:
     if need is None:
         return "never"
-    return ("~" if need["extrapolated"] else "") + f"{need['flops']:.2e}"
+    return BEYOND if need["extrapolated"] else f"{need['flops']:.2e}"
 
 
 def _frontier(comparison: dict) -> Section:
@@ -168,10 +171,59 @@ def _frontier(comparison: dict) -> Section:
             for row in comparison["frontier"]]
     table = pd.DataFrame(rows, columns=["family", "exponent b", "a", "measured FLOPs", "points", "R²",
                                         *(f"FLOPs for BLEU {level}" for level in levels)])
-    crossings = "; ".join(f"{' and '.join(c['families'])} cross at {c['flops']:.2e} FLOPs (BLEU {c['bleu']:.1f}"
-                          + (")" if c["measured"] else ", outside the measured range)")
+    crossings = "; ".join(f"{' and '.join(c['families'])} cross at {c['flops']:.2e} FLOPs (BLEU {c['bleu']:.1f})"
                           for c in comparison["crossovers"])
     return Section("Quality against compute", table,
                    "BLEU = a x FLOPs^b, least squares on log-log through each model's mean BLEU per budget. "
-                   "~: extrapolated beyond the measured FLOPs. "
-                   + (crossings + "." if crossings else "The laws do not cross near the measured FLOPs."))
+                   f"Needs and crossovers are stated only inside the FLOPs measured; outside: {BEYOND}. "
+                   + (crossings + "." if crossings else "The laws do not cross inside the measured FLOPs."))
+
+
+def _envelope(comparison: dict) -> Section:
+    rows = [[entry["family"], f"{point['budget']:.2g}", point["model"], f"{point['parameters'] / 1e6:.2f}M",
+             f"{point['valid_loss']:.3f}", "-" if point["bleu"] is None else f"{point['bleu']:.2f}"]
+            for entry in comparison["laws"] for point in entry["envelope"]]
+    table = pd.DataFrame(rows, columns=["family", "budget", "best size", "parameters", "valid loss", "BLEU"])
+    return Section("Compute-optimal size per budget", table,
+                   "Each family's envelope: at each budget, its size with the lowest mean validation loss "
+                   "(nats per target token) over its seeds; BLEU is that size's mean beam BLEU.", text_columns=3)
+
+
+def _interval(fitted: dict, key: str, digits: str) -> str:
+    bounds = fitted["interval"][key]
+    said = format(fitted[key], digits)
+    return said + (f" [{format(bounds[0], digits)}, {format(bounds[1], digits)}]" if bounds else "")
+
+
+def _laws(comparison: dict) -> Section:
+    rows = []
+    for entry in comparison["laws"]:
+        for metric in ("valid_loss", "bleu"):
+            for kind, fitted in entry.get(metric, {}).items():
+                if "error" in fitted:
+                    rows.append([entry["family"], metric, kind, "-", "-", "-", "-", fitted["error"]])
+                    continue
+                left_out = fitted["leave_one_out"]
+                judged = ["flagged: predicts worse than the next budget" if fitted["worse_than_naive"] else "predicts"]
+                if kind == "power":
+                    judged.append("kept" if fitted.get("kept") else "dropped: the saturating law predicts better")
+                rows.append([entry["family"], metric, kind,
+                             "-" if kind == "power" else _interval(fitted, "E", ".3g"), _interval(fitted, "alpha", ".3f"),
+                             f"{left_out['mean_absolute_error']:.3f}", f"{left_out['naive_mean_absolute_error']:.3f}",
+                             "; ".join(judged)])
+    table = pd.DataFrame(rows, columns=["family", "value", "law", "E [95%]", "alpha [95%]", "left-out error",
+                                        "next-budget error", "verdict"])
+    crossings = [f"{' and '.join(c['families'])}: "
+                 + (f"{c['flops']:.3g} FLOPs" if not isinstance(c["flops"], str) else c["flops"])
+                 + (f" (bootstrap 95%: {c['interval'][0]:.3g} to {c['interval'][1]:.3g}; "
+                    f"{c['share_of_draws']:.0%} of draws cross inside the range)" if c["interval"] else "")
+                 for c in comparison.get("law_crossovers", [])]
+    return Section("Laws that predict", table,
+                   "Fitted through every seed's value on each family's envelope: saturating, value = E + A x "
+                   "FLOPs^-alpha (for BLEU, E - A x FLOPs^-alpha, E at most 100); power, value = A x FLOPs^-alpha. "
+                   "Intervals: bootstrap over budgets, each drawn budget with all its seeds. Left-out error: mean "
+                   "absolute error predicting each budget from a fit without it; next-budget error: that of taking "
+                   "the nearest other budget's measurement instead. The power law is kept only where its left-out "
+                   "error is at most the saturating law's. "
+                   + ("Validation-loss laws cross, inside both measured ranges only: " + "; ".join(crossings) + "."
+                      if crossings else ""), text_columns=3)

@@ -81,9 +81,10 @@ def frontier_rows(laws: list[PowerLaw], levels: tuple[float, ...] = BLEU_LEVELS)
     return rows
 
 
-# How far beyond the measured FLOPs a crossover is still reported: a law fitted over one
-# or two decades says nothing about where it meets another fifty decades away.
-CROSSOVER_REACH = 100.0
+# How far beyond the measured FLOPs a crossover is still reported, as a factor: 1, none.
+# A law fitted over a decade or two, with its exponents moving by a third when a budget
+# is added, says nothing about where it meets another outside the data.
+CROSSOVER_REACH = 1.0
 
 
 def crossovers(laws: list[PowerLaw]) -> list[dict]:

@@ -16,6 +16,8 @@ LOSS_VS_FLOPS = "valid_loss_vs_flops.png"
 LOSS_VS_TIME = "valid_loss_vs_time.png"
 BLEU_CURVES = "bleu_curves.png"
 FRONTIER = "frontier.png"
+ISOFLOP = "isoflop.png"
+ENVELOPE = "envelope.png"
 
 
 def write_plots(records: list[dict], curves: dict[str, list[dict]], directory: Path, title: str,
@@ -29,6 +31,10 @@ def write_plots(records: list[dict], curves: dict[str, list[dict]], directory: P
     if comparison and comparison["frontier"]:
         _save(frontier_figure(comparison, title), directory / FRONTIER)
         written.append(FRONTIER)
+    if comparison and comparison.get("laws"):
+        _save(isoflop_figure(comparison, title), directory / ISOFLOP)
+        _save(envelope_figure(comparison, title), directory / ENVELOPE)
+        written += [ISOFLOP, ENVELOPE]
     if any(curves.get(record["name"]) for record in records):
         _curves(records, curves, "train_flops", "training FLOPs (counted)", directory / LOSS_VS_FLOPS, title)
         _curves(records, curves, "train_seconds", "training time (s)", directory / LOSS_VS_TIME, title)
@@ -66,6 +72,66 @@ def frontier_figure(comparison: dict, title: str):
     axes.set_xlabel("training FLOPs (counted)")
     axes.set_ylabel("BLEU (beam; mean over seeds)")
     axes.set_title(title)
+    axes.grid(True, which="both", alpha=0.3)
+    axes.legend(fontsize=8)
+    return figure
+
+
+def isoflop_figure(comparison: dict, title: str):
+    """One column per family with laws: validation loss (top) and BLEU (bottom) against
+    parameters, one curve per budget through its sizes' means over seeds; the envelope's
+    size at each budget ringed."""
+    families = [entry["family"] for entry in comparison["laws"]]
+    figure, grid = plt.subplots(2, len(families), figsize=(4.2 * len(families), 7.0), squeeze=False)
+    for column, entry in enumerate(comparison["laws"]):
+        chosen = {(point["budget"], point["model"]) for point in entry["envelope"]}
+        groups = [group for group in comparison["groups"] if group["family"] == entry["family"] and group["budget"]]
+        for row, field in enumerate(("valid_loss", "bleu")):
+            axes = grid[row][column]
+            for budget in sorted({group["budget"] for group in groups}):
+                sizes = sorted((group for group in groups if group["budget"] == budget
+                                and group[field]["mean"] is not None), key=lambda group: group["parameters"])
+                (line,) = axes.plot([g["parameters"] for g in sizes], [g[field]["mean"] for g in sizes],
+                                    marker=marker_of(entry["family"]), markersize=4, label=f"{budget:.2g} FLOPs")
+                best = [g for g in sizes if (budget, g["model"]) in chosen]
+                axes.scatter([g["parameters"] for g in best], [g[field]["mean"] for g in best], s=120,
+                             facecolors="none", edgecolors=line.get_color())
+            axes.set_xscale("log")
+            axes.set_xlabel("parameters")
+            axes.set_ylabel("validation loss (nats per target token)" if field == "valid_loss" else "BLEU (beam)")
+            axes.grid(True, which="both", alpha=0.3)
+            if row == 0:
+                axes.set_title(entry["family"])
+                axes.legend(fontsize=7)
+    figure.suptitle(f"{title}: IsoFLOP curves (ringed: the best size at each budget)")
+    return figure
+
+
+def envelope_figure(comparison: dict, title: str):
+    """Every family's envelope on one figure: validation loss against training FLOPs,
+    the best size's mean at each budget (bars: its seeds' sample standard deviation),
+    and its saturating law over the FLOPs measured only."""
+    import numpy as np
+
+    from stages.report.compute_laws import law_of
+
+    figure, axes = plt.subplots(figsize=(6.4, 4.4))
+    for entry in comparison["laws"]:
+        groups = {(group["budget"], group["model"]): group for group in comparison["groups"]}
+        points = [groups[(point["budget"], point["model"])] for point in entry["envelope"]]
+        (line,) = axes.plot([], [])
+        axes.errorbar([g["train_flops"] for g in points], [g["valid_loss"]["mean"] for g in points],
+                      yerr=[g["valid_loss"]["std"] or 0.0 for g in points], fmt=marker_of(entry["family"]),
+                      color=line.get_color(), capsize=0)
+        law = law_of(entry)
+        if law is not None:
+            flops = np.geomspace(law.valid_from, law.valid_to, 40)
+            line.set_data(flops, law(flops))
+            line.set_label(f"{entry['family']}: E {law.E:.2f} + A·C^-{law.alpha:.2f}")
+    axes.set_xscale("log")
+    axes.set_xlabel("training FLOPs (counted)")
+    axes.set_ylabel("validation loss, best size (nats per target token)")
+    axes.set_title(f"{title}: each family's envelope")
     axes.grid(True, which="both", alpha=0.3)
     axes.legend(fontsize=8)
     return figure

@@ -1,8 +1,9 @@
 """The runs of one configured model at one budget, taken together: their seeds' mean,
-standard deviation and each seed's score."""
+standard deviation and each seed's score and validation loss."""
 
 from __future__ import annotations
 
+import math
 import statistics
 from dataclasses import dataclass
 
@@ -22,6 +23,7 @@ class ModelAtBudget:
         before their FLOPs budget (a wall time, say), which put the group short of the
         compute its label names."""
         row = {"model": self.model, "family": self.family, "budget": self.budget,
+               "preset": self.runs[0].get("preset"), "parameters": self.runs[0].get("parameters"),
                "seeds": [run.get("seed") for run in self.runs],
                "train_flops": statistics.fmean(run["train_flops"] for run in self.runs),
                "short_of_budget": [{"seed": run.get("seed"), "train_flops": run["train_flops"],
@@ -29,10 +31,16 @@ class ModelAtBudget:
                                    for run in self.runs
                                    if self.budget and run.get("stop_reason") not in (None, "max_train_flops")]}
         for field in SCORED:
-            values = [run[field] for run in self.runs if run.get(field) is not None]
-            row[field] = {"mean": statistics.fmean(values) if values else None,
-                          "std": statistics.stdev(values) if len(values) > 1 else None, "each": values}
+            row[field] = _spread([run[field] for run in self.runs if run.get(field) is not None])
+        # The best validation loss (nats per target token), from its perplexity.
+        row["valid_loss"] = _spread([math.log(run["best_valid_ppl"]) for run in self.runs
+                                     if run.get("best_valid_ppl")])
         return row
+
+
+def _spread(values: list[float]) -> dict:
+    return {"mean": statistics.fmean(values) if values else None,
+            "std": statistics.stdev(values) if len(values) > 1 else None, "each": values}
 
 
 def group_runs(records: list[dict]) -> list[ModelAtBudget]:

@@ -1,0 +1,96 @@
+"""Each family's frontier and its laws in the report (stages/report/compute_laws.py):
+the envelope takes the best size at each budget, the laws are fitted through it and
+judged on the budgets they did not see, and the report's tables say so."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from stages.report.comparison import compare
+from stages.report.comparison_tables import sections
+
+BUDGETS = np.geomspace(1e12, 4e13, 6)  # 1.6 decades
+SIZES = {"w64": 0.8e6, "w128": 2.3e6, "w256": 7.3e6}
+
+
+def loss_of(family: str, parameters: float, flops: float) -> float:
+    """A Chinchilla-like surface: each size saturates at its own loss, the small one
+    early, so that the best size grows with the budget."""
+    floor = 1.5 if family == "transformer" else 1.9
+    return floor + 100.0 * parameters ** -0.3 + 830.0 * (flops / parameters) ** -0.45
+
+
+def records(families=("transformer", "rnn"), seeds=(1, 2)) -> list[dict]:
+    rng = np.random.default_rng(0)
+    found = []
+    for family in families:
+        for size, parameters in SIZES.items():
+            for budget in BUDGETS:
+                for seed in seeds:
+                    loss = loss_of(family, parameters, budget) * (1 + 0.003 * rng.standard_normal())
+                    found.append({"name": f"{family}.{size}.{budget:.2g}.s{seed}", "model": f"{family}.{size}",
+                                  "seed": seed, "budget": float(budget), "family": family, "preset": size,
+                                  "parameters": parameters, "train_flops": float(budget), "stop_reason": "max_train_flops",
+                                  "best_valid_ppl": math.exp(loss), "bleu": 80.0 - 12.0 * loss, "chrf": 50.0})
+    return found
+
+
+@pytest.fixture(scope="module")
+def comparison() -> dict:
+    return compare(records(), {})
+
+
+def test_the_envelope_is_the_best_size_at_each_budget_and_grows_with_the_budget(comparison):
+    laws = {entry["family"]: entry for entry in comparison["laws"]}
+    assert set(laws) == {"transformer", "rnn"}
+    envelope = laws["transformer"]["envelope"]
+    assert [point["budget"] for point in envelope] == pytest.approx(list(BUDGETS))
+    for point in envelope:
+        best = min(SIZES, key=lambda size: loss_of("transformer", SIZES[size], point["budget"]))
+        assert point["preset"] == best and point["model"] == f"transformer.{best}"
+    sizes = [SIZES[point["preset"]] for point in envelope]
+    assert sizes == sorted(sizes) and sizes[0] < sizes[-1]
+
+
+def test_each_family_gets_both_laws_with_intervals_and_leave_one_out_errors(comparison):
+    for entry in comparison["laws"]:
+        for metric in ("valid_loss", "bleu"):
+            saturating, power = entry[metric]["saturating"], entry[metric]["power"]
+            assert len(saturating["leave_one_out"]["budgets"]) == len(BUDGETS)
+            low, high = saturating["interval"]["alpha"]
+            assert low <= saturating["alpha"] <= high and saturating["draws"] > 900
+            assert isinstance(power["kept"], bool)
+    loss = {entry["family"]: entry["valid_loss"]["saturating"] for entry in comparison["laws"]}
+    assert loss["transformer"]["E"] < loss["rnn"]["E"]  # their floors are 1.5 and 1.9 plus what no size reaches
+
+
+def test_the_report_states_the_envelope_the_laws_and_withholds_crossovers_outside_the_range(comparison):
+    titles = {section.title: section for section in sections(comparison)}
+    envelope, laws = titles["Compute-optimal size per budget"], titles["Laws that predict"]
+    assert len(envelope.table) == 2 * len(BUDGETS)
+    assert set(laws.table["law"]) == {"saturating", "power"} and set(laws.table["value"]) == {"valid_loss", "bleu"}
+    # The transformer's loss stays below the RNN's everywhere measured: no crossover.
+    (crossing,) = comparison["law_crossovers"]
+    assert crossing["flops"] == "beyond the measured range"
+    assert "beyond the measured range" in laws.note
+
+
+def test_fewer_than_four_budgets_fit_no_law():
+    few = [record for record in records(families=("rnn",)) if record["budget"] <= BUDGETS[2] * 1.001]
+    assert compare(few, {})["laws"] == []
+
+
+def test_the_isoflop_and_envelope_figures_have_a_curve_per_budget_and_a_law_per_family(comparison, tmp_path):
+    from stages.report.plots import ENVELOPE, ISOFLOP, envelope_figure, isoflop_figure, write_plots
+
+    isoflop = isoflop_figure(comparison, "frontier")
+    loss_axes = isoflop.axes[0]
+    assert len([line for line in loss_axes.get_lines() if len(line.get_xdata()) == len(SIZES)]) == len(BUDGETS)
+    assert loss_axes.get_xscale() == "log"
+    envelope = envelope_figure(comparison, "frontier").axes[0]
+    labels = [line.get_label() for line in envelope.get_lines() if not line.get_label().startswith("_")]
+    assert [label.split(":")[0] for label in labels] == ["transformer", "rnn"]
+    assert {ISOFLOP, ENVELOPE} <= set(write_plots(records(), {}, tmp_path, "frontier", comparison))
