@@ -188,23 +188,29 @@ def run_pipeline(config: ExperimentConfig, planned: list[PlannedStage], store: A
     included. ``on_submit`` may return a metrics sink the stage can log to as it runs."""
     import ray
 
+    from pipeline.admission import Admission
     from pipeline.start_order import StartOrder, TrainingTurn
 
     task = ray.remote(execute_stage)
     training = [item.stage.name for item in planned if item.will_run and item.stage.group == "train"]
     start_order = StartOrder.remote(training) if len(training) > 1 else None
+    admission = Admission(ray.cluster_resources())
     refs: dict[str, ray.ObjectRef] = {}
     pending: dict[ray.ObjectRef, PlannedStage] = {}
+    waiting: list[PlannedStage] = []  # to run, not submitted yet: plan order
     results = []
     for item in planned:
-        if not item.will_run:
-            # A hit reports the metrics its artifact was made with, so every run's record is whole.
-            manifest = store.read_manifest(item.stage.name, item.key) or {}
-            result = StageResult(item.stage.name, item.key, True, manifest.get("metrics", {}),
-                                 size_bytes=item.status.size_bytes)
-            on_result(item, result)
-            results.append(result)
+        if item.will_run:
+            waiting.append(item)
             continue
+        # A hit reports the metrics its artifact was made with, so every run's record is whole.
+        manifest = store.read_manifest(item.stage.name, item.key) or {}
+        result = StageResult(item.stage.name, item.key, True, manifest.get("metrics", {}),
+                             size_bytes=item.status.size_bytes)
+        on_result(item, result)
+        results.append(result)
+
+    def submit(item: PlannedStage) -> None:
         upstream_refs = [refs[name] for name in item.stage.upstream if name in refs]
         section = item.stage.config_of(config)
         turn = TrainingTurn(start_order, item.stage.name) if start_order and item.stage.name in training else None
@@ -214,12 +220,33 @@ def run_pipeline(config: ExperimentConfig, planned: list[PlannedStage], store: A
         refs[item.stage.name] = ref
         pending[ref] = item
         log.info("%-9s submitted (key %s)", item.stage.name, item.key)
+
+    def submit_what_may_start() -> None:
+        """Every waiting stage whose upstream stages are submitted and, for one that
+        holds workers, whose workers fit beside the running ones (pipeline/admission.py);
+        once one such stage does not fit, those behind it wait their turn too."""
+        blocked = False
+        for item in list(waiting):
+            if any(name in upstream_names and name not in refs for name in item.stage.upstream):
+                continue
+            claim = item.stage.worker_resources(item.stage.config_of(config)) if item.stage.worker_resources else None
+            if claim is not None:
+                if blocked or not admission.admits(claim):
+                    blocked = True
+                    continue
+                admission.hold(item.stage.name, claim)
+            waiting.remove(item)
+            submit(item)
+
+    upstream_names = {item.stage.name for item in waiting}
+    submit_what_may_start()
     # After a failure, stages that do not depend on it run to completion: their
     # artifacts are committed, so the next run resumes from them.
     failed: dict[str, BaseException] = {}
     while pending:
         done, _ = ray.wait(list(pending), num_returns=1)
         item = pending.pop(done[0])
+        admission.release(item.stage.name)
         try:
             result = ray.get(done[0])
         except Exception as error:
@@ -230,9 +257,12 @@ def run_pipeline(config: ExperimentConfig, planned: list[PlannedStage], store: A
                      else getattr(error, "cause", None) or error)
             failed[item.stage.name] = cause
             on_failure(item, cause)
-            continue
-        on_result(item, result)
-        results.append(result)
+        else:
+            on_result(item, result)
+            results.append(result)
+        submit_what_may_start()
+    if waiting:  # cannot happen: with nothing running, the first waiting stage is admitted
+        raise RuntimeError(f"stages never submitted: {', '.join(item.stage.name for item in waiting)}")
     if failed:
         root_causes = [error for error in failed.values() if not isinstance(error, UpstreamFailed)]
         raise (root_causes or list(failed.values()))[0]

@@ -72,6 +72,10 @@ class Stage:
     preflight: Preflight | None = None
     # The type of ``ctx.resources`` the stage uses (``pipeline.core.context``), if any.
     resources: type | None = None
+    # section -> the Ray resources the stage's workers hold while it runs ({"CPU": 2}),
+    # for a stage whose own task holds none: the runner starts such a stage only once
+    # the cluster has them free (pipeline/admission.py). None: Ray's task_cpus decide.
+    worker_resources: Callable[[Any], dict[str, float]] | None = None
 
     @property
     def group(self) -> str:
@@ -90,7 +94,8 @@ class Stage:
                    reads={stage: reads[group_of(stage)] for stage in upstream if group_of(stage) in reads},
                    resumable=getattr(package, "RESUMABLE", False), fingerprint=getattr(package, "fingerprint", None),
                    task_cpus=getattr(package, "TASK_CPUS", 1), mlflow_files=getattr(package, "MLFLOW_FILES", ()),
-                   preflight=getattr(package, "preflight", None), resources=getattr(package, "RESOURCES", None))
+                   preflight=getattr(package, "preflight", None), resources=getattr(package, "RESOURCES", None),
+                   worker_resources=getattr(package, "worker_resources", None))
 
 
 def group_of(stage: str) -> str:

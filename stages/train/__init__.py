@@ -26,7 +26,8 @@ from stages.tokenize import read_index
 from stages.shared.models.families import family
 from stages.train.config import TrainStageConfig
 
-__all__ = ["VERSION", "RUN_NAME", "RESUMABLE", "TASK_CPUS", "MLFLOW_FILES", "RESOURCES", "run", "preflight"]
+__all__ = ["VERSION", "RUN_NAME", "RESUMABLE", "TASK_CPUS", "MLFLOW_FILES", "RESOURCES", "run", "preflight",
+           "worker_resources"]
 
 # 3: checkpoints but the newest are slimmed to their fp32 weights
 # 4: no dropout on attention weights by default, CPU dropout masks from uniform draws,
@@ -46,6 +47,14 @@ RESUMABLE = True
 TASK_CPUS = 0
 MLFLOW_FILES = ("train_report.json", "metrics.jsonl")
 RESOURCES = TrainingPlacement  # checkpoints on the object store, the order of starting
+
+
+def worker_resources(config: TrainStageConfig) -> dict[str, float]:
+    """What the stage's Ray Train workers hold, all together: the runner starts the
+    stage once they are free, so that a queued stage holds no process and no actor."""
+    training = config.train
+    return {"CPU": float(training.workers * training.cpus_per_worker),
+            **({"GPU": float(training.workers)} if training.use_gpu else {})}
 
 
 def run(inputs: dict[str, Path], config: TrainStageConfig, output: Path, ctx: StageContext[TrainingPlacement]) -> dict:

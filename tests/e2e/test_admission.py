@@ -1,0 +1,62 @@
+"""Train stages queued beyond what the cluster can run hold nothing while they wait
+(pipeline/admission.py): ``nmt run`` of five train stages on the tests' local Ray
+instance (2 CPUs: room for two one-CPU runs), its actors and tasks watched through
+Ray's State API while it runs."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from typer.testing import CliRunner
+
+from pipeline.cli import app
+from tests.helpers import shipped_config, write_config
+
+pytestmark = pytest.mark.slow
+SEEDS = [1, 2, 3, 4, 5]
+
+
+def watch(stop: threading.Event, most: dict) -> None:
+    """The most Ray Train controllers and train-stage tasks alive at once."""
+    from ray.util.state import list_actors, list_tasks
+
+    while not stop.wait(0.25):
+        controllers = list_actors(filters=[("class_name", "=", "TrainController"), ("state", "=", "ALIVE")],
+                                  raise_on_missing_output=False)
+        stages = [task for task in list_tasks(filters=[("state", "=", "RUNNING")], raise_on_missing_output=False)
+                  if task.name.startswith("stage:train/")]
+        most["controllers"] = max(most["controllers"], len(controllers))
+        most["stage tasks"] = max(most["stage tasks"], len(stages))
+
+
+def test_queued_train_stages_start_no_task_and_no_controller_until_workers_are_free(tmp_path, multi30k, local_ray,
+                                                                                    monkeypatch):
+    import ray
+
+    raw = shipped_config("smoke.yaml")
+    raw["models"] = [model for model in raw["models"] if model["family"] == "transformer"]
+    raw["seeds"] = SEEDS
+    raw["train"].update(precision="fp32", max_steps=4, warmup_steps=1, valid_every=4, valid_bleu_every=None,
+                        checkpoint_every=4, log_every=1)
+    raw["train"].pop("max_train_flops", None)
+    config = write_config(tmp_path / "queued.yaml", raw)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("NMT_MIRROR", str(multi30k))
+    monkeypatch.setenv("NMT_ARTIFACT_ROOT", str(tmp_path / "artifacts"))
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    room = int(ray.cluster_resources()["CPU"])  # one CPU per run
+    assert room < len(SEEDS)
+
+    most, stop = {"controllers": 0, "stage tasks": 0}, threading.Event()
+    watcher = threading.Thread(target=watch, args=(stop, most), daemon=True)
+    watcher.start()
+    try:
+        result = CliRunner().invoke(app, ["run", str(config), "--until", "train"])
+    finally:
+        stop.set()
+        watcher.join()
+    assert result.exit_code == 0, result.output[-3000:]
+    assert len(list((tmp_path / "artifacts").glob("train/*/*/MANIFEST.json"))) == len(SEEDS)
+    # As many at once as there is room for, never more; and the watch did see them.
+    assert 1 <= most["controllers"] <= room and 1 <= most["stage tasks"] <= room, most
