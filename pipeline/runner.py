@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable
 
 from pipeline.core.artifacts import ArtifactState, ArtifactStore
+from pipeline.core.timeline import ENV as TIMELINE_ENV
+from pipeline.core.timeline import mark
 from pipeline.config import ExperimentConfig
 from pipeline.core.context import (
     DownloadSources,
@@ -77,12 +79,14 @@ def execute_stage(stage: Stage, section, key: str, upstream_keys: dict[str, str]
             return StageResult(stage.name, key, True, metrics, started, time.time(), done.size_bytes)
         inputs = {name: store.local_path(name, upstream_key, stage.reads.get(name))
                   for name, upstream_key in upstream_keys.items()}
+        mark(stage.name, "task started")
         staging = store.staging_dir(stage.name, key, keep_previous=stage.resumable)
         fetchers = {name: functools.partial(store.local_path, name, upstream_key, stage.reads.get(name))
                     for name, upstream_key in upstream_keys.items()}
         ctx = StageContext(tasks=RayTasks(), progress=ray_progress, input_fetchers=fetchers,
                            metrics_sink=metrics_sink, resources=stage_resources(stage, store, key, mirrors,
                                                                                 training_turn))
+        mark(stage.name, "inputs ready")
         try:
             metrics = stage.run(inputs, section, staging, ctx)
         finally:
@@ -93,6 +97,7 @@ def execute_stage(stage: Stage, section, key: str, upstream_keys: dict[str, str]
             "version": stage.version, "config": section.model_dump(mode="json"),
             "upstream": upstream_keys, "metrics": metrics,
         }, replace=forced)
+    mark(stage.name, "committed")
     return StageResult(stage.name, key, False, metrics, started, time.time(), status.size_bytes)
 
 
@@ -137,6 +142,8 @@ def connect_ray(address: str | None) -> None:
                 PROGRESS_ENV: choose_progress_style()}
     if CPU_BF16_ENV in os.environ:  # workers on other nodes decide precision as this driver was told to
         env_vars[CPU_BF16_ENV] = os.environ[CPU_BF16_ENV]
+    if TIMELINE_ENV in os.environ:  # every process marks where a stage's time goes (benchmarks/stage_overhead.py)
+        env_vars[TIMELINE_ENV] = os.environ[TIMELINE_ENV]
     runtime_env: dict | None = None
     if address or os.environ.get("RAY_ADDRESS"):
         import pipeline

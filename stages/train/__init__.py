@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 from pipeline.core.context import StageContext, TrainingPlacement
+from pipeline.core.timeline import mark
 from pipeline.core.hardware import HardwareError, detect_device, resolve_precision
 from stages.shared.errors import InputDataError
 from stages.tokenize import read_index
@@ -99,7 +100,9 @@ def run(inputs: dict[str, Path], config: TrainStageConfig, output: Path, ctx: St
     if placement.turn is not None:
         placement.turn.wait()  # the train stages before this one in the config ask for workers first
     started = time.time()
+    mark(f"train/{config.model.name}", "fit started")
     trainer.fit()
+    mark(f"train/{config.model.name}", "fit returned")
     stored = complete_checkpoints(run_dir, world, zero, filesystem)
     if placement.durable_staging is not None:  # on an object store: bring them into the artifact
         download_checkpoints(stored, filesystem, output / RUN_NAME)

@@ -11,6 +11,7 @@ from typing import Any, Callable
 
 import torch
 
+from pipeline.core.timeline import mark
 from stages.shared.inference.model_file import build_for_vocabulary, vocabulary_facts
 from stages.shared.models.flops import training_flops
 from stages.train import checkpointer, plan
@@ -47,6 +48,9 @@ def train_worker(loop_config: dict) -> None:
     training = config.train
     context = ray.train.get_context()
     rank, world = context.get_world_rank(), context.get_world_size()
+    stage = f"train/{config.model.name}"
+    if rank == 0:
+        mark(stage, "worker started")
     if rank == 0 and args.training_turn is not None:
         args.training_turn.started()
     # As many threads as the CPUs Ray gave this worker, never more (config.py checks).
@@ -65,6 +69,8 @@ def train_worker(loop_config: dict) -> None:
     tokenized = args.fetch_tokenized()
     train_split, valid_split = TokenizedSplit(tokenized, "train"), TokenizedSplit(tokenized, "valid")
     facts = vocabulary_facts(tokenized, train_split.vocab)
+    if rank == 0:
+        mark(stage, "data ready")
     torch.manual_seed(training.seed)  # the same initial weights on every worker
     model = build_for_vocabulary(config.model, facts)
     if plan.needs_planning(config):
@@ -90,6 +96,8 @@ def train_worker(loop_config: dict) -> None:
             progress, history, best = checkpointer.restore(engine, Path(directory))
         progress.restarts += 1
     progress.hardware = hardware  # this attempt's: a resumed run may land on other hardware
+    if rank == 0:
+        mark(stage, "engine ready")
 
     bleu = None
     if training.valid_bleu_every is not None:

@@ -27,6 +27,7 @@ import time
 import torch
 import torch.distributed as dist
 
+from pipeline.core.timeline import mark
 from stages.train import checkpointer
 from stages.train.batching import batches_from, token_batches
 from stages.train.budget_bar import BudgetBar
@@ -71,9 +72,13 @@ class TrainLoop:
                                training.max_tokens, training.seed, self.rank, self.world)
         self.model.train()
         progress.stop_reason = budget_reached(training, progress)
+        first = True
         while not progress.stop_reason:
             if not self.train_update(batches, started):
                 break
+            if first and self.rank == 0:
+                mark(f"train/{self.config.model.name}", "first update")
+                first = False
             bar.show(progress)
             if progress.step % training.valid_every == 0:
                 self._validate()
@@ -83,13 +88,19 @@ class TrainLoop:
             if progress.step % training.checkpoint_every == 0 and not progress.stop_reason:
                 self._checkpoint()
         bar.close()
+        if self.rank == 0:
+            mark(f"train/{self.config.model.name}", "last update")
         # The end of a run is always validated and checkpointed: the final model and
         # the stop reason are read from that last checkpoint.
         if progress.last_valid_step != progress.step:
             self._validate()
         if self.bleu is not None and progress.last_bleu_step != progress.step:
             self._validate_bleu()
+        if self.rank == 0:
+            mark(f"train/{self.config.model.name}", "validated")
         self._checkpoint()
+        if self.rank == 0:
+            mark(f"train/{self.config.model.name}", "checkpointed")
 
     def _progress_bar(self) -> BudgetBar:
         """Rank 0's bar, drawn on the driver by Ray, in per mille of the budget (any kind)."""
