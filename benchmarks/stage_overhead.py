@@ -105,7 +105,7 @@ def fixed_cost(root: Path, env: dict, steps: int) -> list[tuple[str, float]]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--root", type=Path, required=True, help="a scratch directory (artifacts, MLflow)")
-    parser.add_argument("--queued", type=int, nargs="+", default=[2, 8, 32], help="train stages queued at once")
+    parser.add_argument("--queued", type=int, nargs="*", default=[2, 8, 32], help="train stages queued at once")
     parser.add_argument("--steps", type=int, default=4, help="updates of each train stage")
     args = parser.parse_args()
     args.root.mkdir(parents=True, exist_ok=True)

@@ -139,7 +139,11 @@ def connect_ray(address: str | None) -> None:
                 # (benchmarks/train_throughput.py).
                 "THP_MEM_ALLOC_ENABLE": os.environ.get("THP_MEM_ALLOC_ENABLE", "1"),
                 # Workers draw bars, or print progress lines, as this driver's output calls for.
-                PROGRESS_ENV: choose_progress_style()}
+                PROGRESS_ENV: choose_progress_style(),
+                # How often Ray Train's controller polls its workers (default 2 s): it notices
+                # the end of training a poll late. At 0.25 s a stage's last update to its
+                # commit took 1.0 s instead of 4.5 on a 2-core CPU (benchmarks/stage_overhead.py).
+                "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": os.environ.get("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.25")}
     if CPU_BF16_ENV in os.environ:  # workers on other nodes decide precision as this driver was told to
         env_vars[CPU_BF16_ENV] = os.environ[CPU_BF16_ENV]
     if TIMELINE_ENV in os.environ:  # every process marks where a stage's time goes (benchmarks/stage_overhead.py)
@@ -201,7 +205,6 @@ def run_pipeline(config: ExperimentConfig, planned: list[PlannedStage], store: A
     task = ray.remote(execute_stage)
     training = [item.stage.name for item in planned if item.will_run and item.stage.group == "train"]
     start_order = StartOrder.remote(training) if len(training) > 1 else None
-    admission = Admission(ray.cluster_resources())
     refs: dict[str, ray.ObjectRef] = {}
     pending: dict[ray.ObjectRef, PlannedStage] = {}
     waiting: list[PlannedStage] = []  # to run, not submitted yet: plan order
@@ -246,6 +249,8 @@ def run_pipeline(config: ExperimentConfig, planned: list[PlannedStage], store: A
             submit(item)
 
     upstream_names = {item.stage.name for item in waiting}
+    # Ray is started only when something runs: a fully cached run has no cluster to ask.
+    admission = Admission(ray.cluster_resources() if any(item.stage.worker_resources for item in waiting) else {})
     submit_what_may_start()
     # After a failure, stages that do not depend on it run to completion: their
     # artifacts are committed, so the next run resumes from them.

@@ -1,5 +1,5 @@
 """Train stages queued beyond what the cluster can run hold nothing while they wait
-(pipeline/admission.py): ``nmt run`` of five train stages on the tests' local Ray
+(pipeline/admission.py): ``nmt run`` of six train stages on the tests' local Ray
 instance (2 CPUs: room for two one-CPU runs), its actors and tasks watched through
 Ray's State API while it runs."""
 
@@ -14,7 +14,7 @@ from pipeline.cli import app
 from tests.helpers import shipped_config, write_config
 
 pytestmark = pytest.mark.slow
-SEEDS = [1, 2, 3, 4, 5]
+SEEDS = [1, 2, 3, 4, 5, 6]
 
 
 def watch(stop: threading.Event, most: dict) -> None:
@@ -58,5 +58,9 @@ def test_queued_train_stages_start_no_task_and_no_controller_until_workers_are_f
         watcher.join()
     assert result.exit_code == 0, result.output[-3000:]
     assert len(list((tmp_path / "artifacts").glob("train/*/*/MANIFEST.json"))) == len(SEEDS)
-    # As many at once as there is room for, never more; and the watch did see them.
-    assert 1 <= most["controllers"] <= room and 1 <= most["stage tasks"] <= room, most
+    # Stage tasks: as many at once as there is room for, never more. Controllers: Ray
+    # collects a finished stage's controller a moment after the stage's task returned,
+    # while the next stage may already have started its own, so each slot can show a
+    # finishing controller beside a starting one; never the queued stages' (without
+    # admission all six were alive at once).
+    assert 1 <= most["stage tasks"] <= room and 1 <= most["controllers"] <= 2 * room < len(SEEDS), most
