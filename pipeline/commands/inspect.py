@@ -40,7 +40,7 @@ def inspect_models(config: Path, overrides: list[str], artifact_root: str | None
     table = Table("model", "family", "preset", "params", "embedding", "non-embedding", "fwd FLOPs/tok",
                   "train FLOPs/tok", "6ND/tok", title=f"{experiment.name}: {src_len:.1f} source and {tgt_len:.1f} "
                   f"target tokens per pair")
-    for spec in experiment.models:
+    for spec in (sized for model in experiment.models for sized in model.at_sizes()):  # one row per size
         try:
             model = build_model(spec.family, spec.preset, spec.settings, src_vocab, tgt_vocab, tags)
         except ValueError as error:

@@ -38,6 +38,17 @@ def test_inspect_tables_every_model_of_a_config(tmp_path, monkeypatch):
     assert "bpe.vocab_size from the config" in result.output  # no artifacts yet: config sizes
 
 
+def test_inspect_gives_a_row_per_size_of_a_model_with_sizes(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(app, ["inspect", str(REPO / "configs" / "smoke.yaml"), "--set",
+                                      "models=[{name: t, family: transformer, sizes: [w64, w256]}]"])
+    assert result.exit_code == 0, result.output
+    rows = {line.split("│")[1].strip(): line.split("│") for line in result.output.splitlines() if line.startswith("│")}
+    assert set(rows) == {"t.w64", "t.w256"} and rows["t.w256"][3].strip() == "w256"
+    non_embedding = {name: float(row[6].strip().rstrip("M")) for name, row in rows.items()}
+    assert 12 < non_embedding["t.w256"] / non_embedding["t.w64"] < 20  # twice the width twice: about 16x
+
+
 def test_serve_refuses_a_longest_batch_wait_shorter_than_the_wait(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     result = CliRunner().invoke(app, ["serve", str(tmp_path / "model.pt"), "--batch-wait-ms", "50",
