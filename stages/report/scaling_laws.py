@@ -68,7 +68,8 @@ def fit(flops, values, *, rising: bool = False, saturating: bool = True,
 
     ``rising``: the values rise to a ceiling (BLEU), else they fall to a floor (a loss).
     ``bound``: how far the floor or ceiling may lie (a loss's floor is at least 0,
-    BLEU's ceiling at most 100); None: 0 for a falling value, else no bound.
+    BLEU's ceiling at most 100); None: 0 for a falling value, else 100 times the
+    values' spread beyond the largest.
     ``saturating=False``: the plain power law value = A * C^(-alpha), E = 0, fitted as a
     line on log-log axes (a rising value has a negative alpha)."""
     c = np.asarray(flops, dtype=float)
