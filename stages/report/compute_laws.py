@@ -110,14 +110,17 @@ def crossovers(entries: list[dict], groups: list[dict], draws: int = scaling_law
     ranges, with the 95% interval of the bootstrap draws' crossovers and the share of
     draws that cross there; pairs that do not cross there are listed as ``BEYOND``."""
     found = []
+    # Each family's draws once, from a seed of its own: the pairs' draws are independent.
+    sampled = {entry["family"]: _draws(entry, groups, draws, seed=1000 + index) for index, entry in enumerate(entries)
+               if law_of(entry) is not None}
     for index, first in enumerate(entries):
         for second in entries[index + 1:]:
             a, b = law_of(first), law_of(second)
             if a is None or b is None:
                 continue
             at = scaling_laws.crossover(a, b)
-            samples = [scaling_laws.crossover(x, y) for x, y in zip(_draws(first, groups, draws, seed=index),
-                                                                    _draws(second, groups, draws, seed=1000 + index))]
+            samples = [scaling_laws.crossover(x, y) for x, y in zip(sampled[first["family"]],
+                                                                    sampled[second["family"]])]
             crossing = [sample for sample in samples if sample is not None]
             found.append({"families": [first["family"], second["family"]],
                           "flops": at if at is not None else BEYOND,
