@@ -23,6 +23,7 @@ from stages.clean.config import CleanConfig
 from stages.download.config import SOURCE_TYPES, DownloadConfig
 from stages.evaluate.config import EvaluateConfig, EvaluateStageConfig
 from stages.shared.models.spec import ModelSpec
+from stages.shared.names import train_stage
 from stages.report.config import ReportStageConfig
 from stages.tokenize.config import TokenizeConfig
 from stages.train.config import TrainConfig, TrainStageConfig
@@ -57,12 +58,19 @@ class ExperimentConfig(Section):
     # (train.max_train_flops), each run named after the model and budget (rnn_tiny.3e13);
     # the report fits quality against compute per family. []: the train section's budget.
     budgets: list[float] = []
+    # Branch the budgets from one run: every budget of a model (each size and seed) shares
+    # one stable phase of the wsd schedule, trained once as a chain of segments, each up
+    # to where the next budget's decay begins; each budget decays from its segment's
+    # final checkpoint. The budgets then cost about the largest one plus the decays.
+    branch_budgets: bool = False
 
     @model_validator(mode="after")
     def _models_need_a_train_section(self) -> ExperimentConfig:
         if self.models and self.train is None:
             raise ValueError("'models' are listed but there is no 'train' section with a budget")
-        for model in self.trained_models():
+        if self.branch_budgets:
+            self._check_branching()
+        for model in self.stable_segments() + self.trained_models():
             try:
                 self.train_stage_config(model)
             except ValidationError as error:
@@ -71,11 +79,49 @@ class ExperimentConfig(Section):
                 raise ValueError(f"model {model.name!r}: {where}: {problem['msg']}") from None
         return self
 
+    def _check_branching(self) -> None:
+        """What budgets branched from one stable phase need, each error naming its key."""
+        if len(self.budgets) < 2:
+            raise ValueError("branch_budgets shares one stable phase among budgets: list at least two in 'budgets'")
+        for model in self.models:
+            where = f"model {model.name!r}: " if model.train else ""
+            merged = {**self.train.model_dump(exclude_unset=True), **model.train}
+            schedule = merged.get("schedule", TrainConfig.model_fields["schedule"].default)
+            if schedule != "wsd":
+                raise ValueError(f"{where}branch_budgets needs train.schedule: wsd (its stable phase is the same "
+                                 f"for every budget); got {schedule!r}")
+            if merged.get("warmup_fraction") is not None:
+                raise ValueError(f"{where}branch_budgets needs train.warmup_steps, not train.warmup_fraction: the "
+                                 "budgets share one warmup")
+            if model.settings.get("ae_fraction") is not None:
+                raise ValueError(f"model {model.name!r}: branch_budgets needs settings.ae_steps, not "
+                                 "settings.ae_fraction: the budgets share one reconstruction-loss schedule")
+
     def train_stage_config(self, model: ModelSpec) -> TrainStageConfig:
         # What the train section set, then the model's overrides: defaults stay defaults, so
         # a check of which keys were set (an absolute value beside a fraction) sees the user's.
         merged = TrainConfig.model_validate({**self.train.model_dump(exclude_unset=True), **model.train})
-        return TrainStageConfig(model=model, train=merged)
+        return TrainStageConfig(model=model, train=merged, start_from=model.start_from,
+                                until_decay=model.until_decay)
+
+    def stable_segments(self) -> list[ModelSpec]:
+        """With ``branch_budgets``: each run's stable phase, as a chain of segments per
+        model, size and seed, one per budget (``<run>.stable``, e.g.
+        transformer.w128.2e12.s1.stable), each continuing the one before and stopping
+        where its budget's decay begins. [] otherwise."""
+        if not self.branch_budgets:
+            return []
+        segments = []
+        for sized in (spec for model in self.models for spec in model.at_sizes()):
+            for seed in self.seeds or [None]:
+                before = None
+                for budget in sorted(self.budgets):
+                    run = self._run(sized, budget, seed)
+                    segment = run.model_copy(update={"name": f"{run.name}.stable", "start_from": before,
+                                                     "until_decay": True})
+                    segments.append(segment)
+                    before = train_stage(segment.name)
+        return segments
 
     def evaluate_stage_config(self, model: ModelSpec) -> EvaluateStageConfig:
         return EvaluateStageConfig(model=model.name, evaluate=self.evaluate)
@@ -90,14 +136,22 @@ class ExperimentConfig(Section):
         for sized in (spec for model in self.models for spec in model.at_sizes()):
             for budget in self.budgets or [None]:
                 for seed in self.seeds or [None]:
-                    name, train = sized.name, dict(sized.train)
-                    if budget is not None:
-                        name, train["max_train_flops"] = f"{name}.{budget_label(budget)}", budget
-                    if seed is not None:
-                        name, train["seed"] = f"{name}.s{seed}", seed
-                    runs.append(sized if name == sized.name else
-                                sized.model_copy(update={"name": name, "train": train, "run_of": sized.name}))
+                    run = self._run(sized, budget, seed)
+                    if self.branch_budgets:  # decays from its stable-phase segment
+                        run = run.model_copy(update={"start_from": train_stage(f"{run.name}.stable")})
+                    runs.append(run)
         return runs
+
+    @staticmethod
+    def _run(sized: ModelSpec, budget: float | None, seed: int | None) -> ModelSpec:
+        """One size of a model at one budget and seed, named after them."""
+        name, train = sized.name, dict(sized.train)
+        if budget is not None:
+            name, train["max_train_flops"] = f"{name}.{budget_label(budget)}", budget
+        if seed is not None:
+            name, train["seed"] = f"{name}.s{seed}", seed
+        return sized if name == sized.name else sized.model_copy(
+            update={"name": name, "train": train, "run_of": sized.name})
 
     def report_stage_config(self) -> ReportStageConfig:
         return ReportStageConfig(experiment=self.name, models=[run.name for run in self.trained_models()],

@@ -44,14 +44,16 @@ def pipeline_stages(config: ExperimentConfig) -> tuple[Stage, ...]:
     runs = config.trained_models()
     if not runs:
         return DATA_STAGES
+    # With branch_budgets, the stable-phase segments come first (each continues the one
+    # before it), and each budget's run continues its segment.
     training = tuple(Stage.of(train, train_stage(model.name), functools.partial(_train_slice, model),
-                              upstream=("tokenize",))
-                     for model in runs)
+                              upstream=("tokenize", *([model.start_from] if model.start_from else [])))
+                     for model in config.stable_segments() + runs)
     evaluation = tuple(Stage.of(evaluate, evaluate_stage(model.name), functools.partial(_evaluate_slice, model),
                                 upstream=("clean", train_stage(model.name)))
                        for model in runs)
     reporting = Stage.of(report, "report", ExperimentConfig.report_stage_config,
-                         upstream=tuple(stage.name for stage in training + evaluation))
+                         upstream=tuple(stage.name for stage in training[-len(runs):] + evaluation))
     return DATA_STAGES + training + evaluation + (reporting,)
 
 

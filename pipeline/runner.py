@@ -204,7 +204,7 @@ def run_pipeline(config: ExperimentConfig, planned: list[PlannedStage], store: A
 
     task = ray.remote(execute_stage)
     training = [item.stage.name for item in planned if item.will_run and item.stage.group == "train"]
-    start_order = StartOrder.remote(training) if len(training) > 1 else None
+    start_order = StartOrder.remote() if len(training) > 1 else None
     refs: dict[str, ray.ObjectRef] = {}
     pending: dict[ray.ObjectRef, PlannedStage] = {}
     waiting: list[PlannedStage] = []  # to run, not submitted yet: plan order
@@ -223,7 +223,12 @@ def run_pipeline(config: ExperimentConfig, planned: list[PlannedStage], store: A
     def submit(item: PlannedStage) -> None:
         upstream_refs = [refs[name] for name in item.stage.upstream if name in refs]
         section = item.stage.config_of(config)
-        turn = TrainingTurn(start_order, item.stage.name) if start_order and item.stage.name in training else None
+        turn = None
+        if start_order and item.stage.name in training:
+            # Train stages ask for workers in the order submitted; waited for, so that the
+            # stage's own wait for its turn finds it listed.
+            ray.get(start_order.enqueue.remote(item.stage.name))
+            turn = TrainingTurn(start_order, item.stage.name)
         ref = task.options(name=f"stage:{item.stage.name}", num_cpus=item.stage.task_cpus).remote(
             item.stage, section, item.key, item.upstream_keys, store, mirrors, on_submit(item), turn, *upstream_refs,
             forced=item.status.state == ArtifactState.CACHED)  # planned to run though cached: --force
@@ -241,6 +246,10 @@ def run_pipeline(config: ExperimentConfig, planned: list[PlannedStage], store: A
                 continue
             claim = item.stage.worker_resources(item.stage.config_of(config)) if item.stage.worker_resources else None
             if claim is not None:
+                # It waits for its upstream stages to end, not only to start: one that
+                # continues another train stage (a branched budget) would hold its claim idle.
+                if any(name in upstream_names and name not in ended for name in item.stage.upstream):
+                    continue
                 if blocked or not admission.admits(claim):
                     blocked = True
                     continue
@@ -249,6 +258,7 @@ def run_pipeline(config: ExperimentConfig, planned: list[PlannedStage], store: A
             submit(item)
 
     upstream_names = {item.stage.name for item in waiting}
+    ended: set[str] = set()  # stages of this run that have finished or failed
     # Ray is started only when something runs: a fully cached run has no cluster to ask.
     admission = Admission(ray.cluster_resources() if any(item.stage.worker_resources for item in waiting) else {})
     submit_what_may_start()
@@ -259,6 +269,7 @@ def run_pipeline(config: ExperimentConfig, planned: list[PlannedStage], store: A
         done, _ = ray.wait(list(pending), num_returns=1)
         item = pending.pop(done[0])
         admission.release(item.stage.name)
+        ended.add(item.stage.name)
         try:
             result = ray.get(done[0])
         except Exception as error:

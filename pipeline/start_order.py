@@ -6,7 +6,9 @@ same second, that order is a race. In one run of the converged config the two mo
 meant to share one core one after the other took both cores, and the model meant to
 have the other core for the whole run waited 46 minutes for it. So a train stage asks
 for its workers only once every train stage before it in the config has its own
-workers (or has ended): the config's order is the order workers are placed in.
+workers (or has ended): the order the runner submits them in (the config's, as far
+as ``pipeline/admission.py`` and their upstream stages allow) is the order workers are
+placed in.
 
 A train stage whose workers can never be placed (a GPU the cluster lacks) holds up the
 ones after it, as Ray itself would hold it up forever.
@@ -26,12 +28,16 @@ POLL_S = 0.5
 class StartOrder:
     """The driver's record of which train stages have their workers."""
 
-    def __init__(self, names: list[str]):
-        self.names, self.started = list(names), set()
+    def __init__(self):
+        self.names, self.started = [], set()
+
+    def enqueue(self, name: str) -> None:
+        """``name`` was submitted: it comes after every train stage submitted before it."""
+        self.names.append(name)
 
     def may_start(self, name: str) -> bool:
-        """Whether every train stage before ``name`` has its workers (or has ended)."""
-        return self.started.issuperset(self.names[:self.names.index(name)])
+        """Whether every train stage submitted before ``name`` has its workers (or has ended)."""
+        return name in self.names and self.started.issuperset(self.names[:self.names.index(name)])
 
     async def wait_for_turn(self, name: str) -> None:
         while not self.may_start(name):

@@ -39,7 +39,8 @@ __all__ = ["VERSION", "RUN_NAME", "RESUMABLE", "TASK_CPUS", "MLFLOW_FILES", "RES
 # 8: a decoder-only model's source is not projected (nor counted) once L_AE has ended
 # 9: ConvS2S weight-normalized (a ConvS2S artifact of 8 holds the model without it)
 # 10: ConvS2S's tiny preset 64 wide, four blocks a side (presets are keyed by name)
-VERSION = 10
+# 11: the wsd schedule and budgets branched from one stable phase (new keys in the slice)
+VERSION = 11
 RUN_NAME = "train_run"
 # A crashed attempt's staging directory holds its checkpoints: the next attempt resumes.
 RESUMABLE = True
@@ -85,7 +86,7 @@ def run(inputs: dict[str, Path], config: TrainStageConfig, output: Path, ctx: St
     trainer = TorchTrainer(
         train_worker,
         train_loop_config={"args": WorkerArgs(config, ctx.fetcher("tokenize", tokenized), run_dir, filesystem,
-                                              ctx.metrics_sink, placement.turn)},
+                                              ctx.metrics_sink, placement.turn, _start(inputs, config, ctx))},
         scaling_config=ScalingConfig(num_workers=world, use_gpu=training.use_gpu, resources_per_worker=resources,
                                      placement_strategy=training.placement_strategy),
         torch_config=TorchConfig(backend="nccl" if training.use_gpu else "gloo"),
@@ -110,6 +111,16 @@ def run(inputs: dict[str, Path], config: TrainStageConfig, output: Path, ctx: St
     if not checkpoints:
         raise RuntimeError(f"training {config.model.name!r} ended without a complete checkpoint in {output}")
     return write_outputs(output, config, tokenized, checkpoints, time.time() - started)
+
+
+def _start(inputs: dict[str, Path], config: TrainStageConfig, ctx: StageContext):
+    """What fetches the artifact of the train stage this run continues, on a worker's node."""
+    if config.start_from is None:
+        return None
+    if config.start_from not in inputs:
+        raise InputDataError(f"train {config.model.name!r} continues {config.start_from}, which is not among its "
+                             f"inputs ({', '.join(inputs)})")
+    return ctx.fetcher(config.start_from, inputs[config.start_from])
 
 
 def preflight(config: TrainStageConfig, cpus: int) -> None:

@@ -19,7 +19,7 @@ from stages.train.config import TrainStageConfig
 from stages.train.data import TokenizedSplit
 from stages.train.engine import build_engine
 from stages.train.loop import TrainLoop
-from stages.train.progress import TrainingProgress
+from stages.train.progress import STABLE_PHASE_END, TrainingProgress
 from stages.train.schedule import Spent
 from stages.train.worker_device import worker_hardware
 
@@ -36,6 +36,9 @@ class WorkerArgs:
     filesystem: Any  # a pyarrow filesystem
     metrics_sink: Callable[[list[dict]], None] | None  # rank 0 logs its rows there as it trains
     training_turn: Any  # rank 0 reports that the workers are placed: the next train stage may ask
+    # The artifact of the train stage this run continues (``TrainStageConfig.start_from``),
+    # local to the worker that calls it; None for a run from nothing.
+    fetch_start: Callable[[], Path] | None = None
 
 
 def train_worker(loop_config: dict) -> None:
@@ -79,6 +82,7 @@ def train_worker(loop_config: dict) -> None:
         updates = plan.planned_updates(training, train_split.src_lengths, train_split.tgt_lengths, world,
                                        lambda s, t, source: training_flops(model, s, t, source),
                                        plan.source_logit_schedule(model, config.model.settings))
+        plan.check_warmup_before_decay(training, updates)
         config = plan.resolve(config, updates)
         training = config.train
         plan.apply_settings(model, config.model)
@@ -95,6 +99,10 @@ def train_worker(loop_config: dict) -> None:
         with checkpoint.as_directory() as directory:
             progress, history, best = checkpointer.restore(engine, Path(directory))
         progress.restarts += 1
+    elif args.fetch_start is not None:
+        progress, history, best = _continue(engine, config, args.fetch_start(), world)
+        if config.until_decay:
+            _rate_under_this_schedule(engine, history, progress.step)
     progress.hardware = hardware  # this attempt's: a resumed run may land on other hardware
     if rank == 0:
         mark(stage, "engine ready")
@@ -108,3 +116,41 @@ def train_worker(loop_config: dict) -> None:
     loop = TrainLoop(engine, config, facts, train_split, valid_split, rank, world, progress, history, best,
                      args.metrics_sink if rank == 0 else None, bleu)
     loop.run()
+
+
+def _continue(engine, config: TrainStageConfig, upstream: Path, world: int):
+    """Restore the final checkpoint of the train stage this run continues (a budget
+    branched from its stable phase, or the next segment of that phase): weights,
+    optimizer, data order and what was spent, as if this run had made them."""
+    from stages.train import RUN_NAME
+
+    found = [c for c in checkpointer.complete_checkpoints(upstream / RUN_NAME, world, config.train.zero_stage)
+             if c.resumable]
+    if not found:
+        raise RuntimeError(f"train {config.model.name!r}: {config.start_from} has no resumable checkpoint to "
+                           f"continue from in {upstream}")
+    start = found[-1]
+    if start.progress["stop_reason"] != STABLE_PHASE_END:
+        raise RuntimeError(f"train {config.model.name!r}: {config.start_from} stopped at "
+                           f"{start.progress['stop_reason']!r} after {start.step} updates, not where its decay "
+                           "begins: its stable phase is not the one this budget shares")
+    progress, history, best = checkpointer.restore(engine, start.path)
+    progress.stop_reason = ""
+    progress.continued = {"stage": config.start_from, "step": progress.step, "train_flops": progress.train_flops,
+                          "seconds": progress.seconds}
+    return progress, history, best
+
+
+def _rate_under_this_schedule(engine, history: list[dict], step: int) -> None:
+    """Set the next update's rate from this run's schedule (its lambda reads the
+    restored progress): a segment that continues the one before runs under a larger
+    budget's schedule, while the rate restored with the optimizer is the earlier
+    budget's (and may already be its first of decay). A budget's branch keeps the
+    restored rate: it continues under the very schedule its segment trained with."""
+    scheduler = engine.lr_scheduler
+    rates = [base * rate(scheduler.last_epoch) for base, rate in zip(scheduler.base_lrs, scheduler.lr_lambdas)]
+    for group, rate in zip(scheduler.optimizer.param_groups, rates):
+        group["lr"] = rate
+    for row in history:  # a logged row shows the next update's rate: this run's now
+        if row["step"] == step and "lr" in row:
+            row["lr"] = rates[0]

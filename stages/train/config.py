@@ -59,11 +59,19 @@ class TrainConfig(Section):
     # noam: lr = lr_scale * d_model^-0.5 * min(step^-0.5, step * warmup^-1.5) (section 5.3);
     # cosine: linear warmup to lr, cosine decay to min_lr at the end of the budget
     # (max_steps, max_train_flops or max_train_tokens, whichever is spent first);
-    # constant: linear warmup to lr, then lr (the RNN recipes' plain Adam).
-    schedule: Literal["noam", "cosine", "constant"] = "noam"
+    # constant: linear warmup to lr, then lr (the RNN recipes' plain Adam);
+    # wsd: warmup-stable-decay (Hagele et al. 2024): linear warmup to lr, lr until the
+    # last decay_fraction of the budget, then down to min_lr at its end. Its stable
+    # phase does not depend on the budget, so budgets can branch from one run
+    # (branch_budgets: docs/comparing.md).
+    schedule: Literal["noam", "cosine", "constant", "wsd"] = "noam"
     lr: float = Field(default=5e-4, gt=0.0)  # peak learning rate of cosine and constant
     lr_scale: float = Field(default=1.0, gt=0.0)  # factor of the noam schedule
-    min_lr: float = Field(default=0.0, ge=0.0)  # where cosine ends
+    min_lr: float = Field(default=0.0, ge=0.0)  # where cosine and wsd end
+    # wsd: the share of the budget its decay takes, and the decay's shape: 1-sqrt,
+    # lr * (1 - sqrt(progress)), the best of Hagele et al.'s cooldowns, or linear.
+    decay_fraction: float = Field(default=0.2, gt=0, lt=1)
+    decay_shape: Literal["1-sqrt", "linear"] = "1-sqrt"
     warmup_steps: int = Field(default=4000, ge=0)  # updates of warmup, every schedule
     # Or the warmup as a share of the run's planned updates (stages/train/plan.py), so
     # that every budget of a sweep warms up for the same share of its run.
@@ -115,10 +123,16 @@ class TrainConfig(Section):
         if all(budget is None for budget in budgets):
             raise ValueError("set at least one budget: max_steps, max_epochs, max_train_tokens, "
                              "max_train_flops or max_wall_time")
-        if self.schedule == "cosine" and all(
+        if self.schedule in ("cosine", "wsd") and all(
                 budget is None for budget in (self.max_steps, self.max_train_flops, self.max_train_tokens)):
-            raise ValueError("schedule 'cosine' decays to the end of the budget: set max_steps, max_train_flops "
-                             "or max_train_tokens (epochs and wall time have no end it can know in advance)")
+            raise ValueError(f"schedule {self.schedule!r} decays to the end of the budget: set max_steps, "
+                             "max_train_flops or max_train_tokens (epochs and wall time have no end it can know "
+                             "in advance)")
+        if (self.schedule == "wsd" and self.average_fraction is not None
+                and self.average_fraction > self.decay_fraction + 1e-9):
+            raise ValueError(f"average_fraction ({self.average_fraction}) exceeds decay_fraction "
+                             f"({self.decay_fraction}): with schedule 'wsd' the averaged checkpoints must all come "
+                             "from the decay")
         if self.average_last > self.keep_checkpoints:
             raise ValueError("average_last cannot exceed keep_checkpoints")
         if self.precision == "fp16" and not self.use_gpu:
@@ -171,9 +185,19 @@ class TrainStageConfig(Section):
 
     model: ModelSpec
     train: TrainConfig
+    # Budgets branched from one run (the experiment's branch_budgets): the train stage
+    # whose final checkpoint this run continues (weights, optimizer, data order and what
+    # was spent), or None to start from nothing.
+    start_from: str | None = None
+    # A stable-phase segment: train under the wsd schedule of this budget, but stop
+    # before its first update of decay. The budget's own run, and the next segment,
+    # continue from here.
+    until_decay: bool = False
 
     @model_validator(mode="after")
     def _ae_fraction_needs_a_plan(self) -> TrainStageConfig:
         if self.model.settings.get("ae_fraction") is not None and not self.train.plans_updates():
             raise ValueError(f"settings.ae_fraction {NEEDS_A_PLAN}")
+        if self.until_decay and self.train.schedule != "wsd":
+            raise ValueError("a stable-phase segment (until_decay) needs train.schedule: wsd")
         return self

@@ -36,7 +36,7 @@ from stages.train.data import Batch, TokenizedSplit
 from stages.train.deepspeed_config import cpu_autocast
 from stages.shared.models.flops import projects_source, training_flops
 from stages.shared.models.loss import translation_loss
-from stages.train.progress import TrainingProgress, budget_reached
+from stages.train.progress import STABLE_PHASE_END, TrainingProgress, budget_reached
 
 
 class TrainLoop:
@@ -71,7 +71,7 @@ class TrainLoop:
         batches = batches_from(progress.position, self.train_split.src_lengths, self.train_split.tgt_lengths,
                                training.max_tokens, training.seed, self.rank, self.world)
         self.model.train()
-        progress.stop_reason = budget_reached(training, progress)
+        progress.stop_reason = self._stop_reason()
         first = True
         while not progress.stop_reason:
             if not self.train_update(batches, started):
@@ -84,7 +84,7 @@ class TrainLoop:
                 self._validate()
             if self.bleu is not None and progress.step % training.valid_bleu_every == 0:
                 self._validate_bleu()
-            progress.stop_reason = budget_reached(training, progress)
+            progress.stop_reason = self._stop_reason()
             if progress.step % training.checkpoint_every == 0 and not progress.stop_reason:
                 self._checkpoint()
         bar.close()
@@ -101,6 +101,16 @@ class TrainLoop:
         self._checkpoint()
         if self.rank == 0:
             mark(f"train/{self.config.model.name}", "checkpointed")
+
+    def _stop_reason(self) -> str:
+        """The budget used up, or, in a stable-phase segment, the decay's start: the rate
+        DeepSpeed set for the next update is below the peak once the warmup is over
+        (schedule.py returns the peak itself until the decay begins)."""
+        reason = budget_reached(self.training, self.progress)
+        if (not reason and self.config.until_decay and self.progress.step >= self.training.warmup_steps
+                and self.engine.get_lr()[0] < self.training.lr):
+            reason = STABLE_PHASE_END
+        return reason
 
     def _progress_bar(self) -> BudgetBar:
         """Rank 0's bar, drawn on the driver by Ray, in per mille of the budget (any kind)."""

@@ -66,6 +66,13 @@ def write_outputs(output: Path, config: TrainStageConfig, tokenized: Path, check
         "skipped_updates": progress.get("skipped_updates", 0),  # fp16 overflows
         "stop_reason": progress["stop_reason"],  # the budget that ended training
     }
+    continued = progress.get("continued") or {}
+    if continued:
+        # A branched budget: the totals above include the stable phase it continued;
+        # what this stage computed itself is the rest.
+        metrics.update(continued_from=continued["stage"], continued_at_step=continued["step"],
+                       own_train_flops=progress["train_flops"] - continued["train_flops"],
+                       own_train_seconds=seconds - continued["seconds"])
     # Resolved precision, device and peak FLOP/s (with where the peak came from).
     hardware = progress.get("hardware", {})
     metrics.update({key: value for key, value in hardware.items() if key != "peak_flops_total"})

@@ -108,5 +108,21 @@ def averaged(checkpoint_steps: list[int], training: TrainConfig) -> list[int]:
 
 def needs_planning(config: TrainStageConfig) -> bool:
     return (config.train.warmup_fraction is not None or config.train.checkpoint_fraction is not None
-            or config.model.settings.get("ae_fraction") is not None)
+            or config.model.settings.get("ae_fraction") is not None or config.train.schedule == "wsd")
+
+
+def check_warmup_before_decay(training: TrainConfig, updates: int | None) -> None:
+    """A wsd run must reach its peak before its decay starts: refuse a budget too small
+    for the warmup (with branched budgets, the smallest one), naming the keys."""
+    if training.schedule != "wsd" or updates is None:
+        return
+    warmup = training.warmup_steps if training.warmup_fraction is None else training.warmup_fraction * updates
+    decay_starts = (1 - training.decay_fraction) * updates
+    if warmup >= decay_starts:
+        budget = ", ".join(f"{name} {getattr(training, name):g}" for name in ("max_steps", "max_train_flops",
+                                                                              "max_train_tokens")
+                           if getattr(training, name) is not None)
+        raise ValueError(f"the budget ({budget}) plans {updates} updates and its decay (train.decay_fraction "
+                         f"{training.decay_fraction}) starts after update {decay_starts:.0f}, before the warmup "
+                         f"ends (train.warmup_steps {warmup:.0f}): raise the budget or lower train.warmup_steps")
 

@@ -10,6 +10,10 @@ from stages.train.batching import BatchPosition
 from stages.train.config import TrainConfig
 
 
+# Why a stable-phase segment stopped: its budget's decay begins with the next update.
+STABLE_PHASE_END = "stable_phase_end"
+
+
 @dataclass
 class TrainingProgress:
     step: int = 0  # optimizer updates
@@ -29,6 +33,9 @@ class TrainingProgress:
     last_bleu_step: int = -1
     stop_reason: str = ""
     restarts: int = 0
+    # Where this run continued another train stage's checkpoint (budgets branched from
+    # one stable phase): {"stage", "step", "train_flops", "seconds"} at that point; {}: none.
+    continued: dict = field(default_factory=dict)
     skipped_updates: int = 0  # fp16: updates DeepSpeed skipped because gradients overflowed
     # The latest attempt's device, resolved precision and peak FLOP/s (worker_device.py).
     hardware: dict = field(default_factory=dict)

@@ -6,9 +6,14 @@ warmup, then decay with the inverse square root of the step. For the RNN, d_mode
 its hidden size. ``cosine``: linear warmup to ``lr``, then a half cosine down to
 ``min_lr`` at the end of the budget (the usual AdamW recipe). ``constant``: linear
 warmup to ``lr``, then ``lr`` (plain Adam, as the attention-RNN recipes train, e.g.
-nmtpytorch's).
+nmtpytorch's). ``wsd``: warmup-stable-decay (Hagele et al. 2024, "Scaling Laws and
+Compute-Optimal Training Beyond Fixed Training Durations"): linear warmup to ``lr``,
+``lr`` until the last ``decay_fraction`` of the budget, then down to ``min_lr`` at its
+end, by ``1 - sqrt`` of the decay's progress (their best cooldown) or linearly. Until
+its decay starts a wsd run does not depend on its budget, so a sweep of budgets can
+share one stable phase and branch each budget's decay from it.
 
-The cosine ends where the run does: at ``max_steps``, or, for a budget of counted
+The cosine and wsd's decay end where the run does: at ``max_steps``, or, for a budget of counted
 FLOPs or target tokens, when that budget is spent. A sweep over FLOPs budgets thus
 decays every run fully within its own budget, without anyone working out its number of
 updates beforehand (which depends on the batches' lengths).
@@ -43,8 +48,34 @@ def learning_rate(step: int, config: TrainConfig, d_model: int, spent: Spent = N
         return config.lr * step / config.warmup_steps
     if config.schedule == "constant":
         return config.lr
+    if config.schedule == "wsd":
+        progress = wsd_decay_progress(step, config, spent)
+        if progress == 0.0:
+            return config.lr  # exactly: a stable-phase segment stops where the rate first drops
+        factor = 1.0 - (math.sqrt(progress) if config.decay_shape == "1-sqrt" else progress)
+        return config.min_lr + (config.lr - config.min_lr) * factor
     progress = decay_progress(step, config, spent)
     return config.min_lr + 0.5 * (config.lr - config.min_lr) * (1.0 + math.cos(math.pi * progress))
+
+
+def wsd_decay_progress(step: int, config: TrainConfig, spent: Spent) -> float:
+    """How far wsd's decay has come at update ``step``: 0 until the budget's share
+    through that update reaches ``1 - decay_fraction``, 1 at the budget's end."""
+    start = 1.0 - config.decay_fraction
+    return min(1.0, max(0.0, (budget_share(step, config, spent) - start) / config.decay_fraction))
+
+
+def budget_share(step: int, config: TrainConfig, spent: Spent) -> float:
+    """The share of the budget spent once update ``step`` is done, the furthest over the
+    budgets that are set; FLOPs and tokens count update ``step`` (and any before it not
+    yet counted in ``spent``) at the mean cost of the updates counted so far."""
+    shares = [0.0]
+    if config.max_steps is not None:
+        shares.append(step / config.max_steps)
+    for used, budget in ((spent.flops, config.max_train_flops), (spent.tokens, config.max_train_tokens)):
+        if budget is not None and spent.updates > 0:
+            shares.append((used + used / spent.updates * (step - spent.updates)) / budget)
+    return max(shares)
 
 
 def decay_progress(step: int, config: TrainConfig, spent: Spent) -> float:

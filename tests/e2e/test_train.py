@@ -300,3 +300,52 @@ def test_a_cosine_over_a_flops_budget_decays_by_the_flops_spent_and_ends_at_the_
     rates = [row["lr"] for row in logged]
     assert rates.index(max(rates)) == 3 and max(rates) == pytest.approx(3e-3)  # update 5, the warmup's last
     assert rates[3:] == sorted(rates[3:], reverse=True) and rates[-1] < 3e-4
+
+
+def test_a_budget_branched_from_a_chain_of_stable_segments_trains_as_the_budget_alone(tokenized, tmp_path,
+                                                                                      local_ray):
+    """wsd over 40 updates, decaying over its last quarter, trained alone; and as the sweep
+    trains it: a segment stopping where a 20-update budget's decay begins (15), the next
+    continuing it to where this budget's does (30), and the branch decaying from there.
+    The same updates, data order and rates: the same curve and final weights."""
+    from stages.train.progress import STABLE_PHASE_END
+
+    def config(steps: int, **stage) -> TrainStageConfig:
+        base = stage_config(schedule="wsd", lr=2e-3, min_lr=1e-5, warmup_steps=5, decay_fraction=0.25,
+                            max_steps=steps, valid_every=5, checkpoint_every=5, log_every=1)
+        return base.model_copy(update=stage)
+
+    def continued(name: str, config: TrainStageConfig, start: Path, output: Path) -> dict:
+        output.mkdir(parents=True)
+        return train.run({"tokenize": tokenized, name: start}, config, output, StageContext())
+
+    alone = tmp_path / "alone"
+    run_stage(tokenized, config(40), alone)
+    first, second, branch = tmp_path / "first", tmp_path / "second", tmp_path / "branch"
+    run_stage(tokenized, config(20, until_decay=True), first)
+    continued("train/first", config(40, until_decay=True, start_from="train/first"), first, second)
+    metrics = continued("train/second", config(40, start_from="train/second"), second, branch)
+
+    assert [json.loads((path / "train_report.json").read_text())["stop_reason"] for path in (first, second)] == \
+        [STABLE_PHASE_END, STABLE_PHASE_END]
+    assert metrics["steps"] == 40 and metrics["continued_at_step"] == 30 and metrics["stop_reason"] == "max_steps"
+    assert metrics["continued_from"] == "train/second" and metrics["own_train_flops"] < metrics["train_flops"] / 3
+    assert_same_curve(rows(alone), rows(branch))
+    rates = {row["step"]: row["lr"] for row in rows(branch) if "lr" in row}
+    assert rates[29] == rates[5] == 2e-3 and rates[30] < 2e-3  # stable to the decay, which update 31 begins
+    (expected, _), (got, _) = load_model_file(alone / "model.pt"), load_model_file(branch / "model.pt")
+    for name, tensor in expected.state_dict().items():
+        assert torch.allclose(got.state_dict()[name], tensor, atol=1e-6), name
+
+
+def test_a_branch_whose_segment_stopped_early_is_refused(tokenized, tmp_path, local_ray):
+    """A segment that stopped on another budget (its wall time, here its max_steps) is not
+    the stable phase the budget shares: the branch fails, naming both and leaving nothing."""
+    segment, branch = tmp_path / "segment", tmp_path / "branch"
+    run_stage(tokenized, stage_config(schedule="wsd", lr=2e-3, warmup_steps=2, max_steps=4), segment)
+    config = stage_config(schedule="wsd", lr=2e-3, warmup_steps=2, max_steps=40).model_copy(
+        update={"start_from": "train/segment"})
+    branch.mkdir()
+    with pytest.raises(Exception, match="train/segment stopped at 'max_steps' after 4 updates, not where its decay"):
+        train.run({"tokenize": tokenized, "train/segment": segment}, config, branch, StageContext())
+    assert not (branch / "model.pt").exists()

@@ -32,6 +32,12 @@ class ModelSpec(Section):
     # this run is one of (its name without the budget and seed suffixes). Left out
     # of keys and manifests: the run's name and train overrides already say it.
     run_of: str | None = Field(default=None, exclude=True)
+    # Set by the experiment's branch_budgets, not in a config: the train stage whose final
+    # checkpoint this run continues, and whether the run is a stable-phase segment that
+    # stops where its budget's decay begins (stages/train/config.py's TrainStageConfig,
+    # whose keys carry both).
+    start_from: str | None = Field(default=None, exclude=True)
+    until_decay: bool = Field(default=False, exclude=True)
 
     @model_validator(mode="after")
     def _preset_and_settings_exist(self) -> ModelSpec:

@@ -81,3 +81,71 @@ def test_an_unknown_stage_is_refused_with_the_stages_there_are(config, store):
     with pytest.raises(ValueError, match="unknown stage 'bpee'; stages are: download, clean, bpe"):
         plan(config, store, force=("bpee",))
     assert [stage.name for stage in pipeline_stages(config)][-1] == "report"
+
+
+BRANCHED = ["budgets=[1e11, 2e11, 4e11]", "branch_budgets=true", "seeds=[1]", "train.schedule=wsd",
+            "train.lr=1e-3", 'models=[{name: t, family: transformer, preset: tiny}]']
+
+
+def test_branched_budgets_share_one_stable_phase_as_a_chain_of_segments(store):
+    planned = plan(load_config(SMOKE, BRANCHED), store)
+    train = {item.stage.name: item for item in planned if item.stage.group == "train"}
+    assert list(train) == ["train/t.1e11.s1.stable", "train/t.2e11.s1.stable", "train/t.4e11.s1.stable",
+                           "train/t.1e11.s1", "train/t.2e11.s1", "train/t.4e11.s1"]
+    assert train["train/t.1e11.s1.stable"].stage.upstream == ("tokenize",)
+    assert train["train/t.2e11.s1.stable"].upstream_keys["train/t.1e11.s1.stable"] == \
+        train["train/t.1e11.s1.stable"].key  # each segment continues the one before, by key
+    for budget in ("1e11", "2e11", "4e11"):
+        branch = train[f"train/t.{budget}.s1"]
+        assert branch.upstream_keys[f"train/t.{budget}.s1.stable"] == train[f"train/t.{budget}.s1.stable"].key
+        section = branch.stage.config_of(load_config(SMOKE, BRANCHED))
+        assert section.start_from == f"train/t.{budget}.s1.stable" and not section.until_decay
+    segment = train["train/t.2e11.s1.stable"].stage.config_of(load_config(SMOKE, BRANCHED))
+    assert segment.until_decay and segment.start_from == "train/t.1e11.s1.stable"
+    assert segment.train.max_train_flops == 2e11
+    report = find_stage(planned, "report")
+    assert not any(name.endswith(".stable") for name in report.stage.upstream)  # segments are not compared
+
+
+def test_a_larger_budget_added_to_a_branched_sweep_reuses_every_key_before_it(store):
+    before = {item.stage.name: item.key for item in plan(load_config(SMOKE, BRANCHED), store)}
+    grown = [setting.replace("4e11]", "4e11, 8e11]") for setting in BRANCHED]
+    after = {item.stage.name: item.key for item in plan(load_config(SMOKE, grown), store)}
+    assert {name: key for name, key in after.items() if name.startswith("train/") and name in before} == \
+           {name: key for name, key in before.items() if name.startswith("train/")}
+    assert "train/t.8e11.s1.stable" in after and "train/t.8e11.s1" in after
+
+
+def test_a_branched_run_is_keyed_apart_from_the_same_budget_trained_alone(store):
+    alone = [setting for setting in BRANCHED if not setting.startswith("branch_budgets")]
+    branched = {item.stage.name: item.key for item in plan(load_config(SMOKE, BRANCHED), store)}
+    independent = {item.stage.name: item.key for item in plan(load_config(SMOKE, alone), store)}
+    assert branched["train/t.2e11.s1"] != independent["train/t.2e11.s1"]
+    assert not any(name.endswith(".stable") for name in independent)
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"budgets": [1e11]}, "list at least two in 'budgets'"),
+    ({"train": {"schedule": "cosine"}}, "branch_budgets needs train.schedule: wsd .* got 'cosine'"),
+    ({"train": {"warmup_steps": None, "warmup_fraction": 0.1}}, "needs train.warmup_steps, not train.warmup_fraction"),
+    ({"models": [{"name": "d", "family": "decoder_only", "preset": "tiny", "settings": {"ae_fraction": 0.5}}]},
+     "model 'd': branch_budgets needs settings.ae_steps"),
+])
+def test_branched_budgets_refuse_what_would_split_the_stable_phase(change, message):
+    from pydantic import ValidationError
+
+    from pipeline.config import ExperimentConfig
+    from tests.helpers import shipped_config
+
+    raw = shipped_config("smoke.yaml")
+    raw.update(budgets=[1e11, 2e11], branch_budgets=True, models=[{"name": "t", "family": "transformer",
+                                                                   "preset": "tiny"}])
+    raw["train"].update(schedule="wsd", lr=1e-3)
+    for key, value in change.items():
+        if key == "train":
+            raw["train"].update(value)
+            raw["train"] = {name: setting for name, setting in raw["train"].items() if setting is not None}
+        else:
+            raw[key] = value
+    with pytest.raises(ValidationError, match=message):
+        ExperimentConfig.model_validate(raw)

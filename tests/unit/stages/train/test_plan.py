@@ -166,3 +166,12 @@ def test_the_model_built_before_planning_gets_the_resolved_ae_steps():
     before = other.config
     plan.apply_settings(other, config.model)
     assert other.config is before
+
+
+def test_a_wsd_budget_whose_decay_starts_before_the_warmup_ends_is_refused_naming_the_keys():
+    training = TrainConfig(schedule="wsd", lr=1e-3, warmup_steps=90, max_train_flops=1e11, decay_fraction=0.2)
+    with pytest.raises(ValueError, match=r"plans 100 updates .*train.decay_fraction 0.2\) starts after update 80, "
+                                         r"before the warmup ends \(train.warmup_steps 90\)"):
+        plan.check_warmup_before_decay(training, 100)
+    plan.check_warmup_before_decay(training, 200)  # decay from update 160: after the warmup
+    plan.check_warmup_before_decay(training.model_copy(update={"schedule": "cosine"}), 100)  # wsd only

@@ -72,3 +72,43 @@ def test_cosine_needs_a_budget_it_can_see_the_end_of():
     _cosine(max_train_tokens=10**6)
     with pytest.raises(ValueError, match="set max_steps, max_train_flops or max_train_tokens"):
         _cosine(max_wall_time=600)
+
+
+def wsd(**settings) -> TrainConfig:
+    return TrainConfig(**{"schedule": "wsd", "lr": 1e-3, "min_lr": 1e-5, "warmup_steps": 10, "max_steps": 100,
+                          "decay_fraction": 0.2, **settings})
+
+
+def test_wsd_warms_up_holds_the_exact_peak_then_decays_by_one_minus_sqrt_to_min_lr():
+    config = wsd()
+    assert learning_rate(5, config, 512) == pytest.approx(5e-4)
+    assert all(learning_rate(step, config, 512) == 1e-3 for step in range(10, 81))  # exactly the peak
+    assert learning_rate(81, config, 512) < 1e-3
+    progress = (90 / 100 - 0.8) / 0.2  # halfway through the decay
+    assert learning_rate(90, config, 512) == pytest.approx(1e-5 + (1e-3 - 1e-5) * (1 - progress ** 0.5))
+    assert learning_rate(100, config, 512) == pytest.approx(1e-5)
+
+
+def test_wsd_linear_decay_and_a_flops_budget_decay_by_the_share_spent():
+    linear = wsd(decay_shape="linear")
+    assert learning_rate(90, linear, 512) == pytest.approx(1e-5 + (1e-3 - 1e-5) * 0.5)
+    # FLOPs: 85 updates of 1e9 each spent, the next at that mean cost: 86% of 1e11.
+    flops = wsd(max_steps=None, max_train_flops=1e11)
+    spent = Spent(85, 85e9, 0.0)
+    assert learning_rate(86, flops, 512, spent) == pytest.approx(1e-5 + (1e-3 - 1e-5) * (1 - 0.3 ** 0.5))
+    # The stable phase does not depend on the budget: a larger budget holds the peak there.
+    assert learning_rate(86, wsd(max_steps=None, max_train_flops=2e11), 512, spent) == 1e-3
+
+
+@pytest.mark.parametrize("settings, key", [({"decay_fraction": 0.0}, "decay_fraction"),
+                                           ({"decay_fraction": 1.0}, "decay_fraction"),
+                                           ({"max_steps": None, "max_wall_time": 60.0}, "wsd")])
+def test_wsd_refuses_a_decay_fraction_outside_zero_one_and_a_budget_without_an_end(settings, key):
+    with pytest.raises(ValueError, match=key):
+        wsd(**settings)
+
+
+def test_wsd_averages_only_checkpoints_of_its_decay():
+    with pytest.raises(ValueError, match="average_fraction .* exceeds decay_fraction"):
+        wsd(checkpoint_fraction=0.1, average_fraction=0.3, keep_checkpoints=5)
+    wsd(checkpoint_fraction=0.1, average_fraction=0.2, keep_checkpoints=5)
