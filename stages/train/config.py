@@ -129,8 +129,10 @@ class TrainConfig(Section):
                              "max_train_flops or max_train_tokens (epochs and wall time have no end it can know "
                              "in advance)")
         if (self.schedule == "wsd" and self.average_fraction is not None
-                and self.average_fraction > self.decay_fraction + 1e-9):
-            raise ValueError(f"average_fraction ({self.average_fraction}) exceeds decay_fraction "
+                and self.average_fraction >= self.decay_fraction - 1e-9):
+            # Below, not at: the checkpoint where the decay starts holds peak-rate
+            # weights, and a branched budget's artifact does not have it.
+            raise ValueError(f"average_fraction ({self.average_fraction}) must be below decay_fraction "
                              f"({self.decay_fraction}): with schedule 'wsd' the averaged checkpoints must all come "
                              "from the decay")
         if self.average_last > self.keep_checkpoints:
