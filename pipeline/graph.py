@@ -53,7 +53,8 @@ def pipeline_stages(config: ExperimentConfig) -> tuple[Stage, ...]:
                                 upstream=("clean", train_stage(model.name)))
                        for model in runs)
     reporting = Stage.of(report, "report", ExperimentConfig.report_stage_config,
-                         upstream=tuple(stage.name for stage in training[-len(runs):] + evaluation))
+                         upstream=(*(train_stage(model.name) for model in runs),
+                                   *(stage.name for stage in evaluation)))
     return DATA_STAGES + training + evaluation + (reporting,)
 
 

@@ -65,7 +65,7 @@ class TrainConfig(Section):
     # phase does not depend on the budget, so budgets can branch from one run
     # (branch_budgets: docs/comparing.md).
     schedule: Literal["noam", "cosine", "constant", "wsd"] = "noam"
-    lr: float = Field(default=5e-4, gt=0.0)  # peak learning rate of cosine and constant
+    lr: float = Field(default=5e-4, gt=0.0)  # peak learning rate of cosine, constant and wsd
     lr_scale: float = Field(default=1.0, gt=0.0)  # factor of the noam schedule
     min_lr: float = Field(default=0.0, ge=0.0)  # where cosine and wsd end
     # wsd: the share of the budget its decay takes, and the decay's shape: 1-sqrt,
