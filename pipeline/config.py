@@ -23,10 +23,11 @@ from stages.clean.config import CleanConfig
 from stages.download.config import SOURCE_TYPES, DownloadConfig
 from stages.evaluate.config import EvaluateConfig, EvaluateStageConfig
 from stages.shared.models.spec import ModelSpec
-from stages.shared.names import train_stage
+from stages.shared.names import train_stage, tune_stage
 from stages.report.config import ReportStageConfig
 from stages.tokenize.config import TokenizeConfig
 from stages.train.config import TrainConfig, TrainStageConfig
+from stages.tune.config import TuneConfig, TuneStageConfig
 
 
 class ConfigError(Exception):
@@ -63,6 +64,10 @@ class ExperimentConfig(Section):
     # to where the next budget's decay begins; each budget decays from its segment's
     # final checkpoint. The budgets then cost about the largest one plus the decays.
     branch_budgets: bool = False
+    # Choose each model's (each size's) peak learning rate with Ray Tune before its runs
+    # train (stages/tune/): its train runs then use the chosen train.lr. A model whose own
+    # train overrides set lr keeps that one. None: train.lr as configured.
+    tune: TuneConfig | None = None
 
     @model_validator(mode="after")
     def _models_need_a_train_section(self) -> ExperimentConfig:
@@ -70,6 +75,11 @@ class ExperimentConfig(Section):
             raise ValueError("'models' are listed but there is no 'train' section with a budget")
         if self.branch_budgets:
             self._check_branching()
+        for sized in self.tuned_sizes():
+            schedule = self.train_stage_config(sized).train.schedule
+            if schedule == "noam":
+                raise ValueError(f"model {sized.name!r}: tune chooses train.lr, which schedule 'noam' does not use "
+                                 "(it scales by lr_scale): use cosine, constant or wsd")
         for model in self.stable_segments() + self.trained_models():
             try:
                 self.train_stage_config(model)
@@ -102,7 +112,23 @@ class ExperimentConfig(Section):
         # a check of which keys were set (an absolute value beside a fraction) sees the user's.
         merged = TrainConfig.model_validate({**self.train.model_dump(exclude_unset=True), **model.train})
         return TrainStageConfig(model=model, train=merged, start_from=model.start_from,
-                                until_decay=model.until_decay)
+                                until_decay=model.until_decay, lr_from=model.lr_from)
+
+    def tuned_sizes(self) -> list[ModelSpec]:
+        """With a tune section: every size of every model whose learning rate it chooses
+        (one tune stage each, ``tune/<model>`` or ``tune/<model>.<size>``). [] otherwise."""
+        if self.tune is None:
+            return []
+        return [sized for model in self.models for sized in model.at_sizes() if "lr" not in sized.train]
+
+    def tune_stage_config(self, sized: ModelSpec) -> TuneStageConfig:
+        return TuneStageConfig(model=sized, train=self.train_stage_config(sized).train, tune=self.tune)
+
+    def _sizes(self) -> list[ModelSpec]:
+        """Every size of every model, each told the tune stage of its rate, if tuned."""
+        tuned = {sized.name for sized in self.tuned_sizes()}
+        return [sized.model_copy(update={"lr_from": tune_stage(sized.name)}) if sized.name in tuned else sized
+                for model in self.models for sized in model.at_sizes()]
 
     def stable_segments(self) -> list[ModelSpec]:
         """With ``branch_budgets``: each run's stable phase, as a chain of segments per
@@ -112,7 +138,7 @@ class ExperimentConfig(Section):
         if not self.branch_budgets:
             return []
         segments = []
-        for sized in (spec for model in self.models for spec in model.at_sizes()):
+        for sized in self._sizes():
             for seed in self.seeds or [None]:
                 before = None
                 for budget in sorted(self.budgets):
@@ -133,7 +159,7 @@ class ExperimentConfig(Section):
         ``seeds`` and ``budgets``, ``models`` itself: adding either later leaves the
         runs already trained under other names untouched."""
         runs = []
-        for sized in (spec for model in self.models for spec in model.at_sizes()):
+        for sized in self._sizes():
             for budget in self.budgets or [None]:
                 for seed in self.seeds or [None]:
                     run = self._run(sized, budget, seed)

@@ -25,9 +25,9 @@ from pipeline.core.artifacts import (
 from pipeline.config import ExperimentConfig
 from pipeline.core.hardware import HardwareError
 from pipeline.stage import Stage
-from stages import bpe, clean, download, evaluate, report, tokenize, train
+from stages import bpe, clean, download, evaluate, report, tokenize, train, tune
 from stages.shared.models.spec import ModelSpec
-from stages.shared.names import evaluate_stage, train_stage
+from stages.shared.names import evaluate_stage, train_stage, tune_stage
 
 DATA_STAGES = (
     Stage.of(download, "download", attrgetter("download")),
@@ -46,8 +46,12 @@ def pipeline_stages(config: ExperimentConfig) -> tuple[Stage, ...]:
         return DATA_STAGES
     # With branch_budgets, the stable-phase segments come first (each continues the one
     # before it), and each budget's run continues its segment.
+    # With a tune section, each model size's learning rate is chosen first.
+    tuning = tuple(Stage.of(tune, tune_stage(sized.name), functools.partial(_tune_slice, sized),
+                            upstream=("tokenize",))
+                   for sized in config.tuned_sizes())
     training = tuple(Stage.of(train, train_stage(model.name), functools.partial(_train_slice, model),
-                              upstream=("tokenize", *([model.start_from] if model.start_from else [])))
+                              upstream=("tokenize", *[name for name in (model.lr_from, model.start_from) if name]))
                      for model in config.stable_segments() + runs)
     evaluation = tuple(Stage.of(evaluate, evaluate_stage(model.name), functools.partial(_evaluate_slice, model),
                                 upstream=("clean", train_stage(model.name)))
@@ -55,7 +59,11 @@ def pipeline_stages(config: ExperimentConfig) -> tuple[Stage, ...]:
     reporting = Stage.of(report, "report", ExperimentConfig.report_stage_config,
                          upstream=(*(train_stage(model.name) for model in runs),
                                    *(stage.name for stage in evaluation)))
-    return DATA_STAGES + training + evaluation + (reporting,)
+    return DATA_STAGES + tuning + training + evaluation + (reporting,)
+
+
+def _tune_slice(sized: ModelSpec, config: ExperimentConfig):
+    return config.tune_stage_config(sized)
 
 
 def _train_slice(model: ModelSpec, config: ExperimentConfig):

@@ -49,6 +49,9 @@ class TrainingPlacement:
     # The stage's place in the order workers are placed in (``pipeline/start_order.py``);
     # None outside ``nmt run``.
     turn: Any = None
+    # Ray Train callbacks of the run (a tuning trial's, which passes its workers'
+    # reports on to Ray Tune: stages/tune/trials.py).
+    callbacks: tuple = ()
 
 
 ResourcesT = TypeVar("ResourcesT")

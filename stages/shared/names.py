@@ -6,10 +6,15 @@ from __future__ import annotations
 
 TRAIN = "train"
 EVALUATE = "evaluate"
+TUNE = "tune"
 
 
 def train_stage(model: str) -> str:
     return f"{TRAIN}/{model}"
+
+
+def tune_stage(model: str) -> str:
+    return f"{TUNE}/{model}"
 
 
 def evaluate_stage(model: str) -> str:

@@ -75,6 +75,7 @@ def run(inputs: dict[str, Path], config: TrainStageConfig, output: Path, ctx: St
     from stages.train.checkpointer import complete_checkpoints, download_checkpoints
     from stages.train.outputs import write_outputs
 
+    config = _with_tuned_rate(inputs, config)
     training, tokenized = config.train, inputs["tokenize"]
     placement = ctx.resources or TrainingPlacement()
     _check_inputs(tokenized, config)
@@ -96,7 +97,8 @@ def run(inputs: dict[str, Path], config: TrainStageConfig, output: Path, ctx: St
                              checkpoint_config=CheckpointConfig(num_to_keep=training.keep_checkpoints),
                              # Ray Train's own INFO lines (requesting resources, starting the
                              # group) on the console of every run: warnings and errors only.
-                             logging_config=LoggingConfig(log_level="WARNING")),
+                             logging_config=LoggingConfig(log_level="WARNING"),
+                             callbacks=list(placement.callbacks)),
     )
     if placement.turn is not None:
         placement.turn.wait()  # the train stages before this one in the config ask for workers first
@@ -111,6 +113,19 @@ def run(inputs: dict[str, Path], config: TrainStageConfig, output: Path, ctx: St
     if not checkpoints:
         raise RuntimeError(f"training {config.model.name!r} ended without a complete checkpoint in {output}")
     return write_outputs(output, config, tokenized, checkpoints, time.time() - started)
+
+
+def _with_tuned_rate(inputs: dict[str, Path], config: TrainStageConfig) -> TrainStageConfig:
+    """The config with the peak learning rate its tune stage chose (``lr_from``)."""
+    if config.lr_from is None:
+        return config
+    from stages.tune.artifact import read_choice
+
+    if config.lr_from not in inputs:
+        raise InputDataError(f"train {config.model.name!r} takes its learning rate from {config.lr_from}, which is "
+                             f"not among its inputs ({', '.join(inputs)})")
+    chosen = read_choice(inputs[config.lr_from])["lr"]
+    return config.model_copy(update={"train": config.train.model_copy(update={"lr": chosen})})
 
 
 def _start(inputs: dict[str, Path], config: TrainStageConfig, ctx: StageContext):

@@ -111,7 +111,10 @@ def save(engine, rank: int, progress: TrainingProgress, history: list[dict], bes
                 torch.save(best, root / "best.pt")
             (root / "progress.json").write_text(json.dumps(progress.to_json(), indent=2))
         _write_file_sizes(Path(directory), rank)
-        metrics = {"step": progress.step, "train_tokens": progress.train_tokens}
+        # What Ray Train hands its callbacks with the checkpoint: a tuning trial's pass
+        # the best validation loss so far on to Ray Tune (stages/tune/trials.py).
+        metrics = {"step": progress.step, "train_tokens": progress.train_tokens, "train_flops": progress.train_flops,
+                   "best_valid_loss": progress.best_valid_loss}
         ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(directory))
 
 

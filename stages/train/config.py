@@ -195,6 +195,9 @@ class TrainStageConfig(Section):
     # before its first update of decay. The budget's own run, and the next segment,
     # continue from here.
     until_decay: bool = False
+    # The tune stage whose chosen peak learning rate this run trains with (the
+    # experiment's tune section), replacing train.lr; None: train.lr as configured.
+    lr_from: str | None = None
 
     @model_validator(mode="after")
     def _ae_fraction_needs_a_plan(self) -> TrainStageConfig:

@@ -66,6 +66,8 @@ def write_outputs(output: Path, config: TrainStageConfig, tokenized: Path, check
         "skipped_updates": progress.get("skipped_updates", 0),  # fp16 overflows
         "stop_reason": progress["stop_reason"],  # the budget that ended training
     }
+    if config.lr_from is not None:
+        metrics.update(lr=training.lr, lr_from=config.lr_from)  # the rate its tune stage chose
     continued = progress.get("continued") or {}
     if continued:
         # A branched budget: the totals above include the stable phase it continued;

@@ -38,6 +38,9 @@ class ModelSpec(Section):
     # whose keys carry both).
     start_from: str | None = Field(default=None, exclude=True)
     until_decay: bool = Field(default=False, exclude=True)
+    # Set by the experiment's tune section: the tune stage whose chosen learning rate
+    # this run trains with (TrainStageConfig.lr_from, in its keys).
+    lr_from: str | None = Field(default=None, exclude=True)
 
     @model_validator(mode="after")
     def _preset_and_settings_exist(self) -> ModelSpec:

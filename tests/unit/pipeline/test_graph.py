@@ -149,3 +149,41 @@ def test_branched_budgets_refuse_what_would_split_the_stable_phase(change, messa
             raw[key] = value
     with pytest.raises(ValidationError, match=message):
         ExperimentConfig.model_validate(raw)
+
+
+TUNED = ["train.schedule=wsd", "train.lr=1e-3", "tune={learning_rates: [3e-4, 1e-3, 3e-3], budget: 1e11}",
+         'models=[{name: t, family: transformer, sizes: [w64, w128]}, '
+         '{name: r, family: rnn, preset: tiny, train: {lr: 2e-3}}]']
+
+
+def test_a_tune_section_chooses_each_size_s_rate_before_its_runs_and_a_set_rate_is_kept(store):
+    config = load_config(SMOKE, TUNED)
+    planned = {item.stage.name: item for item in plan(config, store)}
+    assert [name for name in planned if name.startswith("tune/")] == ["tune/t.w64", "tune/t.w128"]
+    for size in ("w64", "w128"):
+        run = planned[f"train/t.{size}"]
+        assert run.upstream_keys[f"tune/t.{size}"] == planned[f"tune/t.{size}"].key
+        assert run.stage.config_of(config).lr_from == f"tune/t.{size}"
+    assert planned["train/r"].stage.upstream == ("tokenize",)  # its own train.lr: not tuned
+    assert planned["train/r"].stage.config_of(config).lr_from is None
+    section = planned["tune/t.w64"].stage.config_of(config)
+    assert section.model.preset == "w64" and section.tune.learning_rates == [3e-4, 1e-3, 3e-3]
+    wider = load_config(SMOKE, [*TUNED[:2], "tune={learning_rates: [3e-4, 1e-3, 3e-3, 1e-2], budget: 1e11}",
+                                TUNED[3]])
+    rekeyed = {item.stage.name: item.key for item in plan(wider, store)}
+    assert rekeyed["tune/t.w64"] != planned["tune/t.w64"].key and rekeyed["train/t.w64"] != planned["train/t.w64"].key
+    assert rekeyed["train/r"] == planned["train/r"].key
+
+
+@pytest.mark.parametrize("change, message", [
+    ("tune={learning_rates: [1e-3, 1e-3], budget: 1e11}",
+     "tune.learning_rates: Value error, needs at least two distinct rates"),
+    ("tune={learning_rates: [1e-3, 0.0], budget: 1e11}", "tune.learning_rates: Value error, rates must be above 0"),
+    ("train.schedule=noam", "model 't.w64': tune chooses train.lr, which schedule 'noam' does not use"),
+])
+def test_a_tune_section_refuses_a_grid_of_one_rate_and_a_schedule_without_a_peak_rate(change, message):
+    from pipeline.config import ConfigError
+
+    settings = [s for s in TUNED if s.split("=")[0] != change.split("=")[0]] + [change]
+    with pytest.raises(ConfigError, match=message):
+        load_config(SMOKE, settings)

@@ -1,0 +1,100 @@
+"""tune: one model size's peak learning rate, chosen by Ray Tune on validation loss.
+
+One trial per rate of ``tune.learning_rates`` (a grid search), each the train stage
+itself at that rate and the tuning budget (``trials.py``), all started at once and
+placed by Ray as CPUs (or GPUs) free up; ASHA (asynchronous successive halving, Li et
+al. 2020) compares the trials' best validation loss after ``grace_validations``
+validations and at every rung after, and stops all but the best 1/``reduction_factor``
+there. The rate whose trial reached the lowest validation loss is chosen; a trial that
+diverged (no finite loss) can never be.
+
+The artifact: ``choice.json`` (the rate, and per rate tried its best validation loss,
+validations, FLOPs and whether ASHA stopped it) and each trial's ``metrics.jsonl`` and
+``train_report.json`` (``trials/lr_<rate>/``); the trials' checkpoints and weights are
+dropped. The train runs of the model size read the rate
+(``TrainStageConfig.lr_from``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+from pathlib import Path
+
+from pipeline.core.context import StageContext
+from stages.tune.artifact import CHOICE_FILE, read_choice
+from stages.tune.config import TuneStageConfig
+
+__all__ = ["VERSION", "TASK_CPUS", "MLFLOW_FILES", "run", "worker_resources", "read_choice"]
+
+VERSION = 1
+# The stage's own task holds no CPU: its trials' Ray Train workers ask for theirs.
+TASK_CPUS = 0
+MLFLOW_FILES = (CHOICE_FILE,)
+TRIALS = "trials"
+KEPT = ("metrics.jsonl", "train_report.json")  # of each trial's output
+
+
+def worker_resources(config: TuneStageConfig) -> dict[str, float]:
+    """Every trial's workers at once: the stage starts once they are free, or alone
+    when the cluster is smaller (pipeline/admission.py)."""
+    training, trials = config.train, len(config.tune.learning_rates)
+    return {"CPU": float(trials * training.workers * training.cpus_per_worker),
+            **({"GPU": float(trials * training.workers)} if training.use_gpu else {})}
+
+
+def run(inputs: dict[str, Path], config: TuneStageConfig, output: Path, ctx: StageContext) -> dict:
+    # Imported here: Ray Tune loads only when the stage runs, not with its config.
+    from ray import tune
+    from ray.tune.schedulers import ASHAScheduler
+
+    from stages.train.config import TrainStageConfig
+    from stages.tune.trials import run_trial, trial_config, trial_name
+
+    settings = config.tune
+    base = trial_config(TrainStageConfig(model=config.model, train=config.train), settings.budget)
+    trials = output / TRIALS
+    trainable = tune.with_parameters(run_trial, config=base, tokenized=inputs["tokenize"], root=str(trials))
+    tuner = tune.Tuner(
+        # The trial's own process holds no CPU (its workers ask for theirs); Tune needs
+        # some resource to place it by: one byte of memory.
+        tune.with_resources(trainable, {"memory": 1}),
+        param_space={"lr": tune.grid_search(settings.learning_rates)},
+        tune_config=tune.TuneConfig(
+            metric="best_valid_loss", mode="min", max_concurrent_trials=len(settings.learning_rates),
+            scheduler=ASHAScheduler(time_attr="training_iteration", grace_period=settings.grace_validations,
+                                    reduction_factor=settings.reduction_factor, max_t=1_000_000)),
+        run_config=tune.RunConfig(name="tune_run", storage_path=str(output), verbose=0),
+    )
+    results = tuner.fit()
+    rows = [_trial_row(result, trials / trial_name(result.config["lr"])) for result in results]
+    finite = [row for row in rows if math.isfinite(row["best_valid_loss"])]
+    if not finite:
+        raise RuntimeError(f"tune {config.model.name!r}: no trial reached a finite validation loss at any of the "
+                           f"rates {settings.learning_rates}: lower tune.learning_rates")
+    chosen = min(finite, key=lambda row: row["best_valid_loss"])
+    for trial in trials.iterdir():  # the curves and totals stay; checkpoints and weights go
+        for path in trial.iterdir():
+            if path.name not in KEPT:
+                shutil.rmtree(path) if path.is_dir() else path.unlink()
+    shutil.rmtree(output / "tune_run", ignore_errors=True)
+    # JSON has no infinity: a trial without a finite loss shows null.
+    shown = [{**row, "best_valid_loss": row["best_valid_loss"] if math.isfinite(row["best_valid_loss"]) else None}
+             for row in sorted(rows, key=lambda row: row["lr"])]
+    choice = {"lr": chosen["lr"], "metric": "best validation loss", "budget": settings.budget, "trials": shown}
+    (output / CHOICE_FILE).write_text(json.dumps(choice, indent=2))
+    return {"lr": chosen["lr"], "best_valid_loss": chosen["best_valid_loss"], "trials": len(rows),
+            "stopped_early": sum(row["stopped_early"] for row in rows)}
+
+
+def _trial_row(result, directory: Path) -> dict:
+    """What one trial reached: its best validation loss (inf if none was finite), how
+    many validations it reported, its FLOPs, and whether it ended before its budget."""
+    history = result.metrics_dataframe
+    reports = 0 if history is None else len(history)
+    losses = [] if history is None else [value for value in history["best_valid_loss"] if math.isfinite(value)]
+    completed = (directory / "train_report.json").is_file()
+    return {"lr": result.config["lr"], "best_valid_loss": min(losses) if losses else math.inf,
+            "validations": reports, "train_flops": float(history["train_flops"].iloc[-1]) if reports else 0.0,
+            "stopped_early": not completed, "error": None if result.error is None else str(result.error)[:300]}

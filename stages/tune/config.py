@@ -1,0 +1,43 @@
+"""The tune stage's config: the learning rates to try and the budget of each trial,
+and the slice a tune stage is keyed on (one model size, the train section, this)."""
+
+from __future__ import annotations
+
+from pydantic import Field, field_validator
+
+from pipeline.core.section import Section
+from stages.shared.models.spec import ModelSpec
+from stages.train.config import TrainConfig
+
+
+class TuneConfig(Section):
+    """Each model's peak learning rate (each size's), chosen by Ray Tune on validation
+    loss: one trial per rate, each trained as the train stage trains, with ASHA stopping
+    the weak ones early. The train runs then use the chosen rate."""
+
+    # The rates to try: a grid, best log-spaced (1e-3, 2e-3, 4e-3, ...); at least two.
+    learning_rates: list[float]
+    # Counted training FLOPs of each trial (its train.max_train_flops): the budget the
+    # rate is chosen at.
+    budget: float = Field(gt=0)
+    # ASHA (Li et al. 2020): every trial gets this many validations before it can be
+    # stopped, and at each rung after it 1/reduction_factor of the trials go on.
+    grace_validations: int = Field(default=2, gt=0)
+    reduction_factor: int = Field(default=3, ge=2)
+
+    @field_validator("learning_rates")
+    @classmethod
+    def _a_grid_to_choose_from(cls, value: list[float]) -> list[float]:
+        if len(set(value)) < 2:
+            raise ValueError(f"needs at least two distinct rates to choose among; got {value}")
+        if any(rate <= 0 for rate in value):
+            raise ValueError(f"rates must be above 0; got {value}")
+        return sorted(value)
+
+
+class TuneStageConfig(Section):
+    """A tune stage's slice: one model size, the train section it trains with, the grid."""
+
+    model: ModelSpec
+    train: TrainConfig
+    tune: TuneConfig

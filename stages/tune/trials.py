@@ -1,0 +1,42 @@
+"""One tuning trial: the train stage itself (its Ray Train workers, DeepSpeed engine,
+FLOPs counting and data), at one learning rate and the tuning budget. Each checkpoint
+it reports (one after every validation) reaches Ray Tune through Ray Train's
+``TuneReportCallback``, with the best validation loss so far, which ASHA compares."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pipeline.core.context import StageContext, TrainingPlacement
+from stages.train.config import TrainConfig, TrainStageConfig
+
+
+def trial_config(config: TrainStageConfig, budget: float) -> TrainStageConfig:
+    """The train stage's config for a trial: the tuning budget alone (wall time stays a
+    cap), a checkpoint (and so a
+    report to Tune) after every validation, the loss alone judging (no BLEU decoding, no
+    early stopping of its own), one checkpoint kept, and the final weights unaveraged."""
+    changes = {"max_train_flops": budget, "max_steps": None, "max_epochs": None, "max_train_tokens": None,
+               "valid_bleu_every": None, "best_metric": "valid_loss",
+               "early_stopping_patience": None, "checkpoint_every": config.train.valid_every,
+               "checkpoint_fraction": None, "average_fraction": None, "average_last": 1, "keep_checkpoints": 1}
+    train = TrainConfig.model_validate({**config.train.model_dump(exclude_unset=True), **changes})
+    return config.model_copy(update={"train": train})
+
+
+def run_trial(params: dict, *, config: TrainStageConfig, tokenized: Path, root: str) -> None:
+    """Ray Tune's function trainable: train at ``params["lr"]`` into ``root``/lr_<rate>."""
+    from ray.tune.integration.ray_train import TuneReportCallback
+
+    from stages import train
+
+    rate = params["lr"]
+    config = config.model_copy(update={"train": config.train.model_copy(update={"lr": rate})})
+    output = Path(root) / trial_name(rate)
+    output.mkdir(parents=True, exist_ok=True)
+    train.run({"tokenize": tokenized}, config, output,
+              StageContext(resources=TrainingPlacement(callbacks=(TuneReportCallback(),))))
+
+
+def trial_name(rate: float) -> str:
+    return f"lr_{rate:g}"

@@ -1,0 +1,69 @@
+"""The tune stage for real: Ray Tune trials that are the train stage itself (Ray Train
+workers, DeepSpeed engines) at each rate of a grid, ASHA stopping the weak, one rate
+deliberately diverging; the choice cached like any artifact and read by the train runs."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from pipeline.core.artifacts import ArtifactState, ArtifactStore
+from pipeline.core.context import StageContext
+from pipeline.config import ExperimentConfig
+from pipeline.graph import plan
+from stages import train, tune
+from stages.tune.artifact import read_choice
+from tests.helpers import shipped_config
+
+pytestmark = pytest.mark.slow
+RATES = [1e-3, 3e-3, 30.0]  # 30: Adam's steps of 30 make the loss explode
+
+
+def experiment() -> ExperimentConfig:
+    raw = shipped_config("smoke.yaml")
+    raw["models"] = [{"name": "t", "family": "transformer", "preset": "tiny"}]
+    raw["train"].update(precision="fp32", max_tokens=600, schedule="constant", lr=1e-3, warmup_steps=5,
+                        max_steps=4, valid_every=5, valid_bleu_every=None, checkpoint_every=5, log_every=2)
+    raw["tune"] = {"learning_rates": RATES, "budget": 1.5e10, "grace_validations": 2, "reduction_factor": 3}
+    return ExperimentConfig.model_validate(raw)
+
+
+def test_tune_chooses_a_rate_never_the_diverging_one_caches_it_and_the_runs_train_with_it(tokenized, tmp_path,
+                                                                                            local_ray):
+    config, store = experiment(), ArtifactStore(str(tmp_path / "artifacts"))
+    planned = {item.stage.name: item for item in plan(config, store)}
+    item = planned["tune/t"]
+    assert item.status.state == ArtifactState.MISSING
+    assert planned["train/t"].upstream_keys["tune/t"] == item.key  # the runs read the choice by key
+
+    staging = store.staging_dir("tune/t", item.key)
+    metrics = tune.run({"tokenize": tokenized}, item.stage.config_of(config), staging, StageContext())
+    store.commit("tune/t", item.key, staging, {"config": {}, "metrics": metrics})
+
+    choice = read_choice(store.local_path("tune/t", item.key))
+    trials = {row["lr"]: row for row in choice["trials"]}
+    assert sorted(trials) == RATES and choice["lr"] in (1e-3, 3e-3) and metrics["lr"] == choice["lr"]
+    finite = [trials[rate]["best_valid_loss"] for rate in (1e-3, 3e-3)]
+    assert all(loss is not None and math.isfinite(loss) for loss in finite)
+    assert trials[choice["lr"]]["best_valid_loss"] == min(finite)
+    diverged = trials[30.0]["best_valid_loss"]
+    assert diverged is None or diverged > max(finite) + 1.0
+    # Each trial trained as the train stage does: its curve and totals are kept.
+    completed = [rate for rate, row in trials.items() if not row["stopped_early"]]
+    assert completed and all((store.local_path("tune/t", item.key) / "trials" / f"lr_{rate:g}" /
+                              "train_report.json").is_file() for rate in completed)
+    assert not list(store.local_path("tune/t", item.key).rglob("*.pt"))  # no weights kept
+
+    again = {i.stage.name: i for i in plan(config, store)}
+    assert again["tune/t"].status.state == ArtifactState.CACHED and again["tune/t"].key == item.key
+
+    run = planned["train/t"]
+    output = tmp_path / "train"
+    output.mkdir()
+    trained = train.run({"tokenize": tokenized, "tune/t": store.local_path("tune/t", item.key)},
+                        run.stage.config_of(config), output, StageContext())
+    assert trained["lr"] == choice["lr"] and trained["lr_from"] == "tune/t"
+    rates = [row["lr"] for row in map(json.loads, (output / "metrics.jsonl").read_text().splitlines()) if "lr" in row]
+    assert rates and max(rates) <= choice["lr"] * (1 + 1e-9)
