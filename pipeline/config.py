@@ -181,7 +181,8 @@ class ExperimentConfig(Section):
 
     def report_stage_config(self) -> ReportStageConfig:
         return ReportStageConfig(experiment=self.name, models=[run.name for run in self.trained_models()],
-                                 run_of={run.name: run.run_of for run in self.trained_models() if run.run_of})
+                                 run_of={run.name: run.run_of for run in self.trained_models() if run.run_of},
+                                 tuned=[tune_stage(sized.name) for sized in self.tuned_sizes()])
 
     @field_validator("models")
     @classmethod

@@ -21,7 +21,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from pipeline.core.context import StageContext
-from stages.shared.names import EVALUATE, TRAIN, evaluate_stage, train_stage
+from stages.shared.names import EVALUATE, TRAIN, TUNE, evaluate_stage, train_stage
+from stages.tune.artifact import read_choice
 from stages.report import records
 from stages.report.config import ReportStageConfig
 
@@ -33,10 +34,11 @@ from stages.report.config import ReportStageConfig
 # 10: runs stopped short of their FLOPs budget named in the seeds note and the prose;
 # 11: each family's envelope and its saturating and power laws, judged by leave-one-out;
 # FLOPs for a BLEU and crossovers only inside the measured range
-VERSION = 11
+# 12: each tuned model size's chosen learning rate and the loss of every rate tried
+VERSION = 12
 # The files of each upstream artifact the report reads (besides its manifest): never
 # the train stage's checkpoints; of an evaluation, what the significance tests score.
-READS = {TRAIN: ("metrics.jsonl",), EVALUATE: ("hypotheses.txt", "reference.txt")}
+READS = {TRAIN: ("metrics.jsonl",), EVALUATE: ("hypotheses.txt", "reference.txt"), TUNE: ("choice.json",)}
 MLFLOW_FILES = ("report.*", "*.png")
 
 
@@ -49,14 +51,17 @@ def run(inputs: dict[str, Path], config: ReportStageConfig, output: Path, ctx: S
         curves[name] = curve
         if evaluation is not None:
             outputs[name] = (_lines(evaluation / "hypotheses.txt"), _lines(evaluation / "reference.txt"))
-    write_report(rows, curves, output, config.experiment, outputs)
+    tuning = [{"model": stage.partition("/")[2], **read_choice(inputs[stage])} for stage in config.tuned]
+    write_report(rows, curves, output, config.experiment, outputs, tuning)
     return {"models": len(rows)}
 
 
 def write_report(rows: list[dict], curves: dict[str, list[dict]], output: Path, title: str,
-                 outputs: dict[str, tuple[list[str], list[str]]] | None = None) -> list[Path]:
+                 outputs: dict[str, tuple[list[str], list[str]]] | None = None,
+                 tuning: list[dict] | None = None) -> list[Path]:
     """The report's files in ``output``; any subset of models renders. ``outputs`` (run
-    name -> hypotheses and references) adds intervals and significance tests."""
+    name -> hypotheses and references) adds intervals and significance tests; ``tuning``
+    (each tune stage's choice, with its model) the tuned learning rates."""
     # Imported here: pandas, matplotlib and sacreBLEU load only when a report is written.
     from stages.report import tables
     from stages.report.comparison import compare
@@ -64,6 +69,8 @@ def write_report(rows: list[dict], curves: dict[str, list[dict]], output: Path, 
 
     output.mkdir(parents=True, exist_ok=True)
     comparison = compare(rows, outputs or {})
+    if tuning:
+        comparison["tuning"] = tuning
     plots = write_plots(rows, curves, output, title, comparison)
     tables.write_json(rows, curves, output / "report.json", title, comparison)
     tables.write_csv(rows, output / "report.csv")

@@ -34,7 +34,29 @@ def sections(comparison: dict) -> list[Section]:
         found.append(_frontier(comparison))
     if comparison.get("laws"):
         found += [_envelope(comparison), _laws(comparison)]
+    if comparison.get("tuning"):
+        found.append(_tuning(comparison))
     return found
+
+
+def _tuning(comparison: dict) -> Section:
+    """Each tuned model size's chosen rate, and the best validation loss of every rate
+    its tune stage tried (lr_sensitivity.png draws them)."""
+    rows = []
+    for entry in comparison["tuning"]:
+        for trial in entry["trials"]:
+            loss = trial["best_valid_loss"]
+            rows.append({"model": entry["model"], "learning rate": f"{trial['lr']:g}",
+                         "best valid loss": "no finite loss" if loss is None else f"{loss:.4g}",
+                         "validations": str(trial["validations"]),
+                         "ASHA": "stopped" if trial["stopped_early"] else "ran to the budget",
+                         "chosen": "yes" if trial["lr"] == entry["lr"] else ""})
+    budgets = sorted({entry["budget"] for entry in comparison["tuning"]})
+    return Section("Tuned learning rates", pd.DataFrame(rows),
+                   "Each model size's peak learning rate, chosen by its tune stage (Ray Tune: a grid, ASHA stopping "
+                   f"the weak trials) as the rate whose trial reached the lowest validation loss, each trial trained "
+                   f"as the train stage trains, to {', '.join(f'{b:.3g}' for b in budgets)} counted FLOPs; its "
+                   "train runs used it.", text_columns=2)
 
 
 def _mean_std(summary: dict) -> str:

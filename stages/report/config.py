@@ -13,3 +13,5 @@ class ReportStageConfig(Section):
     # A run's configured model, for runs made by the experiment's seeds or budgets: the
     # report groups the seeds of one model and draws one line per family over budgets.
     run_of: dict[str, str] = {}
+    # The tune stages whose chosen learning rates the report shows (tune/<model size>).
+    tuned: list[str] = []

@@ -18,6 +18,7 @@ BLEU_CURVES = "bleu_curves.png"
 FRONTIER = "frontier.png"
 ISOFLOP = "isoflop.png"
 ENVELOPE = "envelope.png"
+LR_SENSITIVITY = "lr_sensitivity.png"
 
 
 def write_plots(records: list[dict], curves: dict[str, list[dict]], directory: Path, title: str,
@@ -35,6 +36,9 @@ def write_plots(records: list[dict], curves: dict[str, list[dict]], directory: P
         _save(isoflop_figure(comparison, title), directory / ISOFLOP)
         _save(envelope_figure(comparison, title), directory / ENVELOPE)
         written += [ISOFLOP, ENVELOPE]
+    if comparison and comparison.get("tuning"):
+        _save(lr_sensitivity_figure(comparison, title), directory / LR_SENSITIVITY)
+        written.append(LR_SENSITIVITY)
     if any(curves.get(record["name"]) for record in records):
         _curves(records, curves, "train_flops", "training FLOPs (counted)", directory / LOSS_VS_FLOPS, title)
         _curves(records, curves, "train_seconds", "training time (s)", directory / LOSS_VS_TIME, title)
@@ -215,6 +219,27 @@ def _bleu_curves(records: list[dict], curves: dict[str, list[dict]], path: Path,
         axes.legend(fontsize=7)
     figure.suptitle(title)
     _save(figure, path)
+
+
+def lr_sensitivity_figure(comparison: dict, title: str):
+    """Best validation loss against the learning rate, one line per tuned model size, the
+    chosen rate ringed; rates without a finite loss are left out of the line."""
+    figure, axes = plt.subplots(figsize=(7, 4.5))
+    for entry in comparison["tuning"]:
+        points = [(trial["lr"], trial["best_valid_loss"]) for trial in entry["trials"]
+                  if trial["best_valid_loss"] is not None]
+        if not points:
+            continue
+        line, = axes.plot(*zip(*points), marker="o", label=entry["model"])
+        chosen = [loss for rate, loss in points if rate == entry["lr"]]
+        axes.scatter([entry["lr"]] * len(chosen), chosen, s=160, facecolors="none", edgecolors=line.get_color())
+    axes.set_xscale("log")
+    axes.set_yscale("log")
+    axes.set_xlabel("peak learning rate")
+    axes.set_ylabel("best validation loss (tuning budget)")
+    axes.set_title(f"{title}: learning rate, chosen rate ringed")
+    axes.legend(fontsize="small")
+    return figure
 
 
 def _save(figure, path: Path) -> None:

@@ -86,3 +86,23 @@ def test_markdown_html_csv_and_json_hold_the_same_rows(tmp_path):
     write_json(records, {"t": []}, tmp_path / "report.json", "title")
     data = json.loads((tmp_path / "report.json").read_text())
     assert data["models"] == records and data["fields"] == list(FIELDS)
+
+
+def test_the_report_shows_each_tuned_size_s_rates_its_losses_and_the_choice(tmp_path):
+    from stages.report import write_report
+
+    tuning = [{"model": "t.w64", "lr": 3e-3, "budget": 2e12, "trials": [
+        {"lr": 1e-3, "best_valid_loss": 5.38, "validations": 7, "train_flops": 2e12, "stopped_early": False},
+        {"lr": 3e-3, "best_valid_loss": 5.25, "validations": 7, "train_flops": 2e12, "stopped_early": False},
+        {"lr": 30.0, "best_valid_loss": None, "validations": 2, "train_flops": 3e11, "stopped_early": True}]}]
+    written = write_report([row("t.w64.2e12")], {}, tmp_path, "title", tuning=tuning)
+    assert tmp_path / "lr_sensitivity.png" in written and (tmp_path / "lr_sensitivity.png").stat().st_size > 0
+    text = (tmp_path / "report.md").read_text()
+    assert "## Tuned learning rates" in text
+    lines = [line for line in text.splitlines() if line.startswith("| t.w64 ")]
+    assert [line.split("|")[2].strip() for line in lines] == ["0.001", "0.003", "30"]
+    assert "yes" in lines[1] and "no finite loss" in lines[2] and "stopped" in lines[2]
+    assert json.loads((tmp_path / "report.json").read_text())["comparison"]["tuning"] == tuning
+    without = write_report([row("t.w64.2e12")], {}, tmp_path / "plain", "title")
+    assert "Tuned learning rates" not in (tmp_path / "plain" / "report.md").read_text()
+    assert tmp_path / "plain" / "lr_sensitivity.png" not in without
