@@ -14,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import yaml
-from pydantic import ValidationError, ValidationInfo, field_validator, model_validator
+from pydantic import Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from pipeline.config_errors import describe_problems
 from pipeline.core.section import Section, resolve_path
@@ -28,6 +28,20 @@ from stages.report.config import ReportStageConfig
 from stages.tokenize.config import TokenizeConfig
 from stages.train.config import TrainConfig, TrainStageConfig
 from stages.tune.config import TuneConfig, TuneStageConfig
+
+
+class ExtraSeeds(Section):
+    """Seeds trained at some budgets only, beside the experiment's ``seeds``."""
+
+    seeds: list[int] = Field(min_length=1)
+    budgets: list[float] = Field(min_length=1)  # each one of the experiment's budgets
+
+    @field_validator("seeds", "budgets")
+    @classmethod
+    def _distinct(cls, value: list, info: ValidationInfo) -> list:
+        if len(set(value)) != len(value):
+            raise ValueError(f"{info.field_name} must be distinct; got {value}")
+        return value
 
 
 class ConfigError(Exception):
@@ -59,6 +73,9 @@ class ExperimentConfig(Section):
     # (train.max_train_flops), each run named after the model and budget (rnn_tiny.3e13);
     # the report fits quality against compute per family. []: the train section's budget.
     budgets: list[float] = []
+    # More seeds at some budgets only (say three seeds at two budgets of a sweep whose
+    # other budgets train one): each named seed also trains at each named budget.
+    extra_seeds: ExtraSeeds | None = None
     # Branch the budgets from one run: every budget of a model (each size and seed) shares
     # one stable phase of the wsd schedule, trained once as a chain of segments, each up
     # to where the next budget's decay begins; each budget decays from its segment's
@@ -73,6 +90,8 @@ class ExperimentConfig(Section):
     def _models_need_a_train_section(self) -> ExperimentConfig:
         if self.models and self.train is None:
             raise ValueError("'models' are listed but there is no 'train' section with a budget")
+        if self.extra_seeds is not None:
+            self._check_extra_seeds()
         if self.branch_budgets:
             self._check_branching()
         for sized in self.tuned_sizes():
@@ -88,6 +107,18 @@ class ExperimentConfig(Section):
                 where = ".".join(["train", *(str(part) for part in problem["loc"])])
                 raise ValueError(f"model {model.name!r}: {where}: {problem['msg']}") from None
         return self
+
+    def _check_extra_seeds(self) -> None:
+        extra = self.extra_seeds
+        if not self.seeds:
+            raise ValueError("extra_seeds adds seeds beside 'seeds': list the seeds every budget trains in 'seeds'")
+        missing = [budget for budget in extra.budgets if budget not in self.budgets]
+        if missing:
+            raise ValueError(f"extra_seeds.budgets {', '.join(map(budget_label, missing))} are not among 'budgets' "
+                             f"({', '.join(map(budget_label, self.budgets))})")
+        repeated = sorted(set(extra.seeds) & set(self.seeds))
+        if repeated:
+            raise ValueError(f"extra_seeds.seeds {repeated} are in 'seeds' already: every budget trains them")
 
     def _check_branching(self) -> None:
         """What budgets branched from one stable phase need, each error naming its key."""
@@ -139,15 +170,21 @@ class ExperimentConfig(Section):
             return []
         segments = []
         for sized in self._sizes():
-            for seed in self.seeds or [None]:
+            for seed in self.seeds + (self.extra_seeds.seeds if self.extra_seeds else []) or [None]:
                 before = None
-                for budget in sorted(self.budgets):
+                for budget in (budget for budget in sorted(self.budgets) if seed in self.seeds_at(budget)):
                     run = self._run(sized, budget, seed)
                     segment = run.model_copy(update={"name": f"{run.name}.stable", "start_from": before,
                                                      "until_decay": True})
                     segments.append(segment)
                     before = train_stage(segment.name)
         return segments
+
+    def seeds_at(self, budget: float | None) -> list[int | None]:
+        """The seeds trained at ``budget``: ``seeds``, and ``extra_seeds`` where it names
+        the budget; [None] (the train section's seed) without seeds."""
+        extra = self.extra_seeds.seeds if self.extra_seeds and budget in self.extra_seeds.budgets else []
+        return self.seeds + extra or [None]
 
     def evaluate_stage_config(self, model: ModelSpec) -> EvaluateStageConfig:
         return EvaluateStageConfig(model=model.name, evaluate=self.evaluate)
@@ -161,7 +198,7 @@ class ExperimentConfig(Section):
         runs = []
         for sized in self._sizes():
             for budget in self.budgets or [None]:
-                for seed in self.seeds or [None]:
+                for seed in self.seeds_at(budget):
                     run = self._run(sized, budget, seed)
                     if self.branch_budgets:  # decays from its stable-phase segment
                         run = run.model_copy(update={"start_from": train_stage(f"{run.name}.stable")})

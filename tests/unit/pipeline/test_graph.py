@@ -187,3 +187,30 @@ def test_a_tune_section_refuses_a_grid_of_one_rate_and_a_schedule_without_a_peak
     settings = [s for s in TUNED if s.split("=")[0] != change.split("=")[0]] + [change]
     with pytest.raises(ConfigError, match=message):
         load_config(SMOKE, settings)
+
+
+def test_extra_seeds_train_at_their_budgets_only_and_branch_their_own_stable_phase(store):
+    config = load_config(SMOKE, [s for s in BRANCHED if not s.startswith("seeds")] +
+                         ["seeds=[1]", "extra_seeds={seeds: [2, 3], budgets: [2e11]}"])
+    assert [run.name for run in config.trained_models()] == \
+        ["t.1e11.s1", "t.2e11.s1", "t.2e11.s2", "t.2e11.s3", "t.4e11.s1"]
+    segments = {segment.name: segment.start_from for segment in config.stable_segments()}
+    assert segments["t.2e11.s2.stable"] is None and segments["t.4e11.s1.stable"] == "train/t.2e11.s1.stable"
+    assert "t.1e11.s2.stable" not in segments and "t.4e11.s3.stable" not in segments
+    grouped = config.report_stage_config().run_of
+    assert grouped["t.2e11.s3"] == grouped["t.1e11.s1"] == "t"
+
+
+@pytest.mark.parametrize("change, message", [
+    (["seeds=[]"], "list the seeds every budget trains in 'seeds'"),
+    (["extra_seeds={seeds: [2], budgets: [3e11]}"], r"extra_seeds.budgets 3e11 are not among 'budgets' \(1e11, 2e11, 4e11\)"),
+    (["extra_seeds={seeds: [1, 2], budgets: [2e11]}"], r"extra_seeds.seeds \[1\] are in 'seeds' already"),
+])
+def test_extra_seeds_refuse_what_they_cannot_add(change, message):
+    from pipeline.config import ConfigError
+
+    base = [s for s in BRANCHED if not s.startswith("seeds")] + ["seeds=[1]",
+                                                                   "extra_seeds={seeds: [2], budgets: [2e11]}"]
+    settings = [s for s in base if s.split("=")[0] not in {c.split("=")[0] for c in change}] + change
+    with pytest.raises(ConfigError, match=message):
+        load_config(SMOKE, settings)
