@@ -179,3 +179,21 @@ def test_a_config_that_is_not_utf8_names_file_and_line(tmp_path):
     path.write_bytes(b"name: x\n# caf\xe9\n")
     with pytest.raises(ConfigError, match=rf"{path}: line 2: not UTF-8 \(byte 0xe9\)"):
         load_config(path)
+
+
+def test_the_frontier_study_has_the_shape_a_scaling_law_needs():
+    """configs/multi30k_frontier.yaml: every family at three sizes, six budgets over 1.5
+    decades branched from one run, tuned rates, three seeds at two budgets."""
+    import math
+
+    from pipeline.config import load_config
+    from stages.shared.models.families import NAMES
+    from tests.helpers import REPO
+
+    config = load_config(REPO / "configs" / "multi30k_frontier.yaml")
+    assert sorted(model.family for model in config.models) == sorted(NAMES)
+    assert all(len(model.sizes) == 3 for model in config.models)
+    assert len(config.budgets) >= 6 and math.log10(max(config.budgets) / min(config.budgets)) >= 1.5
+    assert config.branch_budgets and len(config.tuned_sizes()) == 3 * len(NAMES)
+    seeds = {budget: len(config.seeds_at(budget)) for budget in config.budgets}
+    assert sorted(seeds.values()) == [1] * (len(config.budgets) - 2) + [3, 3]
