@@ -44,12 +44,12 @@ def pipeline_stages(config: ExperimentConfig) -> tuple[Stage, ...]:
     runs = config.trained_models()
     if not runs:
         return DATA_STAGES
-    # With branch_budgets, the stable-phase segments come first (each continues the one
-    # before it), and each budget's run continues its segment.
     # With a tune section, each model size's learning rate is chosen first.
     tuning = tuple(Stage.of(tune, tune_stage(sized.name), functools.partial(_tune_slice, sized),
                             upstream=("tokenize",))
                    for sized in config.tuned_sizes())
+    # With branch_budgets, the stable-phase segments come first (each continues the one
+    # before it), and each budget's run continues its segment.
     training = tuple(Stage.of(train, train_stage(model.name), functools.partial(_train_slice, model),
                               upstream=("tokenize", *[name for name in (model.lr_from, model.start_from) if name]))
                      for model in config.stable_segments() + runs)

@@ -27,8 +27,8 @@ from stages.tokenize import read_index
 from stages.shared.models.families import family
 from stages.train.config import TrainStageConfig
 
-__all__ = ["VERSION", "RUN_NAME", "RESUMABLE", "TASK_CPUS", "MLFLOW_FILES", "RESOURCES", "run", "preflight",
-           "worker_resources"]
+__all__ = ["VERSION", "RUN_NAME", "RESUMABLE", "TASK_CPUS", "MLFLOW_FILES", "READS", "RESOURCES", "run",
+           "preflight", "worker_resources"]
 
 # 3: checkpoints but the newest are slimmed to their fp32 weights
 # 4: no dropout on attention weights by default, CPU dropout masks from uniform draws,
@@ -48,6 +48,8 @@ RESUMABLE = True
 # waiting driver task must not starve them.
 TASK_CPUS = 0
 MLFLOW_FILES = ("train_report.json", "metrics.jsonl")
+# Of a tune stage's artifact, only the choice (a train stage it continues is read whole).
+READS = {"tune": ("choice.json",)}
 RESOURCES = TrainingPlacement  # checkpoints on the object store, the order of starting
 
 
