@@ -33,10 +33,10 @@ class ModelSpec(Section):
     # of keys and manifests: the run's name and train overrides already say it.
     run_of: str | None = Field(default=None, exclude=True)
     # Set by the experiment's branch_budgets, not in a config: the train stage whose final
-    # checkpoint this run continues, and whether the run is a stable-phase segment that
-    # stops where its budget's decay begins (stages/train/config.py's TrainStageConfig,
-    # whose keys carry both).
+    # checkpoint this run continues (TrainStageConfig.start_from, in its keys).
     start_from: str | None = Field(default=None, exclude=True)
+    # Set by the experiment's branch_budgets, not in a config: whether the run is a
+    # stable-phase segment that stops where its budget's decay begins.
     until_decay: bool = Field(default=False, exclude=True)
     # Set by the experiment's tune section: the tune stage whose chosen learning rate
     # this run trains with (TrainStageConfig.lr_from, in its keys).
