@@ -209,6 +209,11 @@ wu() {
     # time is a guard that keeps the run inside one phase's GPU_CHECK_SECONDS.
     local settings=(--set train.workers=1 --set train.max_tokens=8192 --set train.compile="${WU_COMPILE:-false}"
                     --set train.max_wall_time="${WU_WALL_TIME:-420}")
+    # WU_SETTINGS: more `--set KEY=VALUE` words. A run that the deadline kills resumes
+    # from its last checkpoint (every 200 updates) when the same command runs again on
+    # the same machine, so a recipe longer than one job finishes in two.
+    read -r -a extra <<< "${WU_SETTINGS:-}"
+    settings+=("${extra[@]}")
     if [ "$dry_run" = 1 ]; then
         settings=(--set train.workers=1 --set train.use_gpu=false --set train.max_tokens=1024 --set train.max_steps=20
                   --set train.warmup_steps=10 --set train.valid_every=10 --set train.valid_bleu_every=10
