@@ -1,8 +1,8 @@
 """tune: one model size's peak learning rate, chosen by Ray Tune on validation loss.
 
 One trial per rate of ``tune.learning_rates`` (a grid search), each the train stage
-itself at that rate and the tuning budget (``trials.py``), all started at once and
-placed by Ray as CPUs (or GPUs) free up; ASHA (asynchronous successive halving, Li et
+itself at that rate and the tuning budget (``trials.py``), as many at once as the
+cluster has CPUs (or GPUs) for, in the grid's order; ASHA (asynchronous successive halving, Li et
 al. 2020) compares the trials' best validation loss after ``grace_validations``
 validations and at every rung after, and stops all but the best 1/``reduction_factor``
 there. The rate whose trial reached the lowest validation loss is chosen; a trial that
@@ -26,7 +26,7 @@ from pipeline.core.context import StageContext
 from stages.tune.artifact import CHOICE_FILE, read_choice
 from stages.tune.config import TuneStageConfig
 
-__all__ = ["VERSION", "TASK_CPUS", "MLFLOW_FILES", "run", "worker_resources", "read_choice"]
+__all__ = ["VERSION", "TASK_CPUS", "MLFLOW_FILES", "run", "worker_resources", "concurrent_trials", "read_choice"]
 
 VERSION = 1
 # The stage's own task holds no CPU: its trials' Ray Train workers ask for theirs.
@@ -40,12 +40,27 @@ def worker_resources(config: TuneStageConfig) -> dict[str, float]:
     """Every trial's workers at once: the stage starts once they are free, or alone
     when the cluster is smaller (pipeline/admission.py)."""
     training, trials = config.train, len(config.tune.learning_rates)
-    return {"CPU": float(trials * training.workers * training.cpus_per_worker),
-            **({"GPU": float(trials * training.workers)} if training.use_gpu else {})}
+    return {kind: trials * amount for kind, amount in _trial_resources(config).items()}
+
+
+def _trial_resources(config: TuneStageConfig) -> dict[str, float]:
+    training = config.train
+    return {"CPU": float(training.workers * training.cpus_per_worker),
+            **({"GPU": float(training.workers)} if training.use_gpu else {})}
+
+
+def concurrent_trials(config: TuneStageConfig, cluster: dict[str, float]) -> int:
+    """How many trials run at once: as many as the cluster (``ray.cluster_resources()``)
+    holds the workers of, at least one. A trial started beyond that would create its Ray
+    Train controller and worker processes only to wait for CPUs; started later, it also
+    meets ASHA's rungs already set by the trials before it, which can stop it early."""
+    fits = min(int(cluster.get(kind, 0.0) // amount) for kind, amount in _trial_resources(config).items() if amount)
+    return max(1, min(len(config.tune.learning_rates), fits))
 
 
 def run(inputs: dict[str, Path], config: TuneStageConfig, output: Path, ctx: StageContext) -> dict:
     # Imported here: Ray Tune loads only when the stage runs, not with its config.
+    import ray
     from ray import tune
     from ray.tune.schedulers import ASHAScheduler
 
@@ -62,7 +77,7 @@ def run(inputs: dict[str, Path], config: TuneStageConfig, output: Path, ctx: Sta
         tune.with_resources(trainable, {"memory": 1}),
         param_space={"lr": tune.grid_search(settings.learning_rates)},
         tune_config=tune.TuneConfig(
-            metric="best_valid_loss", mode="min", max_concurrent_trials=len(settings.learning_rates),
+            metric="best_valid_loss", mode="min", max_concurrent_trials=concurrent_trials(config, ray.cluster_resources()),
             scheduler=ASHAScheduler(time_attr="training_iteration", grace_period=settings.grace_validations,
                                     reduction_factor=settings.reduction_factor, max_t=1_000_000)),
         run_config=tune.RunConfig(name="tune_run", storage_path=str(output), verbose=0),

@@ -43,5 +43,5 @@ PRESETS = {
     # blocks a side (section 5.2 varies widths at a fixed depth too); 0.26M, 1.0M and 3.95M
     # parameters outside the embeddings.
     **{f"w{width}": ConvS2SConfig(embed_dim=width, hidden=width, out_embed_dim=width, encoder_layers=4,
-                                  decoder_layers=4, dropout=0.1, share_embeddings=True) for width in (64, 128, 256)},
+                                  decoder_layers=4, dropout=0.1, share_embeddings=True) for width in (32, 64, 128, 256)},
 }

@@ -52,5 +52,5 @@ PRESETS = {
     # depth of 10 layers, which holds as many parameters as the Transformer's 4 + 4 at
     # each width (0.34M, 1.33M and 5.27M outside the embeddings).
     **{f"w{width}": DecoderOnlyConfig(d_model=width, heads=width // 32, ff_dim=2 * width, layers=10, dropout=0.1)
-       for width in (64, 128, 256)},
+       for width in (32, 64, 128, 256)},
 }

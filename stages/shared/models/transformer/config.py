@@ -35,5 +35,5 @@ PRESETS = {
     # 0.34M, 1.33M and 5.27M parameters outside the embeddings. ff_dim is 2 x d_model,
     # not the paper's 4 x, which trained better on Multi30k (docs/models.md).
     **{f"w{width}": TransformerConfig(d_model=width, heads=width // 32, ff_dim=2 * width, encoder_layers=4,
-                                      decoder_layers=4, dropout=0.1) for width in (64, 128, 256)},
+                                      decoder_layers=4, dropout=0.1) for width in (32, 64, 128, 256)},
 }

@@ -1,0 +1,30 @@
+"""How many tuning trials run at once, and what the tune stage claims of the cluster."""
+
+from stages.shared.models.spec import ModelSpec
+from stages.train.config import TrainConfig
+from stages.tune import concurrent_trials, worker_resources
+from stages.tune.config import TuneConfig, TuneStageConfig
+
+
+def stage(rates=(1e-3, 2e-3, 4e-3, 8e-3), **train) -> TuneStageConfig:
+    return TuneStageConfig(model=ModelSpec(name="t", family="transformer", preset="tiny"),
+                           train=TrainConfig(max_steps=10, **train),
+                           tune=TuneConfig(learning_rates=list(rates), budget=1e9))
+
+
+def test_as_many_trials_at_once_as_the_cluster_has_cpus_for():
+    assert concurrent_trials(stage(workers=1, cpus_per_worker=1), {"CPU": 2.0}) == 2
+    assert concurrent_trials(stage(workers=2, cpus_per_worker=2), {"CPU": 16.0}) == 4  # the grid's size
+    assert concurrent_trials(stage(workers=1, cpus_per_worker=1), {"CPU": 7.0}) == 4
+    assert concurrent_trials(stage(rates=(1e-3, 1e-2), workers=1, cpus_per_worker=1), {"CPU": 7.0}) == 2
+
+
+def test_a_cluster_smaller_than_one_trial_still_runs_one_at_a_time():
+    assert concurrent_trials(stage(workers=2, cpus_per_worker=2), {"CPU": 2.0}) == 1
+
+
+def test_gpu_trials_are_counted_by_gpus():
+    config = stage(workers=1, cpus_per_worker=1, use_gpu=True)
+    assert concurrent_trials(config, {"CPU": 16.0, "GPU": 1.0}) == 1
+    assert concurrent_trials(config, {"CPU": 16.0, "GPU": 3.0}) == 3
+    assert worker_resources(config) == {"CPU": 4.0, "GPU": 4.0}
