@@ -13,7 +13,14 @@
    once and the wall time: with train stages admitted only when their workers fit
    (pipeline/admission.py) the peak should not grow with N.
 
+3. Sweep scale (``--sweep N``). A graph of N train stages (seeds of that model, a few
+   updates each): planned with ``nmt status``, run and killed with SIGKILL once
+   ``--kill-after`` have committed, then run again to its end. The table gives each
+   step's wall time, peak PSS and most processes, the Ray processes the kill left
+   behind, and the cache hits of the second run.
+
     python benchmarks/stage_overhead.py --root /tmp/overhead --queued 2 8 32
+    python benchmarks/stage_overhead.py --root /tmp/sweep --skip-fixed-cost --queued --sweep 200
 
 The smoke config reads Multi30k from a mirror: NMT_MIRROR (or NMT_CORPORA/multi30k).
 """
@@ -23,8 +30,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -62,30 +71,109 @@ def config_for(root: Path, seeds: list[int], steps: int) -> Path:
     return path
 
 
-def nmt_run(config: Path, root: Path, until: str, env: dict, *extra: str) -> tuple[float, float, int]:
-    """Runs ``nmt run``; returns (seconds, peak PSS bytes of its process tree, most processes)."""
+def process_tree_pss(pid: int) -> tuple[int, int]:
+    """(PSS bytes, processes) of ``pid`` and every process below it; (0, 0) once gone."""
+    try:
+        tree = [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return 0, 0
+    pss = 0
+    for process in tree:
+        try:  # proportional set size: a library shared by many processes counted once
+            pss += process.memory_full_info().pss
+        except psutil.Error:
+            pass
+    return pss, len(tree)
+
+
+def nmt_run(config: Path, root: Path, until: str, env: dict, *extra: str, kill_when=None,
+            every: float = 0.5, tree: set[int] | None = None) -> tuple[float, float, int, str]:
+    """Runs ``nmt run``, sampling its process tree's memory every ``every`` seconds, and
+    kills the driver with SIGKILL once ``kill_when()`` is true (adding the pids below it
+    then to ``tree``). Returns (seconds, peak PSS bytes, most processes, stderr)."""
     command = [sys.executable, "-m", "pipeline", "run", str(config), "--until", until,
                "--artifact-root", str(root / "artifacts"), *extra]
     started = time.perf_counter()
     run = subprocess.Popen(command, cwd=root, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    stderr = []  # read on a thread: a full pipe would stall the run
+    reader = threading.Thread(target=lambda: stderr.extend(line.decode(errors="replace") for line in run.stderr))
+    reader.start()
     peak, most = 0, 0
     while run.poll() is None:
-        try:
-            tree = [psutil.Process(run.pid), *psutil.Process(run.pid).children(recursive=True)]
-        except psutil.NoSuchProcess:
-            break
-        rss = 0
-        for process in tree:
-            try:  # proportional set size: a library shared by many processes counted once
-                rss += process.memory_full_info().pss
-            except psutil.Error:
+        pss, processes = process_tree_pss(run.pid)
+        peak, most = max(peak, pss), max(most, processes)
+        if kill_when is not None and kill_when():
+            try:  # the processes the kill should take with it
+                tree.update(child.pid for child in psutil.Process(run.pid).children(recursive=True))
+            except psutil.NoSuchProcess:
                 pass
-        peak, most = max(peak, rss), max(most, len(tree))
-        time.sleep(0.5)
-    stderr = run.stderr.read().decode(errors="replace")
-    if run.returncode != 0:
-        sys.exit(f"nmt run failed ({run.returncode}):\n{stderr[-3000:]}")
-    return time.perf_counter() - started, peak, most
+            run.send_signal(signal.SIGKILL)
+            run.wait()
+            break
+        time.sleep(every)
+    reader.join()
+    text = "".join(stderr)
+    if run.returncode != 0 and kill_when is None:
+        sys.exit(f"nmt run failed ({run.returncode}):\n{text[-3000:]}")
+    return time.perf_counter() - started, peak, most, text
+
+
+def committed(root: Path, stage: str) -> int:
+    """How many artifacts of ``stage`` (train, ...) the root holds committed."""
+    return sum(1 for path in (root / "artifacts" / stage).glob("*/*") if path.is_dir() and "." not in path.name)
+
+
+def survivors(pids: set[int]) -> list[int]:
+    """Which of ``pids`` are still running (a killed driver's Ray processes should not be)."""
+    alive = []
+    for pid in pids:
+        try:
+            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                alive.append(pid)
+        except psutil.NoSuchProcess:
+            pass
+    return alive
+
+
+def sweep(root: Path, env: dict, runs: int, steps: int, kill_after: int) -> None:
+    """A graph of ``runs`` train stages: planned (``nmt status``), run and killed with
+    SIGKILL once ``kill_after`` have committed, then run again to its end, which must
+    find those committed and train the rest."""
+    config = config_for(root, list(range(1000, 1000 + runs)), steps)
+    base = [sys.executable, "-m", "pipeline"]
+    started = time.perf_counter()
+    status = subprocess.run([*base, "status", str(config), "--artifact-root", str(root / "artifacts")],
+                            cwd=root, env={**env, "COLUMNS": "200"}, capture_output=True, text=True, check=True)
+    planned = sum(1 for line in status.stdout.splitlines() if "train/" in line)
+    plan_seconds = time.perf_counter() - started
+    before = committed(root, "train")
+    tree: set[int] = set()
+    first = nmt_run(config, root, "train", env, kill_when=lambda: committed(root, "train") - before >= kill_after,
+                    every=2.0, tree=tree)
+    at_kill = committed(root, "train") - before
+    deadline = time.time() + 60
+    while survivors(tree) and time.time() < deadline:  # Ray's own processes follow the driver out
+        time.sleep(1)
+    left = survivors(tree)
+    second = nmt_run(config, root, "train", env, every=2.0)
+    hits = sum(1 for line in second[3].splitlines() if "train/" in line and "cache hit" in line)
+    total = committed(root, "train") - before
+    print(f"\nA graph of {runs} train stages ({steps} updates each), planned, killed, resumed\n")
+    print("| step | wall s | peak PSS, GB (driver + Ray) | most processes | train stages committed |")
+    print("|---|---:|---:|---:|---:|")
+    print(f"| plan (`nmt status`): {planned} train stages listed | {plan_seconds:.1f} | - | - | 0 |")
+    print(f"| run, SIGKILL to the driver after {kill_after} commits | {first[0]:.0f} | {first[1] / 1e9:.2f} | "
+          f"{first[2]} | {at_kill} |")
+    print(f"| the killed run's processes alive 60 s after the kill (of {len(tree)}) | - | - | {len(left)} | - |")
+    print(f"| run again to the end: {hits} train stages cache hits | {second[0]:.0f} | {second[1] / 1e9:.2f} | {second[2]} | "
+          f"{total} |")
+    for pid in left:
+        try:
+            print(f"left running: pid {pid}: {' '.join(psutil.Process(pid).cmdline())[:100]}")
+        except psutil.NoSuchProcess:
+            pass
+    if total != runs:
+        sys.exit(f"only {total} of {runs} train stages committed")
 
 
 def fixed_cost(root: Path, env: dict, steps: int) -> list[tuple[str, float]]:
@@ -107,6 +195,9 @@ def main() -> None:
     parser.add_argument("--root", type=Path, required=True, help="a scratch directory (artifacts, MLflow)")
     parser.add_argument("--queued", type=int, nargs="*", default=[2, 8, 32], help="train stages queued at once")
     parser.add_argument("--steps", type=int, default=4, help="updates of each train stage")
+    parser.add_argument("--sweep", type=int, default=0, help="then a graph of this many train stages ...")
+    parser.add_argument("--kill-after", type=int, default=20, help="... killed after this many commit, resumed")
+    parser.add_argument("--skip-fixed-cost", action="store_true", help="only the memory rows and the sweep")
     args = parser.parse_args()
     args.root.mkdir(parents=True, exist_ok=True)
     mirror = os.environ.get("NMT_MIRROR") or str(Path(os.environ.get("NMT_CORPORA", REPO.parent / "shared" / "corpora"))
@@ -117,24 +208,31 @@ def main() -> None:
     env.pop("RAY_ADDRESS", None)
     nmt_run(config_for(args.root, [1], args.steps), args.root, "tokenize", env)  # data stages, once
 
-    phases = fixed_cost(args.root, env, args.steps)
-    before = sum(seconds for name, seconds in phases if name.split(" -> ")[0] in BEFORE_FIRST_UPDATE)
-    after = sum(seconds for name, seconds in phases if name.split(" -> ")[0] not in BEFORE_FIRST_UPDATE)
-    print(f"\nFixed cost of one train stage ({args.steps} updates, transformer tiny, fp32, {os.cpu_count()} CPUs)\n")
-    print("| phase | s |\n|---|---:|")
-    for name, seconds in phases:
-        print(f"| {name} | {seconds:.1f} |")
-    print(f"| **start to first update** | **{before:.1f}** |\n| **last update to commit** | **{after:.1f}** |")
-    print(f"| **fixed cost** | **{before + after:.1f}** |")
+    if args.skip_fixed_cost:
+        phases = []
+    else:
+        phases = fixed_cost(args.root, env, args.steps)
+    if phases:
+        before = sum(seconds for name, seconds in phases if name.split(" -> ")[0] in BEFORE_FIRST_UPDATE)
+        after = sum(seconds for name, seconds in phases if name.split(" -> ")[0] not in BEFORE_FIRST_UPDATE)
+        print(f"\nFixed cost of one train stage ({args.steps} updates, transformer tiny, fp32, {os.cpu_count()} CPUs)\n")
+        print("| phase | s |\n|---|---:|")
+        for name, seconds in phases:
+            print(f"| {name} | {seconds:.1f} |")
+        print(f"| **start to first update** | **{before:.1f}** |\n| **last update to commit** | **{after:.1f}** |")
+        print(f"| **fixed cost** | **{before + after:.1f}** |")
 
-    print("\nMemory against queued train stages\n")
-    print("| queued | wall s | peak PSS, GB (driver + Ray) | most processes |\n|---:|---:|---:|---:|")
+    if args.queued:
+        print("\nMemory against queued train stages\n")
+        print("| queued | wall s | peak PSS, GB (driver + Ray) | most processes |\n|---:|---:|---:|---:|")
     first_seed = 100  # each row trains seeds of its own: none is a cache hit
     for queued in args.queued:
         seeds = list(range(first_seed, first_seed + queued))
         first_seed += queued
-        seconds, peak, most = nmt_run(config_for(args.root, seeds, args.steps), args.root, "train", env)
+        seconds, peak, most, _ = nmt_run(config_for(args.root, seeds, args.steps), args.root, "train", env)
         print(f"| {queued} | {seconds:.0f} | {peak / 1e9:.2f} | {most} |", flush=True)
+    if args.sweep:
+        sweep(args.root, env, args.sweep, args.steps, args.kill_after)
 
 
 if __name__ == "__main__":
