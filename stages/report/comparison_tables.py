@@ -208,7 +208,8 @@ def _envelope(comparison: dict) -> Section:
     table = pd.DataFrame(rows, columns=["family", "budget", "best size", "parameters", "valid loss", "BLEU"])
     return Section("Compute-optimal size per budget", table,
                    "Each family's envelope: at each budget, its size with the lowest mean validation loss "
-                   "(nats per target token) over its seeds; BLEU is that size's mean beam BLEU.", text_columns=3)
+                   "(nats per target token, at each run's last validation: the weights it ended with) over its "
+                   "seeds; BLEU is that size's mean beam BLEU.", text_columns=3)
 
 
 def _interval(fitted: dict, key: str, digits: str) -> str:

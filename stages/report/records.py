@@ -18,7 +18,7 @@ from stages.train.artifact import read_curve
 FIELDS = (
     "name", "model", "seed", "budget", "family", "preset", "parameters", "non_embedding_parameters", "steps", "stop_reason", "train_tokens",
     "train_seconds", "workers", "device_hours", "train_flops", "train_flops_6nd", "train_flops_paper",
-    "flops_per_second", "mfu", "best_valid_ppl", "best_valid_bleu", "bleu", "bleu_lc", "chrf", "greedy_bleu",
+    "flops_per_second", "mfu", "best_valid_ppl", "final_valid_loss", "best_valid_bleu", "bleu", "bleu_lc", "chrf", "greedy_bleu",
     "greedy_bleu_lc", "greedy_chrf", "beam_size",
     "sentences_per_second", "tokens_per_second", "decode_flops_per_sentence", "greedy_sentences_per_second",
     "ctranslate2_weights", "ctranslate2_bleu", "ctranslate2_sentences_per_second", "test_sentences",
@@ -29,10 +29,11 @@ FIELDS = (
 
 
 def model_record(name: str, train_config: dict, train_metrics: dict, eval_metrics: dict | None,
-                 run_of: str | None = None) -> dict:
+                 run_of: str | None = None, final_valid_loss: float | None = None) -> dict:
     """A trained run's row: training costs three ways, quality, and decoding speed.
     ``model`` is the configured model it is a run of (``run_of``, else its own name),
-    ``seed`` and ``budget`` its train.seed and train.max_train_flops.
+    ``seed`` and ``budget`` its train.seed and train.max_train_flops;
+    ``final_valid_loss`` the loss of its last validation (the weights it ended with).
 
     ``train_flops_paper`` is the estimate of Vaswani et al. (2017), table 2: training
     time x devices x the device's peak FLOP/s, the peak the run used (measured, from a
@@ -55,7 +56,7 @@ def model_record(name: str, train_config: dict, train_metrics: dict, eval_metric
         "train_flops": train_metrics["train_flops"], "train_flops_6nd": train_metrics["train_flops_6nd"],
         "train_flops_paper": train_metrics["train_seconds"] * training["workers"] * peak if peak else None,
         "flops_per_second": train_metrics["flops_per_second"], "mfu": train_metrics.get("mfu"),
-        "best_valid_ppl": train_metrics.get("best_valid_ppl"),
+        "best_valid_ppl": train_metrics.get("best_valid_ppl"), "final_valid_loss": final_valid_loss,
         "best_valid_bleu": train_metrics.get("best_valid_bleu"),
         "bleu": evaluation.get("bleu"), "bleu_lc": evaluation.get("bleu_lc"), "chrf": evaluation.get("chrf"),
         "greedy_bleu": evaluation.get("greedy_bleu"), "greedy_bleu_lc": evaluation.get("greedy_bleu_lc"),
@@ -106,6 +107,8 @@ def from_reports(name: str, train_report: dict, train_curve: list[dict],
                  eval_report: dict | None, run_of: str | None = None) -> tuple[dict, list[dict]]:
     """The same from any dicts with a stage's ``config`` and ``metrics``: a manifest, or
     the ``stage_report.json`` MLflow keeps."""
+    curve = validation_curve(train_curve)
+    losses = [point["valid_loss"] for point in curve if "valid_loss" in point]
     record = model_record(name, train_report["config"], train_report["metrics"],
-                          eval_report["metrics"] if eval_report else None, run_of)
-    return record, validation_curve(train_curve)
+                          eval_report["metrics"] if eval_report else None, run_of, losses[-1] if losses else None)
+    return record, curve

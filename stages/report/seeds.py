@@ -32,10 +32,18 @@ class ModelAtBudget:
                                    if self.budget and run.get("stop_reason") not in (None, "max_train_flops")]}
         for field in SCORED:
             row[field] = _spread([run[field] for run in self.runs if run.get(field) is not None])
-        # The best validation loss (nats per target token), from its perplexity.
-        row["valid_loss"] = _spread([math.log(run["best_valid_ppl"]) for run in self.runs
-                                     if run.get("best_valid_ppl")])
+        # The validation loss (nats per target token) of the weights each run ended with:
+        # its last validation. Not its best: a run that diverged late (or a branched
+        # budget, whose curve holds its stable phase's) would count a loss its model no
+        # longer has. Records from before the field existed: the best, from its perplexity.
+        row["valid_loss"] = _spread([_final_loss(run) for run in self.runs
+                                     if run.get("final_valid_loss") is not None or run.get("best_valid_ppl")])
         return row
+
+
+def _final_loss(run: dict) -> float:
+    final = run.get("final_valid_loss")
+    return final if final is not None else math.log(run["best_valid_ppl"])
 
 
 def _spread(values: list[float]) -> dict:

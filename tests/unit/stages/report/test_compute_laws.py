@@ -94,3 +94,19 @@ def test_the_isoflop_and_envelope_figures_have_a_curve_per_budget_and_a_law_per_
     labels = [line.get_label() for line in envelope.get_lines() if not line.get_label().startswith("_")]
     assert [label.split(":")[0] for label in labels] == ["transformer", "rnn"]
     assert {ISOFLOP, ENVELOPE} <= set(write_plots(records(), {}, tmp_path, "frontier", comparison))
+
+
+def test_a_size_that_diverged_after_its_best_validation_is_judged_by_the_weights_it_ended_with():
+    """A run whose loss was lowest before it diverged (a branched budget's curve holds its
+    stable phase's too) enters the envelope with its last validation loss, not its best."""
+    found = records(families=("transformer",), seeds=(1,))
+    top = max(BUDGETS)
+    best_there = min(SIZES, key=lambda size: loss_of("transformer", SIZES[size], top))
+    for record in found:
+        record["final_valid_loss"] = math.log(record["best_valid_ppl"])
+        if record["budget"] == top and record["preset"] == best_there:
+            record["best_valid_ppl"] = math.exp(0.5)  # lower than any size's, long before the end
+            record["final_valid_loss"] = 9.0  # where it ended: diverged
+    (entry,) = compare(found, {})["laws"]
+    point = next(point for point in entry["envelope"] if point["budget"] == pytest.approx(top))
+    assert point["preset"] != best_there and point["valid_loss"] < 9.0
