@@ -147,31 +147,32 @@ def sweep(root: Path, env: dict, runs: int, steps: int, kill_after: int) -> None
     planned = sum(1 for line in status.stdout.splitlines() if "train/" in line)
     plan_seconds = time.perf_counter() - started
     before = committed(root, "train")
+    print(f"\nA graph of {runs} train stages ({steps} updates each), planned, killed, resumed\n")
+    print("| step | wall s | peak PSS, GB (driver + Ray) | most processes | train stages committed |")
+    print("|---|---:|---:|---:|---:|")
+    print(f"| plan (`nmt status`): {planned} train stages listed | {plan_seconds:.1f} | - | - | 0 |", flush=True)
     tree: set[int] = set()
     first = nmt_run(config, root, "train", env, kill_when=lambda: committed(root, "train") - before >= kill_after,
                     every=2.0, tree=tree)
     at_kill = committed(root, "train") - before
+    print(f"| run, SIGKILL to the driver after {kill_after} commits | {first[0]:.0f} | {first[1] / 1e9:.2f} | "
+          f"{first[2]} | {at_kill} |", flush=True)
     deadline = time.time() + 60
     while survivors(tree) and time.time() < deadline:  # Ray's own processes follow the driver out
         time.sleep(1)
     left = survivors(tree)
-    second = nmt_run(config, root, "train", env, every=2.0)
-    hits = sum(1 for line in second[3].splitlines() if "train/" in line and "cache hit" in line)
-    total = committed(root, "train") - before
-    print(f"\nA graph of {runs} train stages ({steps} updates each), planned, killed, resumed\n")
-    print("| step | wall s | peak PSS, GB (driver + Ray) | most processes | train stages committed |")
-    print("|---|---:|---:|---:|---:|")
-    print(f"| plan (`nmt status`): {planned} train stages listed | {plan_seconds:.1f} | - | - | 0 |")
-    print(f"| run, SIGKILL to the driver after {kill_after} commits | {first[0]:.0f} | {first[1] / 1e9:.2f} | "
-          f"{first[2]} | {at_kill} |")
-    print(f"| the killed run's processes alive 60 s after the kill (of {len(tree)}) | - | - | {len(left)} | - |")
-    print(f"| run again to the end: {hits} train stages cache hits | {second[0]:.0f} | {second[1] / 1e9:.2f} | {second[2]} | "
-          f"{total} |")
+    print(f"| the killed run's processes alive 60 s after the kill (of {len(tree)}) | - | - | {len(left)} | - |",
+          flush=True)
     for pid in left:
         try:
             print(f"left running: pid {pid}: {' '.join(psutil.Process(pid).cmdline())[:100]}")
         except psutil.NoSuchProcess:
             pass
+    second = nmt_run(config, root, "train", env, every=2.0)
+    hits = sum(1 for line in second[3].splitlines() if "train/" in line and "cache hit" in line)
+    total = committed(root, "train") - before
+    print(f"| run again to the end: {hits} train stages cache hits | {second[0]:.0f} | {second[1] / 1e9:.2f} | "
+          f"{second[2]} | {total} |")
     if total != runs:
         sys.exit(f"only {total} of {runs} train stages committed")
 
