@@ -36,14 +36,14 @@ class ModelAtBudget:
         # its last validation. Not its best: a run that diverged late (or a branched
         # budget, whose curve holds its stable phase's) would count a loss its model no
         # longer has. Records from before the field existed: the best, from its perplexity.
-        row["valid_loss"] = _spread([_final_loss(run) for run in self.runs
-                                     if run.get("final_valid_loss") is not None or run.get("best_valid_ppl")])
+        row["valid_loss"] = _spread([loss for run in self.runs if (loss := _final_loss(run)) is not None])
         return row
 
 
-def _final_loss(run: dict) -> float:
-    final = run.get("final_valid_loss")
-    return final if final is not None else math.log(run["best_valid_ppl"])
+def _final_loss(run: dict) -> float | None:
+    if run.get("final_valid_loss") is not None:
+        return run["final_valid_loss"]
+    return math.log(run["best_valid_ppl"]) if run.get("best_valid_ppl") else None
 
 
 def _spread(values: list[float]) -> dict:
