@@ -1,10 +1,12 @@
 """What a train stage costs besides training, and what queued train stages hold.
 
-1. Fixed cost. One ``nmt run`` of the smoke config's Transformer for a few updates,
-   after its data stages, with ``NMT_TIMELINE`` set (pipeline/core/timeline.py): the
-   table gives the seconds between the marks the stage task and its rank-0 worker
-   leave, from the stage's task starting to its first update and from its last update
-   to its commit. Those two ends are the stage's fixed cost.
+1. Fixed cost. One ``nmt run`` of several seeds of the smoke config's Transformer for a
+   few updates each, one stage after another (each on all CPUs), after their data
+   stages, with ``NMT_TIMELINE`` set (pipeline/core/timeline.py): the table gives, per
+   stage, the seconds between the marks the stage task and its rank-0 worker leave,
+   from the stage's task starting to its first update and from its last update to its
+   commit. Those two ends are the stage's fixed cost; the first stage of a run also
+   pays what a fresh Ray instance does once.
 2. Memory against queued runs. For each N of ``--queued``, one ``nmt run`` of N seeds
    of that model (a few updates each) on the local Ray instance it starts; every half
    second the proportional set size (PSS: each shared page split among the processes
@@ -20,7 +22,7 @@
    behind, and the cache hits of the second run.
 
     python benchmarks/stage_overhead.py --root /tmp/overhead --queued 2 8 32
-    python benchmarks/stage_overhead.py --root /tmp/sweep --skip-fixed-cost --queued --sweep 200
+    python benchmarks/stage_overhead.py --root /tmp/sweep --fixed-cost-stages 0 --queued --sweep 200
 
 The smoke config reads Multi30k from a mirror: NMT_MIRROR (or NMT_CORPORA/multi30k).
 """
@@ -177,18 +179,44 @@ def sweep(root: Path, env: dict, runs: int, steps: int, kill_after: int) -> None
         sys.exit(f"only {total} of {runs} train stages committed")
 
 
-def fixed_cost(root: Path, env: dict, steps: int) -> list[tuple[str, float]]:
+def fixed_cost(root: Path, env: dict, steps: int, stages: int) -> list[dict[str, float]]:
+    """The phases of ``stages`` train stages run one after another in one ``nmt run``:
+    each takes both CPUs, so none waits for another's. The first pays what a Ray
+    instance does once (its stage process's imports, Ray Train's autoscaling
+    coordinator); the later ones are what each stage of a sweep pays."""
     timeline = root / "timeline.jsonl"
     timeline.unlink(missing_ok=True)
-    config = config_for(root, [1], steps)
+    config = config_for(root, list(range(1, stages + 1)), steps)
+    raw = yaml.safe_load(config.read_text())
+    raw["train"]["cpus_per_worker"] = os.cpu_count()
+    config.write_text(yaml.safe_dump(raw, sort_keys=False))
     nmt_run(config, root, "train", {**env, "NMT_TIMELINE": str(timeline)}, "--force", "train")
-    marks = {}
+    marks: dict[str, dict[str, float]] = {}
     for line in timeline.read_text().splitlines():
         entry = json.loads(line)
         if entry["stage"].startswith("train/"):
-            marks.setdefault(entry["event"], entry["time"])
-    return [(f"{start} -> {end}: {what}", marks[end] - marks[start]) for start, end, what in PHASES
-            if start in marks and end in marks]
+            marks.setdefault(entry["stage"], {}).setdefault(entry["event"], entry["time"])
+    ordered = sorted(marks.values(), key=lambda stage: stage["task started"])
+    return [{f"{start} -> {end}: {what}": stage[end] - stage[start] for start, end, what in PHASES
+             if start in stage and end in stage} for stage in ordered]
+
+
+def print_fixed_cost(stages: list[dict[str, float]], steps: int) -> None:
+    print(f"\nFixed cost of a train stage ({steps} updates, transformer tiny, fp32), {len(stages)} stages one "
+          f"after another, each on all {os.cpu_count()} CPUs\n")
+    print("| phase | " + " | ".join(f"stage {number}" for number in range(1, len(stages) + 1)) + " |")
+    print("|---|" + "---:|" * len(stages))
+    for phase in stages[0]:
+        print(f"| {phase} | " + " | ".join(f"{stage.get(phase, 0.0):.1f}" for stage in stages) + " |")
+    before = [sum(s for name, s in stage.items() if name.split(" -> ")[0] in BEFORE_FIRST_UPDATE) for stage in stages]
+    after = [sum(s for name, s in stage.items() if name.split(" -> ")[0] not in BEFORE_FIRST_UPDATE) for stage in stages]
+    print("| **start to first update** | " + " | ".join(f"**{s:.1f}**" for s in before) + " |")
+    print("| **last update to commit** | " + " | ".join(f"**{s:.1f}**" for s in after) + " |")
+    print("| **fixed cost** | " + " | ".join(f"**{b + a:.1f}**" for b, a in zip(before, after)) + " |")
+    later = sorted(b + a for b, a in zip(before[1:], after[1:]))
+    if later:
+        print(f"\nfixed cost: first stage {before[0] + after[0]:.1f} s; later stages median "
+              f"{later[len(later) // 2]:.1f} s, most {later[-1]:.1f} s")
 
 
 def main() -> None:
@@ -198,7 +226,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=4, help="updates of each train stage")
     parser.add_argument("--sweep", type=int, default=0, help="then a graph of this many train stages ...")
     parser.add_argument("--kill-after", type=int, default=20, help="... killed after this many commit, resumed")
-    parser.add_argument("--skip-fixed-cost", action="store_true", help="only the memory rows and the sweep")
+    parser.add_argument("--fixed-cost-stages", type=int, default=5,
+                        help="train stages timed one after another (0: none, only the memory rows and the sweep)")
     args = parser.parse_args()
     args.root.mkdir(parents=True, exist_ok=True)
     mirror = os.environ.get("NMT_MIRROR") or str(Path(os.environ.get("NMT_CORPORA", REPO.parent / "shared" / "corpora"))
@@ -209,19 +238,8 @@ def main() -> None:
     env.pop("RAY_ADDRESS", None)
     nmt_run(config_for(args.root, [1], args.steps), args.root, "tokenize", env)  # data stages, once
 
-    if args.skip_fixed_cost:
-        phases = []
-    else:
-        phases = fixed_cost(args.root, env, args.steps)
-    if phases:
-        before = sum(seconds for name, seconds in phases if name.split(" -> ")[0] in BEFORE_FIRST_UPDATE)
-        after = sum(seconds for name, seconds in phases if name.split(" -> ")[0] not in BEFORE_FIRST_UPDATE)
-        print(f"\nFixed cost of one train stage ({args.steps} updates, transformer tiny, fp32, {os.cpu_count()} CPUs)\n")
-        print("| phase | s |\n|---|---:|")
-        for name, seconds in phases:
-            print(f"| {name} | {seconds:.1f} |")
-        print(f"| **start to first update** | **{before:.1f}** |\n| **last update to commit** | **{after:.1f}** |")
-        print(f"| **fixed cost** | **{before + after:.1f}** |")
+    if args.fixed_cost_stages:
+        print_fixed_cost(fixed_cost(args.root, env, args.steps, args.fixed_cost_stages), args.steps)
 
     if args.queued:
         print("\nMemory against queued train stages\n")

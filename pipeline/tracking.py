@@ -14,14 +14,14 @@ import json
 import os
 import tempfile
 import time
-import warnings
 from pathlib import Path
 
 from mlflow.entities import Metric, Param, RunTag
 from mlflow.tracking import MlflowClient
 
+from pipeline.metrics_sink import MetricsSink
+
 MAX_PARAM_CHARS = 6000  # MLflow's limit on a param value
-MAX_METRICS_PER_BATCH = 1000  # MLflow's limit on one log_batch call
 
 
 def default_tracking_uri() -> str:
@@ -46,59 +46,6 @@ def absolute_tracking_uri(uri: str) -> str:
     if uri.startswith(prefix) and not uri.startswith(prefix + "/"):
         return prefix + str(Path(uri[len(prefix):]).resolve())
     return uri
-
-
-class MetricsSink:
-    """Rows with a ``step`` logged to one MLflow run as they come, from any process (a
-    training worker's rank 0). Picklable; best effort: a store that stays unreachable
-    costs the live curve a few points, never the training run.
-
-    One value per metric and step: a worker group that Ray Train restarts from a
-    checkpoint trains the steps after it again, and its new sink (a fresh process)
-    learns from the run's history which steps are logged already and skips them, so
-    the curve keeps the values first logged."""
-
-    ATTEMPTS = 3
-
-    def __init__(self, tracking_uri: str, run_id: str):
-        self.tracking_uri, self.run_id = tracking_uri, run_id
-        self._client = None
-        self._last_step: dict[str, int] = {}  # per metric, the last step the run holds
-
-    def __getstate__(self) -> dict:
-        return {"tracking_uri": self.tracking_uri, "run_id": self.run_id, "_client": None, "_last_step": {}}
-
-    def __call__(self, rows: list[dict]) -> None:
-        if self._client is None:
-            self._client = MlflowClient(self.tracking_uri)
-        for attempt in range(self.ATTEMPTS):
-            try:
-                metrics = self._new(series_metrics(rows))
-                for start in range(0, len(metrics), MAX_METRICS_PER_BATCH):
-                    self._client.log_batch(self.run_id, metrics=metrics[start:start + MAX_METRICS_PER_BATCH])
-                for metric in metrics:
-                    self._last_step[metric.key] = max(self._last_step[metric.key], metric.step)
-                return
-            except Exception as error:  # a locked SQLite file, a restarting server
-                if attempt == self.ATTEMPTS - 1:
-                    warnings.warn(f"MLflow: {len(rows)} metric row(s) not logged to run {self.run_id}: {error}")
-                else:
-                    time.sleep(0.5 * (attempt + 1))
-
-
-    def _new(self, metrics: list[Metric]) -> list[Metric]:
-        """The metrics at steps past what the run holds of each (read once per metric)."""
-        for name in {metric.key for metric in metrics} - set(self._last_step):
-            history = self._client.get_metric_history(self.run_id, name)
-            self._last_step[name] = max((metric.step for metric in history), default=-1)
-        return [metric for metric in metrics if metric.step > self._last_step[metric.key]]
-
-
-def series_metrics(rows: list[dict]) -> list[Metric]:
-    """Rows with a ``step`` as MLflow metrics on the step axis."""
-    now = int(time.time() * 1000)
-    return [Metric(name, float(value), now, int(row["step"]))
-            for row in rows for name, value in row.items() if name != "step" and isinstance(value, (int, float))]
 
 
 class RunTracker:

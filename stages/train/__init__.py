@@ -71,11 +71,12 @@ def run(inputs: dict[str, Path], config: TrainStageConfig, output: Path, ctx: St
         RunConfig,
         ScalingConfig,
     )
-    from ray.train.torch import TorchConfig, TorchTrainer
+    from ray.train.torch import TorchConfig
 
     from stages.train.bootstrap import WorkerArgs, train_worker
     from stages.train.checkpointer import complete_checkpoints, download_checkpoints
     from stages.train.outputs import write_outputs
+    from stages.train.ray_trainer import StageTrainer
 
     config = _with_tuned_rate(inputs, config)
     training, tokenized = config.train, inputs["tokenize"]
@@ -86,7 +87,7 @@ def run(inputs: dict[str, Path], config: TrainStageConfig, output: Path, ctx: St
     filesystem, storage = placement.durable_staging or (pafs.LocalFileSystem(), str(output))
     run_dir = f"{storage}/{RUN_NAME}"
     resources = {"CPU": training.cpus_per_worker, **({"GPU": 1} if training.use_gpu else {})}
-    trainer = TorchTrainer(
+    trainer = StageTrainer(
         train_worker,
         train_loop_config={"args": WorkerArgs(config, ctx.fetcher("tokenize", tokenized), run_dir, filesystem,
                                               ctx.metrics_sink, placement.turn, _start(inputs, config, ctx))},
