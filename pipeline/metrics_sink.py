@@ -1,10 +1,12 @@
 """The live metrics of a running stage: rows logged to its MLflow run as they come.
 
-Its own module, apart from ``pipeline.tracking``, because Ray unpickles the sink in
-every process a train stage hands it to (Ray Train's controller, each worker) before
-training starts: MLflow is imported where rows are logged, not where the sink is
-unpickled. Importing it with the sink cost each of those processes 0.8 s on a 2-core
-CPU, on the way to the stage's first update (benchmarks/stage_overhead.py).
+A train stage's rank-0 worker calls a ``RelayedSink``, which hands the rows to the run's
+one ``MetricsRelay`` actor and returns at once; the relay logs them with a
+``MetricsSink``. So MLflow is imported once per ``nmt run``, in the relay, and never in
+the processes a train stage starts: Ray Train's controller and every worker unpickle the
+sink before training, and importing MLflow there, then opening its store at the first
+row, cost each stage about 2 s of a 2-core CPU (benchmarks/stage_overhead.py). The
+relay runs on the driver's node, where a SQLite tracking file is, and is its one writer.
 """
 
 from __future__ import annotations
@@ -69,3 +71,31 @@ def series_metrics(rows: list[dict]) -> list:
     now = int(time.time() * 1000)
     return [Metric(name, float(value), now, int(row["step"]))
             for row in rows for name, value in row.items() if name != "step" and isinstance(value, (int, float))]
+
+
+class MetricsRelay:
+    """The Ray actor that logs every train stage's live rows of one ``nmt run``, each to
+    its stage's MLflow run. A caller's rows arrive in the order it sent them."""
+
+    def __init__(self, tracking_uri: str):
+        self.tracking_uri = tracking_uri
+        self.sinks: dict[str, MetricsSink] = {}
+
+    def log(self, run_id: str, rows: list[dict]) -> None:
+        if run_id not in self.sinks:
+            self.sinks[run_id] = MetricsSink(self.tracking_uri, run_id)
+        self.sinks[run_id](rows)
+
+    def flush(self) -> bool:
+        """Answers once every row sent before this call is logged (calls run in order)."""
+        return True
+
+
+class RelayedSink:
+    """A stage's sink as its workers get it: rows to the relay, without waiting."""
+
+    def __init__(self, relay, run_id: str):
+        self.relay, self.run_id = relay, run_id
+
+    def __call__(self, rows: list[dict]) -> None:
+        self.relay.log.remote(self.run_id, rows)

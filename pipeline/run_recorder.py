@@ -18,7 +18,8 @@ from pipeline.core.artifacts import ArtifactStore
 from pipeline.config import ExperimentConfig
 from pipeline.graph import PlannedStage
 from pipeline.runner import StageResult, UpstreamFailed
-from pipeline.tracking import MetricsSink, RunTracker
+from pipeline.metrics_sink import RelayedSink
+from pipeline.tracking import RunTracker
 
 log = logging.getLogger("nmt")
 
@@ -39,12 +40,19 @@ class RunRecorder:
         self.tracker, self.experiment, self.store = tracker, experiment, store
         self.rows: list[ResultRow] = []
         self.open_runs: dict[str, str] = {}  # stage -> its nested MLflow run, opened at submission
+        self.relay = None  # the MetricsRelay actor, started with the first train stage
         self.started = time.time()
 
-    def on_submit(self, item: PlannedStage) -> MetricsSink:
+    def on_submit(self, item: PlannedStage) -> RelayedSink | None:
+        """Open the stage's MLflow run; a train stage also gets the sink its workers log
+        their rows to as they train."""
         run_id = self.tracker.open_stage(item.stage.name, item.key, self._slice(item))
         self.open_runs[item.stage.name] = run_id
-        return self.tracker.live_sink(run_id)
+        if item.stage.group != "train":
+            return None
+        if self.relay is None:
+            self.relay = self.tracker.start_relay()
+        return RelayedSink(self.relay, run_id)
 
     def on_result(self, item: PlannedStage, result: StageResult) -> None:
         self._close(item, result)
@@ -67,6 +75,8 @@ class RunRecorder:
 
     def finish(self, status: str) -> None:
         """Close the parent run; stages still open were interrupted and are marked KILLED."""
+        if self.relay is not None:
+            self.tracker.flush_relay(self.relay)
         for run_id in self.open_runs.values():
             self.tracker.abandon_stage(run_id)
         self.open_runs.clear()

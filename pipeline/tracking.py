@@ -14,12 +14,13 @@ import json
 import os
 import tempfile
 import time
+import warnings
 from pathlib import Path
 
 from mlflow.entities import Metric, Param, RunTag
 from mlflow.tracking import MlflowClient
 
-from pipeline.metrics_sink import MetricsSink
+from pipeline.metrics_sink import MetricsRelay, MetricsSink
 
 MAX_PARAM_CHARS = 6000  # MLflow's limit on a param value
 
@@ -130,6 +131,25 @@ class RunTracker:
 
     def live_sink(self, run_id: str) -> MetricsSink:
         return MetricsSink(self.tracking_uri, run_id)
+
+    def start_relay(self):
+        """A ``MetricsRelay`` actor on this node (a SQLite store is a file here), for
+        the rows of the stages that log as they run (``RelayedSink``)."""
+        import ray
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
+        return ray.remote(num_cpus=0)(MetricsRelay).options(scheduling_strategy=here).remote(self.tracking_uri)
+
+    @staticmethod
+    def flush_relay(relay, timeout: float = 60.0) -> None:
+        """Wait until the relay has logged every row sent to it; best effort, as the rows are."""
+        import ray
+
+        try:
+            ray.get(relay.flush.remote(), timeout=timeout)
+        except Exception as error:  # a relay that died or hangs costs the curves their last points
+            warnings.warn(f"MLflow: live metrics may be missing their last rows: {error}")
 
     def abandon_stage(self, run_id: str) -> None:
         """A stage's run that the driver stopped waiting for (interrupted, crashed)."""

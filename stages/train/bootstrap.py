@@ -18,7 +18,6 @@ from stages.train import checkpointer, plan
 from stages.train.config import TrainStageConfig
 from stages.train.data import TokenizedSplit
 from stages.train.engine import build_engine
-from stages.train.live_metrics import LiveMetrics
 from stages.train.loop import TrainLoop
 from stages.train.progress import STABLE_PHASE_END, TrainingProgress
 from stages.train.schedule import Spent
@@ -114,14 +113,9 @@ def train_worker(loop_config: dict) -> None:
 
         bleu = BleuValidator(tokenized, train_split, valid_split, training, str(engine.device),
                              hardware["precision"], rank, world)
-    live = LiveMetrics(args.metrics_sink) if rank == 0 and args.metrics_sink is not None else None
-    loop = TrainLoop(engine, config, facts, train_split, valid_split, rank, world, progress, history, best, live,
-                     bleu)
-    try:
-        loop.run()
-    finally:
-        if live is not None:
-            live.close()
+    loop = TrainLoop(engine, config, facts, train_split, valid_split, rank, world, progress, history, best,
+                     args.metrics_sink if rank == 0 else None, bleu)
+    loop.run()
 
 
 def _continue(engine, config: TrainStageConfig, upstream: Path, world: int):

@@ -1,5 +1,6 @@
 """What a train stage's Ray processes import before the first update: each import there
-is paid by every stage of a sweep (benchmarks/stage_overhead.py)."""
+is paid by every stage of a sweep (benchmarks/stage_overhead.py). The metrics sink's
+imports: tests/e2e/test_metrics_relay.py."""
 
 from __future__ import annotations
 
@@ -11,15 +12,6 @@ def _run(code: str) -> str:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     return done.stdout.strip()
-
-
-def test_unpickling_the_metrics_sink_imports_no_mlflow(tmp_path):
-    """Ray Train's controller and every worker unpickle the sink before training."""
-    code = ("import pickle, sys\n"
-            "from pipeline.metrics_sink import MetricsSink\n"
-            f"pickle.loads(pickle.dumps(MetricsSink('sqlite:///{tmp_path}/m.db', 'run')))\n"
-            "print('mlflow' in sys.modules)")
-    assert _run(code) == "False"
 
 
 def test_deepspeed_is_imported_without_mlflow_which_stays_importable():
