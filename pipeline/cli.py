@@ -245,3 +245,22 @@ def serve(
                                                  if batch_max_wait_ms is None else batch_max_wait_ms / 1000))
     serve_model(model, model_name, host, port, replicas, cpus_per_replica, gpus_per_replica, settings, address,
                 artifact_root)
+
+
+@app.command("cluster-wait")
+def cluster_wait(
+    address: str = typer.Option(..., "--address", envvar="RAY_ADDRESS",
+                                help="The head's GCS address, HOST:PORT (6379 by default). Required."),
+    nodes: int = typer.Option(..., "--nodes", min=1, help="Nodes that must be alive, the head included. Required."),
+    timeout: float = typer.Option(300.0, "--timeout", min=1.0, help="Seconds to wait before failing."),
+) -> None:
+    """Wait until a Ray cluster's head answers and NODES nodes are alive; exit 1 with what
+    is missing after TIMEOUT seconds, or at once where the head refuses the token
+    (RAY_AUTH_TOKEN). For launch scripts (cluster/slurm.sbatch), instead of a fixed sleep."""
+    from pipeline.cluster_address import ClusterUnreachable, wait_for_nodes
+    from pipeline.commands.output import fail
+
+    try:
+        wait_for_nodes(address, nodes, timeout, report=typer.echo)
+    except ClusterUnreachable as error:
+        fail(str(error), 1)

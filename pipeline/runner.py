@@ -124,11 +124,17 @@ def stage_resources(stage: Stage, store: ArtifactStore, key: str, mirrors: list[
 
 
 def connect_ray(address: str | None) -> None:
-    """Join the cluster at ``address`` (or RAY_ADDRESS), else start an embedded local instance."""
+    """Join the cluster at ``address`` (or RAY_ADDRESS), else start an embedded local
+    instance. ``ClusterUnreachable`` within seconds where no head answers there or it
+    refuses our token (Ray itself would retry for minutes)."""
     import ray
+
+    from pipeline.cluster_address import check_in_child
 
     if ray.is_initialized():
         return
+    if address or os.environ.get("RAY_ADDRESS"):
+        check_in_child(address or os.environ["RAY_ADDRESS"])
     options: dict = {}
     # Train stages that wait for CPUs or GPUs held by other train stages are normal
     # here, not a startup failure to report every minute.

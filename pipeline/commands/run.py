@@ -36,6 +36,7 @@ def run_experiment(config: Path, overrides: list[str], until: str | None, force:
     from pipeline.graph import plan, preflight
     from pipeline.core.hardware import HardwareError, cpus_of_this_task
     from pipeline.run_recorder import RunRecorder
+    from pipeline.cluster_address import ClusterUnreachable
     from pipeline.runner import UpstreamFailed, connect_ray, run_pipeline
     from pipeline.tracking import RunTracker, default_tracking_uri
     from stages.download.config import mirrors_from
@@ -53,6 +54,11 @@ def run_experiment(config: Path, overrides: list[str], until: str | None, force:
             preflight(experiment, planned, cpus_of_this_task())
         except HardwareError as error:
             fail(str(error), 2)
+    if any(item.will_run for item in planned):
+        try:
+            connect_ray(address)  # before the MLflow run opens: a cluster not there leaves no run behind
+        except ClusterUnreachable as error:
+            fail(str(error), 2)
     tracker = RunTracker(tracking_uri or default_tracking_uri(), experiment.name)
     # The artifact root may carry credentials (in its URI): only its redacted form is tracked.
     parent = tracker.start(experiment.name,
@@ -61,8 +67,6 @@ def run_experiment(config: Path, overrides: list[str], until: str | None, force:
     log.info("MLflow run %s (experiment %r); artifacts in %s", parent, experiment.name, redact(store.root_uri))
     recorder = RunRecorder(tracker, experiment, store)
 
-    if any(item.will_run for item in planned):
-        connect_ray(address)
     try:
         run_pipeline(experiment, planned, store, mirrors_from(experiment.mirrors), recorder.on_result,
                      recorder.on_failure, recorder.on_submit)

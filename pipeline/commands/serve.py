@@ -50,6 +50,7 @@ def serve_model(model: Path, model_name: str | None, host: str, port: int, repli
 
     from pipeline.commands.translate import TrainedModel, trained_artifact
     from pipeline.core.context import LocalPath
+    from pipeline.cluster_address import ClusterUnreachable
     from pipeline.runner import connect_ray
     from pipeline.serving.app import service_app
 
@@ -65,7 +66,10 @@ def serve_model(model: Path, model_name: str | None, host: str, port: int, repli
     except ValueError as error:
         fail(str(error), 2)
 
-    connect_ray(address)
+    try:
+        connect_ray(address)
+    except ClusterUnreachable as error:
+        fail(str(error), 2)
     serve.start(http_options={"host": host, "port": port})
     serve.run(app, name="nmt", route_prefix="/")
     console.print(f"serving {name} ({settings.backend}, {replicas} replica(s)) at http://{host}:{port}: "

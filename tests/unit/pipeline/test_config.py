@@ -182,16 +182,16 @@ def test_a_config_that_is_not_utf8_names_file_and_line(tmp_path):
 
 
 def test_the_frontier_study_has_the_shape_a_scaling_law_needs():
-    """configs/multi30k_frontier.yaml: two families at three sizes each, six budgets
-    over 1.5 decades branched from one run, tuned rates."""
+    """configs/multi30k_frontier.yaml: every family at three sizes, six budgets over 1.5
+    decades branched from one run, tuned rates, three seeds at two budgets."""
     import math
 
     from pipeline.config import load_config
     from tests.helpers import REPO
 
     config = load_config(REPO / "configs" / "multi30k_frontier.yaml")
-    assert sorted(model.family for model in config.models) == ["rnn", "transformer"]
+    assert sorted(model.family for model in config.models) == ["convs2s", "decoder_only", "rnn", "transformer"]
     assert all(len(model.sizes) == 3 for model in config.models)
     assert len(config.budgets) >= 6 and math.log10(max(config.budgets) / min(config.budgets)) >= 1.5
     assert config.branch_budgets and len(config.tuned_sizes()) == 3 * len(config.models)
-    assert all(len(config.seeds_at(budget)) == 1 for budget in config.budgets)
+    assert sorted(len(config.seeds_at(budget)) for budget in config.budgets) == [1, 1, 1, 1, 3, 3]
