@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import shlex
+import signal
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -37,6 +38,7 @@ def run_experiment(config: Path, overrides: list[str], until: str | None, force:
     from pipeline.core.hardware import HardwareError, cpus_of_this_task
     from pipeline.run_recorder import RunRecorder
     from pipeline.cluster_address import ClusterUnreachable
+    from pipeline.driver_sigterm import Terminated, stop_on_sigterm
     from pipeline.runner import UpstreamFailed, connect_ray, run_pipeline
     from pipeline.tracking import RunTracker, default_tracking_uri
     from stages.download.config import mirrors_from
@@ -67,6 +69,7 @@ def run_experiment(config: Path, overrides: list[str], until: str | None, force:
     log.info("MLflow run %s (experiment %r); artifacts in %s", parent, experiment.name, redact(store.root_uri))
     recorder = RunRecorder(tracker, experiment, store)
 
+    stop_on_sigterm()
     try:
         run_pipeline(experiment, planned, store, mirrors_from(experiment.mirrors), recorder.on_result,
                      recorder.on_failure, recorder.on_submit)
@@ -74,6 +77,11 @@ def run_experiment(config: Path, overrides: list[str], until: str | None, force:
         recorder.finish("FAILED")
         print_results(recorder.rows)
         fail(f"stage {recorder.first_failed()!r} failed: {error}", 1)
+    except Terminated:
+        recorder.finish("FAILED")  # the stages still running are marked KILLED
+        print_results(recorder.rows)
+        fail("stopped by SIGTERM: training on this machine checkpointed first; `nmt run` again resumes from the "
+             "committed artifacts and checkpoints", 128 + signal.SIGTERM)
     except BaseException:
         recorder.finish("FAILED")  # interrupted: the stages still running are marked KILLED
         raise

@@ -28,7 +28,7 @@ import torch
 import torch.distributed as dist
 
 from pipeline.core.timeline import mark
-from stages.train import checkpointer
+from stages.train import checkpointer, preemption
 from stages.train.batching import batches_from, token_batches
 from stages.train.budget_bar import BudgetBar
 from stages.train.config import TrainStageConfig
@@ -53,6 +53,7 @@ class TrainLoop:
         self.window = _Window()
         self.metrics_sink = metrics_sink  # rank 0's live MLflow logging, when tracked
         self.bleu = bleu  # validation_bleu.BleuValidator, when train.valid_bleu_every is set
+        self.preempt = False  # a worker got SIGTERM: stop after this update (preemption.py)
 
     def _record(self, row: dict) -> None:
         """A logged row: kept for the checkpoint's history and sent to the tracker now.
@@ -62,15 +63,24 @@ class TrainLoop:
             self.metrics_sink([row])
 
     def run(self) -> None:
-        training, progress = self.training, self.progress
+        progress = self.progress
         if progress.stop_reason and progress.last_checkpoint_step == progress.step:
             return  # restored from the final checkpoint of a finished run: nothing left to do
+        preemption.TRAINING.set()  # from here a SIGTERM stops the run at an update's end
+        try:
+            self._run()
+        finally:
+            preemption.TRAINING.clear()
+
+    def _run(self) -> None:
+        training, progress = self.training, self.progress
         bar = self._progress_bar()
         bar.show(progress)  # a resumed run starts where it left off
         started = time.perf_counter() - progress.seconds
         batches = batches_from(progress.position, self.train_split.src_lengths, self.train_split.tgt_lengths,
                                training.max_tokens, training.seed, self.rank, self.world)
         self.model.train()
+        self._validations_due()  # a run preempted right after an update, before it validated
         progress.stop_reason = self._stop_reason()
         first = True
         while not progress.stop_reason:
@@ -80,10 +90,10 @@ class TrainLoop:
                 mark(f"train/{self.config.model.name}", "first update")
                 first = False
             bar.show(progress)
-            if progress.step % training.valid_every == 0:
-                self._validate()
-            if self.bleu is not None and progress.step % training.valid_bleu_every == 0:
-                self._validate_bleu()
+            if self.preempt:
+                bar.close()
+                self._stop_preempted()
+            self._validations_due()
             progress.stop_reason = self._stop_reason()
             if progress.step % training.checkpoint_every == 0 and not progress.stop_reason:
                 self._checkpoint()
@@ -101,6 +111,28 @@ class TrainLoop:
         self._checkpoint()
         if self.rank == 0:
             mark(f"train/{self.config.model.name}", "checkpointed")
+
+    def _validations_due(self) -> None:
+        training, progress = self.training, self.progress
+        if progress.step and progress.step % training.valid_every == 0 and progress.last_valid_step != progress.step:
+            self._validate()
+        if (self.bleu is not None and progress.step and progress.step % training.valid_bleu_every == 0
+                and progress.last_bleu_step != progress.step):
+            self._validate_bleu()
+
+    def _stop_preempted(self) -> None:
+        """A worker got SIGTERM (all agreed on it after this update): checkpoint this
+        update and stop; the run resumes from it."""
+        progress = self.progress
+        if progress.last_checkpoint_step != progress.step:
+            progress.preempted = True
+            self._checkpoint()
+            progress.preempted = False
+        if self.rank == 0:
+            mark(f"train/{self.config.model.name}", "preemption checkpointed")
+        raise preemption.Preempted(f"train {self.config.model.name!r}: SIGTERM; stopped after update "
+                                   f"{progress.step} with a complete checkpoint of it, which the next attempt "
+                                   "resumes from")
 
     def _stop_reason(self) -> str:
         """The budget used up, or, in a stable-phase segment, the decay's start: the rate
@@ -172,8 +204,11 @@ class TrainLoop:
     def _account_update(self, elapsed: float) -> None:
         """Sum this update's counts over the workers and log a row every ``log_every``."""
         progress, training = self.progress, self.training
-        tokens, src_tokens, flops, seconds = _all_reduce(
-            [self.window.tokens, self.window.src_tokens, self.window.flops, elapsed], self.world, self.device)
+        # With the counts, whether a SIGTERM reached any worker: all stop after this update.
+        tokens, src_tokens, flops, seconds, sigterms = _all_reduce(
+            [self.window.tokens, self.window.src_tokens, self.window.flops, elapsed,
+             float(preemption.REQUESTED.is_set())], self.world, self.device)
+        self.preempt = sigterms > 0
         progress.train_tokens += int(tokens)
         progress.train_src_tokens += int(src_tokens)
         progress.train_flops += flops

@@ -31,7 +31,8 @@ def write_outputs(output: Path, config: TrainStageConfig, tokenized: Path, check
     vocab = read_vocab(tokenized)
     facts = vocabulary_facts(tokenized, vocab)
     model = build_for_vocabulary(config.model, facts)
-    averaged_steps = plan.averaged([c.step for c in checkpoints], training)
+    # A checkpoint written on SIGTERM (preemption.py) is off the schedule: never averaged.
+    averaged_steps = plan.averaged([c.step for c in checkpoints if not c.progress.get("preempted")], training)
     weights = checkpointer.final_weights(checkpoints, averaged_steps, training.zero_stage, model)
     progress = last.progress
     info = {"step": progress["step"], "averaged_steps": averaged_steps,

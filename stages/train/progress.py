@@ -37,6 +37,9 @@ class TrainingProgress:
     # one stable phase): {"stage", "step", "train_flops", "seconds"} at that point; {}: none.
     continued: dict = field(default_factory=dict)
     skipped_updates: int = 0  # fp16: updates DeepSpeed skipped because gradients overflowed
+    # A checkpoint written on SIGTERM (preemption.py), off the schedule: resumed from,
+    # never averaged into the final model.
+    preempted: bool = False
     # The latest attempt's device, resolved precision and peak FLOP/s (worker_device.py).
     hardware: dict = field(default_factory=dict)
 

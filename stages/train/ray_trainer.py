@@ -1,21 +1,36 @@
-"""Ray Train's ``TorchTrainer`` as a train stage uses it: without the dataset manager."""
+"""Ray Train's ``TorchTrainer`` as a train stage uses it: workers that checkpoint on
+SIGTERM, and no dataset manager."""
 
 from __future__ import annotations
 
 from ray.train.torch import TorchTrainer
 from ray.train.v2._internal.callbacks.datasets import DatasetsCallback
+from ray.train.v2._internal.execution.callback import WorkerGroupCallback
+
+from stages.train import preemption
+
+
+class PreemptionCallback(WorkerGroupCallback):
+    """Installs preemption.py's SIGTERM handler in every worker of each worker group
+    Ray Train starts. ``execute`` runs on a worker's main thread, the only one that may
+    set a signal handler; the training function runs on another."""
+
+    def after_worker_group_start(self, worker_group) -> None:
+        worker_group.execute(preemption.install)
 
 
 class StageTrainer(TorchTrainer):
-    """A ``TorchTrainer`` that starts no Ray Data ``DatasetManager`` actor when it is given
+    """A ``TorchTrainer`` whose workers checkpoint and stop on SIGTERM (preemption.py),
+    and that starts no Ray Data ``DatasetManager`` actor when it is given
     no datasets. Ray Train starts one for every run; our workers read their shards of the
     tokenized Arrow files themselves (data.py) and never ask it for one. Its process
     started while the worker was importing torch: on a 2-core CPU it is one of six
-    processes a train stage starts before its first update. (Ray 2.60: a private
-    callback, held by tests/unit/stages/train/test_ray_trainer.py.)"""
+    processes a train stage starts before its first update. (Ray 2.60's private
+    callbacks: tests/unit/stages/train/test_worker_imports.py and
+    tests/e2e/test_preemption.py hold what we rely on.)"""
 
     def _create_default_callbacks(self):
-        callbacks = super()._create_default_callbacks()
+        callbacks = [*super()._create_default_callbacks(), PreemptionCallback()]
         if self.datasets:
             return callbacks
         return [callback for callback in callbacks if not isinstance(callback, DatasetsCallback)]

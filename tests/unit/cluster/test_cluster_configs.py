@@ -46,14 +46,19 @@ def test_the_kuberay_job_runs_nmt_on_a_token_authenticated_cluster():
                for group in cluster["workerGroupSpecs"])
 
 
-def test_the_slurm_script_is_valid_bash_and_starts_an_authenticated_cluster():
+def test_the_slurm_script_is_valid_bash_and_starts_an_authenticated_cluster_without_fixed_sleeps():
+    """What a reader of cluster/slurm.sbatch relies on; the script runs under a real
+    Slurm in tests/e2e/test_slurm.py."""
     script = (CLUSTER / "slurm.sbatch").read_text()
     assert subprocess.run(["bash", "-n", str(CLUSTER / "slurm.sbatch")], capture_output=True).returncode == 0
     directives = dict(re.findall(r"^#SBATCH --([a-z-]+)=(\S+)", script, flags=re.M))
     assert int(directives["nodes"]) >= 2 and "time" in directives
+    assert re.fullmatch(r"B:USR1@\d+", directives["signal"])  # an early signal, to the script
     assert "export RAY_AUTH_MODE=token" in script and "export RAY_AUTH_TOKEN" in script
     head = next(line for line in script.splitlines() if "ray start --head" in line)
-    assert "--num-cpus=0" in head and "--block" in head
+    assert "--block" in head
+    assert not re.search(r"^\s*sleep ", script, flags=re.M)  # readiness is waited for, not slept on
+    assert script.count("nmt cluster-wait") == 2
     run = next(line for line in script.splitlines() if line.lstrip().startswith("nmt run"))
     assert "--address" in run and "--artifact-root" in run
-    assert "ray stop" in script.split(run, 1)[1]  # stops Ray after the run, failed or not
+    assert "trap stop_ray EXIT" in script and "ray stop" in script  # Ray stopped on every node, failed or not

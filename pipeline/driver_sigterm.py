@@ -1,0 +1,66 @@
+"""SIGTERM to ``nmt run``: let the training on this machine checkpoint, then stop cleanly.
+
+Slurm's time limit, ``scancel``, a Kubernetes eviction and a spot notice send SIGTERM
+first. Python's default would end the driver at once: its stages' MLflow runs left
+RUNNING and, with a local Ray instance, Ray's processes left running without it. Here
+SIGTERM is passed on to the Ray Train workers that run on this machine (each finishes
+the update under way and writes a checkpoint of it: stages/train/preemption.py), the
+driver waits for them up to ``grace`` seconds, and then ends as an interrupted run: its
+open stages marked KILLED, Ray shut down, exit status 143. Workers on other nodes get
+their own SIGTERM from whatever preempts those nodes (cluster/slurm.sbatch passes
+Slurm's early signal on to every node's workers).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+
+import psutil
+
+GRACE_ENV = "NMT_SIGTERM_GRACE_S"
+DEFAULT_GRACE_S = 25.0  # inside Kubernetes' default 30 s between SIGTERM and SIGKILL
+TRAIN_WORKER = "RayTrainWorker"  # in the command line Ray gives a train worker's process
+
+log = logging.getLogger("nmt")
+
+
+class Terminated(Exception):
+    """``nmt run`` got SIGTERM; the training on this machine has checkpointed (or ran out of time)."""
+
+
+def training_workers_here() -> list[psutil.Process]:
+    """Ray Train worker processes below this one (a local Ray instance's)."""
+    found = []
+    for process in psutil.Process(os.getpid()).children(recursive=True):
+        try:
+            if TRAIN_WORKER in " ".join(process.cmdline()):
+                found.append(process)
+        except psutil.Error:
+            pass
+    return found
+
+
+def stop_on_sigterm() -> None:
+    """From now on, SIGTERM to this process raises ``Terminated`` once the Ray Train
+    workers below it have checkpointed and exited (or ``NMT_SIGTERM_GRACE_S`` passed)."""
+    signal.signal(signal.SIGTERM, _on_sigterm)
+
+
+def _on_sigterm(signum, frame) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # one is enough: a second must not cut the wait short
+    grace = float(os.environ.get(GRACE_ENV, DEFAULT_GRACE_S))
+    workers = training_workers_here()
+    if workers:
+        log.warning("SIGTERM: asking %d training worker(s) here to checkpoint the update under way (up to %.0f s)",
+                    len(workers), grace)
+        for worker in workers:
+            try:
+                worker.send_signal(signal.SIGTERM)
+            except psutil.NoSuchProcess:
+                pass
+        _, alive = psutil.wait_procs(workers, timeout=grace)
+        if alive:
+            log.warning("SIGTERM: %d training worker(s) still running after %.0f s", len(alive), grace)
+    raise Terminated("stopped by SIGTERM")
