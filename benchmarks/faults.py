@@ -15,7 +15,15 @@ Kinds:
 - ``disk``: fill the filesystem the artifact root is on (a tmpfs of its own) while the
   stage writes its staging directory, and free it after the run ends;
 - ``corrupt``: flip a byte of a node's cached copy of the stage's artifact (S3 root),
-  then recompute the stage downstream of it, which reads that copy.
+  then recompute the stage downstream of it, which reads that copy;
+- ``preempt``: SIGTERM to a train stage's Ray Train worker after a seeded number of
+  updates, as a preempted node's worker gets it (stages/train/preemption.py);
+- ``term``: SIGTERM to the driver (``nmt run``) after a seeded number of updates, as
+  Slurm's ``scancel`` or a Kubernetes eviction sends it (pipeline/driver_sigterm.py).
+
+Updates lost, for a train stage: the last update its worker marked before the fault,
+minus the update the next attempt resumed at (the stage's ``NMT_TIMELINE`` marks); all
+of them where it started over. A preemption case must lose at most one.
 
 A case survives when the run started again completes, every stage's key equals the
 uninterrupted run's, every artifact verifies against its sha256, the data stages'
@@ -57,13 +65,16 @@ from tests.s3_server import SeaweedS3, kill_group  # noqa: E402  (the loopback s
 
 SMOKE = REPO / "configs" / "smoke.yaml"
 # The smoke graph, trained briefly: each case is about one stage, not about training.
-FAST = ["train.max_steps=20", "train.valid_every=10", "train.checkpoint_every=10", "train.valid_bleu_every=null",
+MAX_STEPS = 20
+FAST = [f"train.max_steps={MAX_STEPS}", "train.valid_every=10", "train.checkpoint_every=10", "train.valid_bleu_every=null",
         "train.warmup_steps=10", "evaluate.greedy=false"]
 DATA_STAGES = ("download", "clean", "bpe", "tokenize")
 # What a failed first run must say, per kind of fault.
 CAUSES = {"worker": r"died|killed|SIGKILL|exit|worker", "s3": r"(?i)connect|curl|refused|AWS|S3|network|timed out",
-          "disk": r"No space left on device"}
-KINDS = ("kill", "worker", "s3", "disk", "corrupt")
+          "disk": r"No space left on device", "term": r"SIGTERM"}
+KINDS = ("kill", "worker", "s3", "disk", "corrupt", "preempt", "term")
+SIGTERM_KINDS = ("preempt", "term")  # on train stages, after some updates
+TIMELINE = "timeline.jsonl"
 
 
 @dataclass
@@ -80,11 +91,14 @@ class Case:
     cause_named: str = "-"
     lost: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    updates_lost: int | None = None  # a train stage's; None for other stages
+    signal_at: int | None = None  # the update a SIGTERM case signalled after
 
     @property
     def survived(self) -> bool:
+        preempted_well = self.kind not in SIGTERM_KINDS or (self.updates_lost is not None and self.updates_lost <= 1)
         return (self.rerun == "completed" and self.keys_equal and self.verified and self.data_equal
-                and not self.leftovers and self.cause_named != "no" and not self.lost)
+                and not self.leftovers and self.cause_named != "no" and not self.lost and preempted_well)
 
 
 class Root:
@@ -116,7 +130,7 @@ class Root:
 def nmt_run(workdir: Path, root: Root, until: str, *extra: str) -> subprocess.Popen:
     env = {**{k: v for k, v in os.environ.items() if not k.startswith("AWS_")}, **root.env,
            "NMT_CACHE_DIR": str(workdir / "cache"), "MLFLOW_TRACKING_URI": f"sqlite:///{workdir / 'mlflow.db'}",
-           "COLUMNS": "200", "NMT_PROGRESS": "lines"}
+           "COLUMNS": "200", "NMT_PROGRESS": "lines", "NMT_TIMELINE": str(workdir / TIMELINE)}
     command = [sys.executable, "-m", "pipeline", "run", str(SMOKE), "--artifact-root", root.uri, "--until", until,
                *[arg for setting in FAST for arg in ("--set", setting)], *extra]
     return subprocess.Popen(command, cwd=workdir, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -152,6 +166,31 @@ def stage_processes(driver: subprocess.Popen, stage: str) -> list[psutil.Process
         except psutil.Error:
             pass
     return found
+
+
+def update_marks(workdir: Path, stage: str) -> list[tuple[str, float]]:
+    """The train stage's marks (pipeline/core/timeline.py), oldest first."""
+    path = workdir / TIMELINE
+    if not path.is_file():
+        return []
+    entries = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return [(entry["event"], entry["time"]) for entry in entries if entry["stage"] == stage]
+
+
+def last_update(marks: list[tuple[str, float]]) -> int:
+    return max((int(event.split()[1]) for event, _ in marks if event.startswith("update ")), default=0)
+
+
+def updates_lost(workdir: Path, stage: str) -> int:
+    """The last update marked before the first attempt ended, minus where the next resumed."""
+    marks = update_marks(workdir, stage)
+    resumed = [(event, t) for event, t in marks if event.startswith("resumed at update")]
+    if not resumed:  # started over, or nothing to resume: everything before was lost
+        first_again = [t for event, t in marks if event == "update 1"][1:2]
+        before = [(e, t) for e, t in marks if not first_again or t < first_again[0]]
+        return last_update(before) if first_again else 0
+    event, at = resumed[0]
+    return last_update([(e, t) for e, t in marks if t < at]) - int(event.split()[-1])
 
 
 def fill(directory: Path) -> Path:
@@ -258,7 +297,16 @@ class Matrix:
         lease, committed = f"{case.stage}/{key}.lease", f"{case.stage}/{key}/{MANIFEST}"
         victim = nmt_run(case_dir, root, case.stage)
         filler = None
-        if wait_for(lambda: root.exists(lease), victim, every=0.01 if root.env == {} else 0.05):
+        if case.kind in SIGTERM_KINDS:
+            case.signal_at = self.random.randint(2, MAX_STEPS - 2)
+            if wait_for(lambda: last_update(update_marks(case_dir, case.stage)) >= case.signal_at, victim):
+                case.landed = True
+                if case.kind == "preempt":
+                    for process in stage_processes(victim, case.stage):
+                        process.send_signal(signal.SIGTERM)
+                else:
+                    victim.send_signal(signal.SIGTERM)
+        elif wait_for(lambda: root.exists(lease), victim, every=0.01 if root.env == {} else 0.05):
             time.sleep(self.random.uniform(0.0, 1.0))
             case.landed = not root.exists(committed)
             if case.kind == "kill":
@@ -283,6 +331,8 @@ class Matrix:
             case.rerun = "completed" if again_rc == 0 else f"failed ({again_rc}): {again[-300:]}"
         else:
             case.rerun = "completed"
+        if case.stage.startswith("train/"):
+            case.updates_lost = updates_lost(case_dir, case.stage)
 
     def _corrupt(self, case: Case, case_dir: Path, root: Root) -> None:
         """Recompute the stage after ``case.stage`` from a cached copy with a flipped byte."""
@@ -340,24 +390,29 @@ class Matrix:
 def all_cases(stages: list[str]) -> list[Case]:
     """Every stage killed and its worker lost; the object store restarted and the disk
     filled during a data stage, a training and the report; a cached copy corrupted
-    under a data stage and a trained model."""
+    under a data stage and a trained model; every train stage's worker, and the driver
+    during every train stage, sent SIGTERM."""
     cases = [Case("kill", stage) for stage in stages] + [Case("worker", stage) for stage in stages]
     trains = [stage for stage in stages if stage.startswith("train/")]
     cases += [Case("s3", stage) for stage in ("tokenize", trains[0], "report")]
     cases += [Case("disk", stage) for stage in ("clean", trains[-1], "report")]
     cases += [Case("corrupt", stage) for stage in ("tokenize", trains[0])]
+    cases += [Case(kind, stage) for kind in SIGTERM_KINDS for stage in trains]
     return cases
 
 
 def table(cases: list[Case]) -> str:
     rows = ["| case | fault landed | first run | re-run | keys | sha256 | left over | cause named | survived | "
-            "data lost | s |", "|:--|:--|:--|:--|:--|:--|:--|:--|:--|:--|--:|"]
+            "data lost | updates lost | s |", "|:--|:--|:--|:--|:--|:--|:--|:--|:--|:--|--:|--:|"]
     for case in cases:
         rows.append(f"| {case.kind}:{case.stage} | {'yes' if case.landed else 'no'} | {case.first} | "
                     f"{case.rerun[:40]} | {'equal' if case.keys_equal else 'DIFFER'} | "
                     f"{'equal' if case.data_equal and case.verified else 'DIFFER'} | "
                     f"{', '.join(case.leftovers) or '-'} | {case.cause_named} | "
-                    f"{'yes' if case.survived else 'NO'} | {len(case.lost)} | {case.seconds:.0f} |")
+                    f"{'yes' if case.survived else 'NO'} | {len(case.lost)} | "
+                    f"{'-' if case.updates_lost is None else case.updates_lost}"
+                    f"{'' if case.signal_at is None else f' (signal after update {case.signal_at})'} | "
+                    f"{case.seconds:.0f} |")
     survived = sum(case.survived for case in cases)
     lost = sum(len(case.lost) for case in cases)
     rows.append("")

@@ -99,6 +99,8 @@ def train_worker(loop_config: dict) -> None:
         with checkpoint.as_directory() as directory:
             progress, history, best = checkpointer.restore(engine, Path(directory))
         progress.restarts += 1
+        if rank == 0:
+            mark(stage, f"resumed at update {progress.step}")
     elif args.fetch_start is not None:
         progress, history, best = _continue(engine, config, args.fetch_start(), world)
         if config.until_decay:
