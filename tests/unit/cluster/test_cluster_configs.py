@@ -55,8 +55,8 @@ def test_the_slurm_script_is_valid_bash_and_starts_an_authenticated_cluster_with
     assert int(directives["nodes"]) >= 2 and "time" in directives
     assert re.fullmatch(r"B:USR1@\d+", directives["signal"])  # an early signal, to the script
     assert "export RAY_AUTH_MODE=token" in script and "export RAY_AUTH_TOKEN" in script
-    head = next(line for line in script.splitlines() if "ray start --head" in line)
-    assert "--block" in head
+    head = script[script.index("ray start --head"):].split("&\n", 1)[0]  # the command, continuation lines too
+    assert "--block" in head and '--temp-dir="${ray_tmp}"' in head
     assert not re.search(r"^\s*sleep ", script, flags=re.M)  # readiness is waited for, not slept on
     assert script.count("nmt cluster-wait") == 2
     run = next(line for line in script.splitlines() if line.lstrip().startswith("nmt run"))
