@@ -113,7 +113,13 @@ def wait_for_nodes(address: str, nodes: int, timeout: float, count: Callable[[],
             time.sleep(poll_seconds)
     last = -1
     while True:
-        alive = count()
+        try:
+            alive = count()
+        except Exception as error:  # noqa: BLE001 - the head went away (restarting, stopped) while we waited
+            if time.monotonic() >= deadline:
+                raise ClusterUnreachable(f"the Ray head at {address} stopped answering: {error}") from None
+            time.sleep(poll_seconds)
+            continue
         if alive != last:
             report(f"{alive} of {nodes} Ray nodes alive at {address}")
             last = alive

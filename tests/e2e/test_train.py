@@ -350,32 +350,3 @@ def test_a_branch_whose_segment_stopped_early_is_refused(tokenized, tmp_path, lo
         train.run({"tokenize": tokenized, "train/segment": segment}, config, branch, StageContext())
     assert not (branch / "model.pt").exists()
 
-
-def test_a_sigtermed_worker_checkpoints_the_update_under_way_and_the_run_resumes_from_it(tokenized, tmp_path,
-                                                                                          uninterrupted):
-    """Preemption (stages/train/preemption.py): SIGTERM to the training worker after its
-    checkpoint at update 10; it stops after the update under way with a checkpoint of
-    it, and Ray Train's next attempt resumes there: no update lost, the same curve."""
-    import re
-
-    import psutil
-
-    config, expected = uninterrupted
-    output = tmp_path / "out"
-    run = start_in_a_new_process(config, tokenized, output)
-    deadline = time.time() + 300
-    while not registered_checkpoint(output) and time.time() < deadline:
-        assert run.poll() is None, "the run ended before Ray Train registered a checkpoint"
-        time.sleep(0.05)
-    workers = [process for process in psutil.Process(run.pid).children(recursive=True)
-               if "RayTrainWorker" in " ".join(process.cmdline())]
-    assert len(workers) == 1
-    workers[0].send_signal(signal.SIGTERM)
-    assert run.wait(timeout=300) == 0, log_tail(output)
-    log = (output.parent / f"{output.name}.log").read_text(errors="replace")
-    assert "SIGTERM: finishing the update under way" in log
-    stopped = [int(step) for step in re.findall(r"SIGTERM; stopped after update (\d+) with a complete checkpoint", log)]
-    assert stopped and 10 < stopped[0] < 40, log_tail(output)  # after the periodic checkpoint, not from it
-    report = json.loads((output / "train_report.json").read_text())
-    assert report["metrics"]["restarts"] == 1 and report["metrics"]["steps"] == 40
-    assert_same_curve(expected, rows(output))

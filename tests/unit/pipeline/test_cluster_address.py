@@ -58,3 +58,18 @@ def test_the_wait_for_a_head_that_never_comes_up_fails_after_its_timeout():
     with pytest.raises(ClusterUnreachable, match=f"no Ray cluster ready within 1 s: no Ray head answers at "
                                                  f"127.0.0.1:{port}"):
         wait_for_nodes(f"127.0.0.1:{port}", 2, timeout=1, poll_seconds=0.1, report=lambda line: None)
+
+
+def test_a_head_that_stops_answering_while_waited_for_is_waited_for_until_the_timeout():
+    answers = iter([1, ConnectionError("GCS unavailable"), ConnectionError("GCS unavailable"), 2])
+
+    def count():
+        answer = next(answers)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    assert wait_for_nodes("head:6379", 2, timeout=10, count=count, poll_seconds=0.01, report=lambda line: None) == 2
+    with pytest.raises(ClusterUnreachable, match="the Ray head at head:6379 stopped answering: GCS unavailable"):
+        wait_for_nodes("head:6379", 2, timeout=0.2, count=lambda: (_ for _ in ()).throw(ConnectionError(
+            "GCS unavailable")), poll_seconds=0.05, report=lambda line: None)
