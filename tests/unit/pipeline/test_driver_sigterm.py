@@ -1,0 +1,56 @@
+"""SIGTERM to ``nmt run`` (pipeline/driver_sigterm.py), in processes of their own: the
+driver passes it on to the Ray Train workers below it, waits for them, then raises."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+
+# A process whose command line names it a Ray Train worker: on SIGTERM it takes a
+# moment (its last update and checkpoint), then exits.
+WORKER = ("import signal, sys, time\n"
+          "signal.signal(signal.SIGTERM, lambda *a: (time.sleep(1.0), print('checkpointed', flush=True), "
+          "sys.exit(0)))\n"
+          "time.sleep(60)\n")
+DRIVER = f"""
+import subprocess, sys, time
+from pipeline.driver_sigterm import Terminated, stop_on_sigterm
+worker = subprocess.Popen([sys.executable, "-c", {WORKER!r}, "RayTrainWorker"])
+stop_on_sigterm()
+print("ready", flush=True)
+started = time.time()
+try:
+    time.sleep(60)
+except Terminated:
+    print(f"terminated after the worker: {{worker.poll() == 0}} in {{time.time() - started:.1f}}", flush=True)
+"""
+
+
+def _driver(grace: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", DRIVER], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={"NMT_SIGTERM_GRACE_S": grace, "PATH": "/usr/bin:/bin",
+                                 **{k: v for k, v in __import__("os").environ.items() if k == "PYTHONPATH"}})
+
+
+def test_sigterm_reaches_the_train_workers_and_the_driver_ends_once_they_have():
+    driver = _driver("25")
+    assert driver.stdout.readline().strip() == "ready"
+    time.sleep(0.3)
+    driver.send_signal(signal.SIGTERM)
+    out, err = driver.communicate(timeout=30)
+    assert "terminated after the worker: True" in out, err
+    assert "checkpointed" in out  # the worker's own handler ran before the driver ended
+    assert "asking 1 training worker(s) here to checkpoint" in err
+
+
+def test_the_driver_waits_no_longer_than_its_grace():
+    driver = _driver("0.2")
+    assert driver.stdout.readline().strip() == "ready"
+    time.sleep(0.3)
+    driver.send_signal(signal.SIGTERM)
+    out, err = driver.communicate(timeout=30)
+    line = next(line for line in out.splitlines() if line.startswith("terminated"))
+    assert line.startswith("terminated after the worker: False") and float(line.rsplit(" ", 1)[-1]) < 1.0, (out, err)
+    assert "still running after 0 s" in err
