@@ -99,6 +99,7 @@ def train_worker(loop_config: dict) -> None:
         with checkpoint.as_directory() as directory:
             progress, history, best = checkpointer.restore(engine, Path(directory))
         progress.restarts += 1
+        progress.preempted = False  # the checkpoint was written on SIGTERM; the ones from here are not
         if rank == 0:
             mark(stage, f"resumed at update {progress.step}")
     elif args.fetch_start is not None:
