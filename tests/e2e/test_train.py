@@ -350,3 +350,36 @@ def test_a_branch_whose_segment_stopped_early_is_refused(tokenized, tmp_path, lo
         train.run({"tokenize": tokenized, "train/segment": segment}, config, branch, StageContext())
     assert not (branch / "model.pt").exists()
 
+
+def test_a_sigtermed_worker_checkpoints_the_update_under_way_and_the_run_resumes_from_it(tokenized, tmp_path,
+                                                                                          uninterrupted, monkeypatch):
+    """Preemption (stages/train/preemption.py): SIGTERM to the training worker after its
+    checkpoint at update 10; it stops after the update under way with a checkpoint of
+    it, and Ray Train's next attempt resumes there: no update lost, the same curve. The
+    stage's marks (NMT_TIMELINE) say which update each attempt reached."""
+    import psutil
+
+    timeline = tmp_path / "timeline.jsonl"
+    monkeypatch.setenv("NMT_TIMELINE", str(timeline))
+    config, expected = uninterrupted
+    output = tmp_path / "out"
+    run = start_in_a_new_process(config, tokenized, output)
+    deadline = time.time() + 300
+    while not registered_checkpoint(output) and time.time() < deadline:
+        assert run.poll() is None, "the run ended before Ray Train registered a checkpoint"
+        time.sleep(0.05)
+    workers = [process for process in psutil.Process(run.pid).children(recursive=True)
+               if "RayTrainWorker" in " ".join(process.cmdline())]
+    assert len(workers) == 1
+    workers[0].send_signal(signal.SIGTERM)
+    assert run.wait(timeout=300) == 0, log_tail(output)
+    events = [json.loads(line)["event"] for line in timeline.read_text().splitlines()]
+    assert "preemption checkpointed" in events, events
+    before = events[:events.index("preemption checkpointed")]
+    last = max(int(event.split()[1]) for event in before if event.startswith("update "))
+    (resumed,) = [int(event.split()[-1]) for event in events if event.startswith("resumed at update")]
+    assert 10 < resumed < 40  # after the periodic checkpoint, not from it
+    assert last - resumed == 0  # no update lost
+    report = json.loads((output / "train_report.json").read_text())
+    assert report["metrics"]["restarts"] == 1 and report["metrics"]["steps"] == 40
+    assert_same_curve(expected, rows(output))
