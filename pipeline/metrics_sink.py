@@ -18,14 +18,14 @@ MAX_METRICS_PER_BATCH = 1000  # MLflow's limit on one log_batch call
 
 
 class MetricsSink:
-    """Rows with a ``step`` logged to one MLflow run as they come, from any process (a
-    training worker's rank 0). Picklable; best effort: a store that stays unreachable
-    costs the live curve a few points, never the training run.
+    """Rows with a ``step`` logged to one MLflow run as they come (in the relay). Best
+    effort: a store that stays unreachable costs the live curve a few points, never the
+    training run.
 
     One value per metric and step: a worker group that Ray Train restarts from a
-    checkpoint trains the steps after it again, and its new sink (a fresh process)
-    learns from the run's history which steps are logged already and skips them, so
-    the curve keeps the values first logged."""
+    checkpoint trains the steps after it again; the sink skips the steps the run holds
+    already (learned from the run's history by a sink made afresh, as in a relay of a
+    later ``nmt run``), so the curve keeps the values first logged."""
 
     ATTEMPTS = 3
 
@@ -33,9 +33,6 @@ class MetricsSink:
         self.tracking_uri, self.run_id = tracking_uri, run_id
         self._client = None
         self._last_step: dict[str, int] = {}  # per metric, the last step the run holds
-
-    def __getstate__(self) -> dict:
-        return {"tracking_uri": self.tracking_uri, "run_id": self.run_id, "_client": None, "_last_step": {}}
 
     def __call__(self, rows: list[dict]) -> None:
         if self._client is None:

@@ -20,7 +20,7 @@ from pathlib import Path
 from mlflow.entities import Metric, Param, RunTag
 from mlflow.tracking import MlflowClient
 
-from pipeline.metrics_sink import MetricsRelay, MetricsSink
+from pipeline.metrics_sink import MetricsRelay
 
 MAX_PARAM_CHARS = 6000  # MLflow's limit on a param value
 
@@ -128,9 +128,6 @@ class RunTracker:
                 (Path(directory) / name).parent.mkdir(parents=True, exist_ok=True)
                 (Path(directory) / name).write_bytes(contents)
             self.client.log_artifacts(run_id, directory)
-
-    def live_sink(self, run_id: str) -> MetricsSink:
-        return MetricsSink(self.tracking_uri, run_id)
 
     def start_relay(self):
         """A ``MetricsRelay`` actor on this node (a SQLite store is a file here), for

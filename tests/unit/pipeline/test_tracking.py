@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import pickle
-
+from pipeline.metrics_sink import MetricsSink
 from pipeline.tracking import RunTracker, absolute_tracking_uri
 
 
@@ -14,11 +13,11 @@ def test_a_relative_sqlite_uri_is_made_absolute(tmp_path, monkeypatch):
     assert absolute_tracking_uri("http://127.0.0.1:5000") == "http://127.0.0.1:5000"
 
 
-def test_a_pickled_metrics_sink_logs_rows_on_the_step_axis_of_an_open_stage_run(tmp_path):
+def test_a_metrics_sink_logs_rows_on_the_step_axis_of_an_open_stage_run(tmp_path):
     tracker = RunTracker(f"sqlite:///{tmp_path / 'mlflow.db'}", "sink")
     tracker.start("sink", "name: sink\n", "nmt run")
     run_id = tracker.open_stage("train/t", "k", {"max_steps": 2})
-    sink = pickle.loads(pickle.dumps(tracker.live_sink(run_id)))  # as a Ray Train worker gets it
+    sink = MetricsSink(tracker.tracking_uri, run_id)
     sink([{"step": 1, "train_loss": 2.0}, {"step": 2, "train_loss": 1.5, "valid_loss": 1.7}])
     history = tracker.client.get_metric_history(run_id, "train_loss")
     assert [(m.step, m.value) for m in history] == [(1, 2.0), (2, 1.5)]
@@ -27,13 +26,13 @@ def test_a_pickled_metrics_sink_logs_rows_on_the_step_axis_of_an_open_stage_run(
 
 def test_a_restarted_worker_s_sink_logs_each_step_once(tmp_path):
     """Ray Train restarts a worker group from the checkpoint at step 30 after 50 steps
-    were logged: the new group's sink (a new process) skips steps 31-50."""
+    were logged: a sink made afresh for the run skips steps 31-50."""
     tracker = RunTracker(f"sqlite:///{tmp_path / 'mlflow.db'}", "sink")
     tracker.start("sink", "name: sink\n", "nmt run")
     run_id = tracker.open_stage("train/t", "k", {})
-    first = pickle.loads(pickle.dumps(tracker.live_sink(run_id)))
+    first = MetricsSink(tracker.tracking_uri, run_id)
     first([{"step": step, "train_loss": 10.0 - step / 10} for step in range(0, 51, 10)])
-    restarted = pickle.loads(pickle.dumps(tracker.live_sink(run_id)))
+    restarted = MetricsSink(tracker.tracking_uri, run_id)
     restarted([{"step": step, "train_loss": 99.0} for step in (40, 50)])
     restarted([{"step": step, "train_loss": 4.0, "valid_loss": 4.5} for step in (60, 70)])
     history = tracker.client.get_metric_history(run_id, "train_loss")
