@@ -40,7 +40,8 @@ __all__ = ["VERSION", "RUN_NAME", "RESUMABLE", "TASK_CPUS", "MLFLOW_FILES", "REA
 # 9: ConvS2S weight-normalized (a ConvS2S artifact of 8 holds the model without it)
 # 10: ConvS2S's tiny preset 64 wide, four blocks a side (presets are keyed by name)
 # 11: the wsd schedule and budgets branched from one stable phase (new keys in the slice)
-VERSION = 11
+# 12: a checkpoint between two logged rows saves their sums: the next row after a resume or a branch covers the same updates as an uninterrupted run's
+VERSION = 12
 RUN_NAME = "train_run"
 # A crashed attempt's staging directory holds its checkpoints: the next attempt resumes.
 RESUMABLE = True

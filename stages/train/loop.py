@@ -51,6 +51,7 @@ class TrainLoop:
         self.autocast = cpu_autocast(self.training, progress.hardware["precision"])
         self.device = engine.device
         self.window = _Window()
+        self.window.resume_rows(progress.log_window, rank)
         self.metrics_sink = metrics_sink  # rank 0's live MLflow logging, when tracked
         self.bleu = bleu  # validation_bleu.BleuValidator, when train.valid_bleu_every is set
         self.preempt = False  # a worker got SIGTERM: stop after this update (preemption.py)
@@ -303,6 +304,11 @@ class TrainLoop:
             progress.validations_without_improvement += 1
 
     def _checkpoint(self) -> None:
+        window = self.window
+        loss, nll = _all_reduce([window.rows_loss, window.rows_nll], self.world, self.device)
+        self.progress.log_window = {} if not window.rows_tokens else {
+            "tokens": window.rows_tokens, "flops": window.rows_flops, "seconds": window.rows_seconds,
+            "loss": loss, "nll": nll}
         checkpointer.save(self.engine, self.rank, self.progress, self.history, self.best)
 
 
@@ -320,6 +326,14 @@ class _Window:
 
     def reset_rows(self) -> None:
         self.rows_tokens = self.rows_flops = self.rows_seconds = self.rows_loss = self.rows_nll = 0.0
+
+    def resume_rows(self, saved: dict, rank: int) -> None:
+        """The sums a checkpoint saved (``TrainingProgress.log_window``). Its losses are
+        summed over the workers already: rank 0 holds them, as the next row sums them again."""
+        if saved:
+            self.rows_tokens, self.rows_flops, self.rows_seconds = saved["tokens"], saved["flops"], saved["seconds"]
+            if rank == 0:
+                self.rows_loss, self.rows_nll = saved["loss"], saved["nll"]
 
     def add(self, tokens: int, src_tokens: int, flops: float, loss: float, nll: float) -> None:
         self.tokens += tokens

@@ -40,6 +40,11 @@ class TrainingProgress:
     # A checkpoint written on SIGTERM (preemption.py), off the schedule: resumed from,
     # never averaged into the final model.
     preempted: bool = False
+    # Sums since the last logged row, over all workers ({} when none): a checkpoint taken
+    # between two rows (on SIGTERM, or where checkpoint_every is no multiple of log_every)
+    # hands them to the run that resumes from it, whose next row then covers the same
+    # updates as an uninterrupted run's.
+    log_window: dict = field(default_factory=dict)
     # The latest attempt's device, resolved precision and peak FLOP/s (worker_device.py).
     hardware: dict = field(default_factory=dict)
 

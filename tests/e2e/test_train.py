@@ -160,8 +160,10 @@ train.run({"tokenize": Path(sys.argv[2])}, config, Path(sys.argv[3]), StageConte
 
 @pytest.fixture(scope="module")
 def uninterrupted(tokenized, tmp_path_factory, local_ray) -> tuple[TrainStageConfig, list[dict]]:
-    """A fp32 run that nothing interrupts: the curve the interrupted runs must follow."""
-    config = stage_config(max_steps=40, checkpoint_every=10, max_failures=1)
+    """A fp32 run that nothing interrupts: the curve the interrupted runs must follow.
+    It logs every 3 updates, so each checkpoint (every 10) falls between two rows: the
+    resumed run's next row must cover the updates before the checkpoint too."""
+    config = stage_config(max_steps=40, checkpoint_every=10, log_every=3, max_failures=1)
     output = tmp_path_factory.mktemp("uninterrupted")
     run_stage(tokenized, config, output)
     return config, rows(output)
