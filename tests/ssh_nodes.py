@@ -20,6 +20,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import psutil
+
 
 def available() -> str | None:
     """Why this machine cannot start the servers, or None."""
@@ -53,6 +55,8 @@ class SshNodes:
 
     def _start(self, address: str) -> None:
         with socket.socket() as probe:
+            # As sshd binds: connections of an earlier server in TIME_WAIT do not take the port.
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             try:
                 probe.bind((address, 22))
             except OSError as error:
@@ -89,10 +93,19 @@ PidFile {self.dir / f'sshd-{address}.pid'}
             raise RuntimeError(f"ssh {address} {command!r} failed ({done.returncode}): {done.stderr}")
         return done
 
-    def stop(self) -> None:
-        """End every namespace (and so every process started in it)."""
+    def stop(self) -> list[str]:
+        """End every namespace (and so every process started in it); the SSH servers
+        of these nodes still running after that, which should be none."""
         for process in self.servers.values():
             if process.poll() is None:
                 os.killpg(process.pid, signal.SIGKILL)
                 process.wait()
+        left = []
+        for process in psutil.process_iter():
+            try:
+                if str(self.dir) in " ".join(process.cmdline()):
+                    left.append(f"{process.pid} {' '.join(process.cmdline())[:100]}")
+            except psutil.Error:
+                pass
         shutil.rmtree(self.dir, ignore_errors=True)
+        return left

@@ -5,10 +5,13 @@ machines they already have. The machines are OpenSSH servers on 127.0.0.2 (head)
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -33,7 +36,8 @@ def machines():
         pytest.skip(reason)
     nodes = SshNodes([HEAD, WORKER]).start()
     yield nodes
-    nodes.stop()
+    left = nodes.stop()
+    assert not left, f"SSH servers outlived their nodes: {left}"
 
 
 def node_flags(address: str, temp_dir: Path) -> str:
@@ -44,9 +48,10 @@ def node_flags(address: str, temp_dir: Path) -> str:
                      *(f"--{port}={free_port()}" for port in ports)])
 
 
-def cluster_config(machines: SshNodes, work: Path, port: int, dashboard: int) -> Path:
-    """cluster/onprem.yaml for these machines: their addresses, key and free ports; the
-    token in a file of the test's own (RAY_AUTH_TOKEN_PATH), not ~/.ray/auth_token."""
+def cluster_config(machines: SshNodes, work: Path, nodes: Path, port: int, dashboard: int) -> Path:
+    """cluster/onprem.yaml for these machines: their addresses, key and free ports, their
+    Ray directories under ``nodes``; the token in a file of the test's own
+    (RAY_AUTH_TOKEN_PATH), not ~/.ray/auth_token."""
     raw = yaml.safe_load((REPO / "cluster" / "onprem.yaml").read_text())
     (work / "token").write_text(secrets.token_hex(32))
     raw["provider"].update(head_ip=HEAD, worker_ips=[WORKER])
@@ -60,11 +65,11 @@ def cluster_config(machines: SshNodes, work: Path, port: int, dashboard: int) ->
         token + head.replace("--port=6379", f"--port={port}").replace("--dashboard-port=8265", f"--dashboard-port="
                                                                                              f"{dashboard}")
         .replace("--dashboard-host=0.0.0.0", f"--dashboard-host={HEAD}")
-        + f" --ray-client-server-port={free_port()} " + node_flags(HEAD, work / "ray-head"))
+        + f" --ray-client-server-port={free_port()} " + node_flags(HEAD, nodes / "head"))
     worker = raw["worker_start_ray_commands"][-1]
     assert "$RAY_HEAD_IP:6379" in worker
     raw["worker_start_ray_commands"][-1] = (token + worker.replace("6379", str(port)) + " --num-cpus=2 "
-                                            + node_flags(WORKER, work / "ray-worker"))
+                                            + node_flags(WORKER, nodes / "worker"))
     path = work / "cluster.yaml"
     path.write_text(yaml.safe_dump(raw, sort_keys=False))
     return path
@@ -75,11 +80,11 @@ def ray(*args: str, env: dict | None = None, timeout: float = 600) -> subprocess
     return subprocess.run([binary, *args], capture_output=True, text=True, timeout=timeout, env=env or os.environ)
 
 
-def cluster_processes(work: Path) -> list[str]:
+def cluster_processes(nodes: Path) -> list[str]:
     left = []
     for process in psutil.process_iter():
         try:
-            if str(work / "ray-") in " ".join(process.cmdline()):
+            if f"{nodes}/" in " ".join(process.cmdline()):
                 left.append(f"{process.pid} {' '.join(process.cmdline())[:100]}")
         except psutil.Error:
             pass
@@ -88,8 +93,11 @@ def cluster_processes(work: Path) -> list[str]:
 
 def test_ray_up_runs_the_smoke_graph_through_the_jobs_api_and_ray_down_stops_it(machines, multi30k, tmp_path):
     port, dashboard = free_port(), free_port()
-    config = cluster_config(machines, tmp_path, port, dashboard)
+    # Short: a Ray node's socket paths, under its temp dir, must fit in 107 bytes.
+    nodes = Path(tempfile.mkdtemp(prefix="rayup-", dir="/tmp"))
+    config = cluster_config(machines, tmp_path, nodes, port, dashboard)
     up = ray("up", str(config), "--yes", "--no-config-cache")
+    (tmp_path / "ray_up.log").write_text(up.stdout + up.stderr)
     assert up.returncode == 0, up.stdout[-3000:] + up.stderr[-3000:]
     auth = {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": (tmp_path / "token").read_text()}
     try:
@@ -106,7 +114,8 @@ def test_ray_up_runs_the_smoke_graph_through_the_jobs_api_and_ray_down_stops_it(
         command = ["nmt", "run", str(REPO / "configs" / "smoke.yaml"), "--artifact-root", str(tmp_path / "artifacts"),
                    "--tracking-uri", f"sqlite:///{tmp_path / 'mlflow.db'}",
                    *[word for setting in FAST for word in ("--set", setting)]]
-        runtime_env = f'{{"env_vars": {{"NMT_MIRROR": "{multi30k}"}}}}'
+        # PYTHONPATH: the job runs this checkout's code, whichever one pip installed.
+        runtime_env = json.dumps({"env_vars": {"NMT_MIRROR": str(multi30k), "PYTHONPATH": str(REPO)}})
         started = time.time()
         for attempt in range(30):  # the head's job agent registers a few seconds after the node
             job = ray("job", "submit", "--address", jobs, "--runtime-env-json", runtime_env, "--", *command,
@@ -114,6 +123,7 @@ def test_ray_up_runs_the_smoke_graph_through_the_jobs_api_and_ray_down_stops_it(
             if "No available agent" not in job.stdout + job.stderr:
                 break
             time.sleep(2)
+        (tmp_path / "job.log").write_text(job.stdout + job.stderr)
         assert job.returncode == 0, job.stdout[-4000:] + job.stderr[-2000:]
         assert "succeeded" in job.stdout and "report" in job.stdout  # its logs: the stages, the report
         assert time.time() - started < 1200
@@ -126,6 +136,7 @@ def test_ray_up_runs_the_smoke_graph_through_the_jobs_api_and_ray_down_stops_it(
         machines.ssh(WORKER, "ray stop", check=False)  # ray down stops the head's Ray, not the workers'
     assert down.returncode == 0, down.stderr[-2000:]
     deadline = time.time() + 60
-    while cluster_processes(tmp_path) and time.time() < deadline:
+    while cluster_processes(nodes) and time.time() < deadline:
         time.sleep(1)
-    assert not cluster_processes(tmp_path), cluster_processes(tmp_path)
+    assert not cluster_processes(nodes), cluster_processes(nodes)
+    shutil.rmtree(nodes, ignore_errors=True)
