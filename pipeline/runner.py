@@ -160,8 +160,11 @@ def connect_ray(address: str | None) -> None:
         import stages
 
         # Ship this checkout's code and settings to the cluster so its workers run what
-        # the driver runs.
-        runtime_env = {"env_vars": env_vars, "py_modules": [pipeline, stages]}
+        # the driver runs. As directories, not module objects: a driver started by
+        # `ray job submit` merges this with the job's runtime_env by deep copy, which
+        # cannot copy a module.
+        runtime_env = {"env_vars": env_vars,
+                       "py_modules": [os.path.dirname(module.__file__) for module in (pipeline, stages)]}
     else:
         # Without an address Ray would join the cluster last started on this machine
         # (`ray start`, another tool's): a local instance of our own is what was asked for.

@@ -15,6 +15,7 @@ command -v slurmd >/dev/null || missing+=(slurmd)
 command -v sbatch >/dev/null || missing+=(slurm-client)
 command -v munged >/dev/null || missing+=(munge)
 command -v /usr/sbin/sshd >/dev/null || missing+=(openssh-server)
+command -v rsync >/dev/null || missing+=(rsync)  # ray up copies files to the nodes with it
 if [ ${#missing[@]} -gt 0 ]; then
     sudo_=""
     [ "$(id -u)" -ne 0 ] && sudo_="sudo"

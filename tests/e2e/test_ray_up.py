@@ -1,0 +1,142 @@
+"""``ray up`` over SSH with cluster/onprem.yaml, then ``ray job submit`` of the smoke
+graph on the token-authenticated cluster, then ``ray down``: as a user launches on
+machines they already have. The machines are OpenSSH servers on 127.0.0.2 (head) and
+127.0.0.3 (worker), each in its own PID namespace (tests/ssh_nodes.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+import yaml
+
+from tests.helpers import REPO
+from tests.s3_server import free_port
+from tests.ssh_nodes import SshNodes, available
+
+pytestmark = pytest.mark.slow
+HEAD, WORKER = "127.0.0.2", "127.0.0.3"
+FAST = ["train.max_steps=20", "train.valid_every=10", "train.checkpoint_every=10", "train.valid_bleu_every=null",
+        "train.warmup_steps=10", "evaluate.greedy=false"]
+
+
+@pytest.fixture(scope="module")
+def machines():
+    reason = available()
+    if reason:
+        pytest.skip(reason)
+    nodes = SshNodes([HEAD, WORKER]).start()
+    yield nodes
+    left = nodes.stop()
+    assert not left, f"SSH servers outlived their nodes: {left}"
+
+
+def node_flags(address: str, temp_dir: Path) -> str:
+    """Ports and directories of a node of its own: this machine may run other Ray instances."""
+    ports = ("node-manager-port", "object-manager-port", "dashboard-agent-listen-port", "dashboard-agent-grpc-port",
+             "runtime-env-agent-port", "metrics-export-port")
+    return " ".join([f"--node-ip-address={address}", f"--temp-dir={temp_dir}", "--object-store-memory=100000000",
+                     *(f"--{port}={free_port()}" for port in ports)])
+
+
+def cluster_config(machines: SshNodes, work: Path, nodes: Path, port: int, dashboard: int) -> Path:
+    """cluster/onprem.yaml for these machines: their addresses, key and free ports, their
+    Ray directories under ``nodes``; the token in a file of the test's own
+    (RAY_AUTH_TOKEN_PATH), not ~/.ray/auth_token."""
+    raw = yaml.safe_load((REPO / "cluster" / "onprem.yaml").read_text())
+    (work / "token").write_text(secrets.token_hex(32))
+    raw["provider"].update(head_ip=HEAD, worker_ips=[WORKER])
+    raw["auth"] = {"ssh_user": "root", "ssh_private_key": str(machines.key)}
+    raw["max_workers"] = 1
+    raw["file_mounts"] = {str(work / "node_token"): str(work / "token")}
+    token = f"RAY_AUTH_TOKEN_PATH={work / 'node_token'} "
+    head = raw["head_start_ray_commands"][-1]
+    assert "--port=6379" in head and "--dashboard-port=8265" in head and "--dashboard-host=0.0.0.0" in head
+    raw["head_start_ray_commands"][-1] = (
+        token + head.replace("--port=6379", f"--port={port}").replace("--dashboard-port=8265", f"--dashboard-port="
+                                                                                             f"{dashboard}")
+        .replace("--dashboard-host=0.0.0.0", f"--dashboard-host={HEAD}")
+        + f" --ray-client-server-port={free_port()} " + node_flags(HEAD, nodes / "head"))
+    worker = raw["worker_start_ray_commands"][-1]
+    assert "$RAY_HEAD_IP:6379" in worker
+    raw["worker_start_ray_commands"][-1] = (token + worker.replace("6379", str(port)) + " --num-cpus=2 "
+                                            + node_flags(WORKER, nodes / "worker"))
+    path = work / "cluster.yaml"
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    return path
+
+
+def ray(*args: str, env: dict | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
+    binary = str(Path(sys.executable).parent / "ray")
+    return subprocess.run([binary, *args], capture_output=True, text=True, timeout=timeout, env=env or os.environ)
+
+
+def cluster_processes(nodes: Path) -> list[str]:
+    left = []
+    for process in psutil.process_iter():
+        try:
+            if f"{nodes}/" in " ".join(process.cmdline()):
+                left.append(f"{process.pid} {' '.join(process.cmdline())[:100]}")
+        except psutil.Error:
+            pass
+    return left
+
+
+def test_ray_up_runs_the_smoke_graph_through_the_jobs_api_and_ray_down_stops_it(machines, multi30k, tmp_path):
+    port, dashboard = free_port(), free_port()
+    # Short: a Ray node's socket paths, under its temp dir, must fit in 107 bytes.
+    nodes = Path(tempfile.mkdtemp(prefix="rayup-", dir="/tmp"))
+    config = cluster_config(machines, tmp_path, nodes, port, dashboard)
+    up = ray("up", str(config), "--yes", "--no-config-cache")
+    (tmp_path / "ray_up.log").write_text(up.stdout + up.stderr)
+    assert up.returncode == 0, up.stdout[-3000:] + up.stderr[-3000:]
+    auth = {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": (tmp_path / "token").read_text()}
+    try:
+        wait = subprocess.run([sys.executable, "-m", "pipeline", "cluster-wait", "--address", f"{HEAD}:{port}",
+                               "--nodes", "2", "--timeout", "300"], env=auth, capture_output=True, text=True)
+        assert wait.returncode == 0, wait.stderr
+
+        jobs = f"http://{HEAD}:{dashboard}"
+        no_token = {key: value for key, value in os.environ.items() if not key.startswith("RAY_AUTH")}
+        refused = ray("job", "submit", "--address", jobs, "--", "true", env=no_token, timeout=60)
+        assert refused.returncode != 0 and "token" in (refused.stdout + refused.stderr).lower()
+
+        # As docs/clusters.md shows: the artifact root and the MLflow URI as nmt run's own options.
+        command = ["nmt", "run", str(REPO / "configs" / "smoke.yaml"), "--artifact-root", str(tmp_path / "artifacts"),
+                   "--tracking-uri", f"sqlite:///{tmp_path / 'mlflow.db'}",
+                   *[word for setting in FAST for word in ("--set", setting)]]
+        # PYTHONPATH: the job runs this checkout's code, whichever one pip installed.
+        runtime_env = json.dumps({"env_vars": {"NMT_MIRROR": str(multi30k), "PYTHONPATH": str(REPO)}})
+        started = time.time()
+        for attempt in range(30):  # the head's job agent registers a few seconds after the node
+            job = ray("job", "submit", "--address", jobs, "--runtime-env-json", runtime_env, "--", *command,
+                      env=auth, timeout=1200)
+            if "No available agent" not in job.stdout + job.stderr:
+                break
+            time.sleep(2)
+        (tmp_path / "job.log").write_text(job.stdout + job.stderr)
+        assert job.returncode == 0, job.stdout[-4000:] + job.stderr[-2000:]
+        assert "succeeded" in job.stdout and "report" in job.stdout  # its logs: the stages, the report
+        assert time.time() - started < 1200
+
+        failing = ray("job", "submit", "--address", jobs, "--", "nmt", "run", str(tmp_path / "missing.yaml"),
+                      env=auth, timeout=300)
+        assert failing.returncode != 0  # the job's exit status is the pipeline's
+    finally:
+        down = ray("down", str(config), "--yes")
+        machines.ssh(WORKER, "ray stop", check=False)  # ray down stops the head's Ray, not the workers'
+    assert down.returncode == 0, down.stderr[-2000:]
+    deadline = time.time() + 60
+    while cluster_processes(nodes) and time.time() < deadline:
+        time.sleep(1)
+    assert not cluster_processes(nodes), cluster_processes(nodes)
+    shutil.rmtree(nodes, ignore_errors=True)
