@@ -35,6 +35,10 @@ import psutil
 import yaml
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from pipeline.driver_sigterm import training_workers_below  # noqa: E402
+
 SMOKE = REPO / "configs" / "smoke.yaml"
 STAGE = "train/transformer_base"
 
@@ -70,8 +74,7 @@ def start(config: Path, root: Path, env: dict) -> subprocess.Popen:
 def train_worker(driver: subprocess.Popen) -> psutil.Process:
     deadline = time.time() + 600
     while time.time() < deadline:
-        found = [process for process in psutil.Process(driver.pid).children(recursive=True)
-                 if "RayTrainWorker" in " ".join(process.cmdline())]
+        found = training_workers_below(driver.pid)
         if found:
             return found[0]
         time.sleep(0.1)

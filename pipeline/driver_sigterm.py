@@ -30,10 +30,11 @@ class Terminated(Exception):
     """``nmt run`` got SIGTERM; the training on this machine has checkpointed (or ran out of time)."""
 
 
-def training_workers_here() -> list[psutil.Process]:
-    """Ray Train worker processes below this one (a local Ray instance's)."""
+def training_workers_below(pid: int | None = None) -> list[psutil.Process]:
+    """Ray Train worker processes below process ``pid`` (this one by default: a local
+    Ray instance's), skipping any that end while they are looked at."""
     found = []
-    for process in psutil.Process(os.getpid()).children(recursive=True):
+    for process in psutil.Process(pid or os.getpid()).children(recursive=True):
         try:
             if TRAIN_WORKER in " ".join(process.cmdline()):
                 found.append(process)
@@ -51,7 +52,7 @@ def stop_on_sigterm() -> None:
 def _on_sigterm(signum, frame) -> None:
     signal.signal(signal.SIGTERM, signal.SIG_IGN)  # one is enough: a second must not cut the wait short
     grace = float(os.environ.get(GRACE_ENV, DEFAULT_GRACE_S))
-    workers = training_workers_here()
+    workers = training_workers_below()
     if workers:
         log.warning("SIGTERM: asking %d training worker(s) here to checkpoint the update under way (up to %.0f s)",
                     len(workers), grace)

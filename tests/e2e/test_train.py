@@ -17,6 +17,7 @@ import torch
 
 from pipeline.core.context import StageContext
 from pipeline.core.hardware import CPU_BF16_ENV, detect_device
+from pipeline.driver_sigterm import training_workers_below
 from stages import train
 from stages.shared.inference.model_file import load_model_file
 from stages.shared.models.spec import ModelSpec
@@ -221,7 +222,6 @@ def test_a_killed_run_resumes_from_its_checkpoint_and_follows_the_same_curve(tok
 
 
 def test_a_crashed_worker_is_restarted_by_ray_train_from_the_last_checkpoint(tokenized, tmp_path, uninterrupted):
-    import psutil
 
     config, expected = uninterrupted
     output = tmp_path / "out"
@@ -232,8 +232,7 @@ def test_a_crashed_worker_is_restarted_by_ray_train_from_the_last_checkpoint(tok
     while not registered_checkpoint(output) and time.time() < deadline:
         assert run.poll() is None, "the run ended before Ray Train registered a checkpoint"
         time.sleep(0.05)
-    workers = [process for process in psutil.Process(run.pid).children(recursive=True)
-               if "RayTrainWorker" in " ".join(process.cmdline())]
+    workers = training_workers_below(run.pid)
     assert len(workers) == 1
     workers[0].kill()
     assert run.wait(timeout=300) == 0, log_tail(output)
@@ -359,7 +358,6 @@ def test_a_sigtermed_worker_checkpoints_the_update_under_way_and_the_run_resumes
     checkpoint at update 10; it stops after the update under way with a checkpoint of
     it, and Ray Train's next attempt resumes there: no update lost, the same curve. The
     stage's marks (NMT_TIMELINE) say which update each attempt reached."""
-    import psutil
 
     timeline = tmp_path / "timeline.jsonl"
     monkeypatch.setenv("NMT_TIMELINE", str(timeline))
@@ -370,8 +368,7 @@ def test_a_sigtermed_worker_checkpoints_the_update_under_way_and_the_run_resumes
     while not registered_checkpoint(output) and time.time() < deadline:
         assert run.poll() is None, "the run ended before Ray Train registered a checkpoint"
         time.sleep(0.05)
-    workers = [process for process in psutil.Process(run.pid).children(recursive=True)
-               if "RayTrainWorker" in " ".join(process.cmdline())]
+    workers = training_workers_below(run.pid)
     assert len(workers) == 1
     workers[0].send_signal(signal.SIGTERM)
     assert run.wait(timeout=300) == 0, log_tail(output)
