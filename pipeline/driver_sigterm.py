@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import threading
 
 import psutil
 
@@ -43,10 +44,25 @@ def training_workers_below(pid: int | None = None) -> list[psutil.Process]:
     return found
 
 
+_terminated = threading.Event()  # SIGTERM arrived, and the workers here have checkpointed
+
+
 def stop_on_sigterm() -> None:
-    """From now on, SIGTERM to this process raises ``Terminated`` once the Ray Train
-    workers below it have checkpointed and exited (or ``NMT_SIGTERM_GRACE_S`` passed)."""
+    """From now on, SIGTERM to this process makes ``raise_if_terminated`` raise, once the
+    Ray Train workers below it have checkpointed and exited (or ``NMT_SIGTERM_GRACE_S``
+    passed). The handler itself never raises: it runs inside whatever call the main
+    thread is blocked in, and an exception raised inside ``ray.wait`` comes out of it
+    as a SystemError, with the driver left running while Ray Train restarts the
+    training it had just stopped."""
+    _terminated.clear()
     signal.signal(signal.SIGTERM, _on_sigterm)
+
+
+def raise_if_terminated() -> None:
+    """Raise ``Terminated`` if SIGTERM arrived: call it between the blocking calls of a
+    loop (pipeline/runner.py waits on its stages a second at a time)."""
+    if _terminated.is_set():
+        raise Terminated("stopped by SIGTERM")
 
 
 def _on_sigterm(signum, frame) -> None:
@@ -64,4 +80,4 @@ def _on_sigterm(signum, frame) -> None:
         _, alive = psutil.wait_procs(workers, timeout=grace)
         if alive:
             log.warning("SIGTERM: %d training worker(s) still running after %.0f s", len(alive), grace)
-    raise Terminated("stopped by SIGTERM")
+    _terminated.set()

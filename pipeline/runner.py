@@ -31,6 +31,7 @@ from pipeline.core.context import (
 from pipeline.graph import PlannedStage
 from pipeline.core.hardware import CPU_BF16_ENV
 from pipeline.core.leases import held
+from pipeline.driver_sigterm import raise_if_terminated
 from pipeline.core.progress_lines import PROGRESS_ENV, choose_progress_style
 from pipeline.ray_output import filter_worker_output
 from pipeline.stage import Stage
@@ -275,7 +276,11 @@ def run_pipeline(config: ExperimentConfig, planned: list[PlannedStage], store: A
     # artifacts are committed, so the next run resumes from them.
     failed: dict[str, BaseException] = {}
     while pending:
-        done, _ = ray.wait(list(pending), num_returns=1)
+        # A second at a time: SIGTERM (pipeline/driver_sigterm.py) ends the run between waits.
+        done, _ = ray.wait(list(pending), num_returns=1, timeout=1.0)
+        raise_if_terminated()
+        if not done:
+            continue
         item = pending.pop(done[0])
         admission.release(item.stage.name)
         ended.add(item.stage.name)

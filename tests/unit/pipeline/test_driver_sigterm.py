@@ -1,5 +1,6 @@
 """SIGTERM to ``nmt run`` (pipeline/driver_sigterm.py), in processes of their own: the
-driver passes it on to the Ray Train workers below it, waits for them, then raises."""
+driver passes it on to the Ray Train workers below it, waits for them, and its loop
+then raises."""
 
 from __future__ import annotations
 
@@ -16,13 +17,15 @@ WORKER = ("import signal, sys, time\n"
           "time.sleep(60)\n")
 DRIVER = f"""
 import subprocess, sys, time
-from pipeline.driver_sigterm import Terminated, stop_on_sigterm
+from pipeline.driver_sigterm import Terminated, raise_if_terminated, stop_on_sigterm
 worker = subprocess.Popen([sys.executable, "-c", {WORKER!r}, "RayTrainWorker"])
 stop_on_sigterm()
 print("ready", flush=True)
 started = time.time()
 try:
-    time.sleep(60)
+    for _ in range(600):  # as pipeline/runner.py's loop: a blocking wait, then the check
+        time.sleep(0.1)
+        raise_if_terminated()
 except Terminated:
     print(f"terminated after the worker: {{worker.poll() == 0}} in {{time.time() - started:.1f}}", flush=True)
 """
