@@ -61,13 +61,13 @@ sys.path.insert(0, str(REPO))
 from pipeline.core.artifacts import MANIFEST, ArtifactState, ArtifactStore  # noqa: E402
 from pipeline.config import load_config  # noqa: E402
 from pipeline.graph import plan  # noqa: E402
+from tests.helpers import set_options, smoke_briefly  # noqa: E402
 from tests.s3_server import SeaweedS3, kill_group  # noqa: E402  (the loopback server the tests start)
 
 SMOKE = REPO / "configs" / "smoke.yaml"
 # The smoke graph, trained briefly: each case is about one stage, not about training.
 MAX_STEPS = 20
-FAST = [f"train.max_steps={MAX_STEPS}", "train.valid_every=10", "train.checkpoint_every=10", "train.valid_bleu_every=null",
-        "train.warmup_steps=10", "evaluate.greedy=false"]
+FAST = smoke_briefly(MAX_STEPS)
 DATA_STAGES = ("download", "clean", "bpe", "tokenize")
 # What a failed first run must say, per kind of fault.
 CAUSES = {"worker": r"died|killed|SIGKILL|exit|worker", "s3": r"(?i)connect|curl|refused|AWS|S3|network|timed out",
@@ -132,7 +132,7 @@ def nmt_run(workdir: Path, root: Root, until: str, *extra: str) -> subprocess.Po
            "NMT_CACHE_DIR": str(workdir / "cache"), "MLFLOW_TRACKING_URI": f"sqlite:///{workdir / 'mlflow.db'}",
            "COLUMNS": "200", "NMT_PROGRESS": "lines", "NMT_TIMELINE": str(workdir / TIMELINE)}
     command = [sys.executable, "-m", "pipeline", "run", str(SMOKE), "--artifact-root", root.uri, "--until", until,
-               *[arg for setting in FAST for arg in ("--set", setting)], *extra]
+               *set_options(FAST), *extra]
     return subprocess.Popen(command, cwd=workdir, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True, start_new_session=True)
 

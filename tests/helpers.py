@@ -96,3 +96,16 @@ def clean_slice(multi30k: Path, root: Path, lines: dict[str, int]) -> Path:
     (root / "clean").mkdir()
     clean.run({"download": root / "download"}, CleanConfig(), root / "clean", StageContext())
     return root / "clean"
+
+
+def smoke_briefly(max_steps: int) -> list[str]:
+    """Settings that train the smoke graph briefly (``max_steps`` updates a model,
+    validated and checkpointed every 10, no greedy decoding): for runs about launching
+    or faults, not about training."""
+    return [f"train.max_steps={max_steps}", "train.valid_every=10", "train.checkpoint_every=10",
+            "train.valid_bleu_every=null", "train.warmup_steps=10", "evaluate.greedy=false"]
+
+
+def set_options(settings: list[str]) -> list[str]:
+    """``settings`` as ``nmt run`` options: ``--set KEY=VALUE`` each."""
+    return [word for setting in settings for word in ("--set", setting)]

@@ -20,14 +20,13 @@ import psutil
 import pytest
 import yaml
 
-from tests.helpers import REPO
+from tests.helpers import REPO, set_options, smoke_briefly
 from tests.s3_server import free_port
 from tests.ssh_nodes import SshNodes, available
 
 pytestmark = pytest.mark.slow
 HEAD, WORKER = "127.0.0.2", "127.0.0.3"
-FAST = ["train.max_steps=20", "train.valid_every=10", "train.checkpoint_every=10", "train.valid_bleu_every=null",
-        "train.warmup_steps=10", "evaluate.greedy=false"]
+FAST = smoke_briefly(20)  # the job is about launching, not about training
 
 
 @pytest.fixture(scope="module")
@@ -114,7 +113,7 @@ def test_ray_up_runs_the_smoke_graph_through_the_jobs_api_and_ray_down_stops_it(
         # As docs/clusters.md shows: the artifact root and the MLflow URI as nmt run's own options.
         command = ["nmt", "run", str(REPO / "configs" / "smoke.yaml"), "--artifact-root", str(tmp_path / "artifacts"),
                    "--tracking-uri", f"sqlite:///{tmp_path / 'mlflow.db'}",
-                   *[word for setting in FAST for word in ("--set", setting)]]
+                   *set_options(FAST)]
         # PYTHONPATH: the job runs this checkout's code, whichever one pip installed.
         runtime_env = json.dumps({"env_vars": {"NMT_MIRROR": str(multi30k), "PYTHONPATH": str(REPO)}})
         started = time.time()

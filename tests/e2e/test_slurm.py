@@ -18,15 +18,13 @@ import pytest
 from pipeline.config import load_config
 from pipeline.core.artifacts import ArtifactState, ArtifactStore
 from pipeline.graph import plan
-from tests.helpers import REPO
+from tests.helpers import REPO, set_options, smoke_briefly
 from tests.s3_server import free_port
 from tests.slurm_cluster import SlurmCluster, available
 
 pytestmark = pytest.mark.slow
 SMOKE = REPO / "configs" / "smoke.yaml"
-# The smoke graph, trained briefly: the job is about launching, not about training.
-FAST = ["train.max_steps=40", "train.valid_every=10", "train.checkpoint_every=10", "train.valid_bleu_every=null",
-        "train.warmup_steps=10", "evaluate.greedy=false"]
+FAST = smoke_briefly(40)  # the job is about launching, not about training
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +44,7 @@ def submit(slurm: SlurmCluster, root: str, workdir: Path, env: dict[str, str]) -
     workdir.mkdir(parents=True, exist_ok=True)
     command = ["sbatch", "--parsable", "--nodes=1", "--ntasks-per-node=1", f"--cpus-per-task={os.cpu_count()}",
                "--gpus-per-node=0", "--time=30", f"--output={workdir}/job-%j.log", str(REPO / "cluster" / "slurm.sbatch"),
-               str(SMOKE), root, *[word for setting in FAST for word in ("--set", setting)]]
+               str(SMOKE), root, *set_options(FAST)]
     done = subprocess.run(command, cwd=workdir, env={**slurm.env, **env}, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     return done.stdout.strip().split(";")[0]
