@@ -75,9 +75,18 @@ def cluster_config(machines: SshNodes, work: Path, nodes: Path, port: int, dashb
     return path
 
 
+def user_env(**extra: str) -> dict[str, str]:
+    """This process's environment as a user's shell would have it: without the Ray
+    settings an earlier test in this process left (RAY_API_SERVER_ADDRESS and RAY_ADDRESS
+    override `ray job submit --address`; a test's local instance sets the first) and
+    without a token, plus ``extra``."""
+    return {**{key: value for key, value in os.environ.items()
+               if key not in ("RAY_ADDRESS", "RAY_API_SERVER_ADDRESS") and not key.startswith("RAY_AUTH")}, **extra}
+
+
 def ray(*args: str, env: dict | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
     binary = str(Path(sys.executable).parent / "ray")
-    return subprocess.run([binary, *args], capture_output=True, text=True, timeout=timeout, env=env or os.environ)
+    return subprocess.run([binary, *args], capture_output=True, text=True, timeout=timeout, env=env or user_env())
 
 
 def cluster_processes(nodes: Path) -> list[str]:
@@ -99,15 +108,15 @@ def test_ray_up_runs_the_smoke_graph_through_the_jobs_api_and_ray_down_stops_it(
     up = ray("up", str(config), "--yes", "--no-config-cache")
     (tmp_path / "ray_up.log").write_text(up.stdout + up.stderr)
     assert up.returncode == 0, up.stdout[-3000:] + up.stderr[-3000:]
-    auth = {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": (tmp_path / "token").read_text()}
+    auth = user_env(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=(tmp_path / "token").read_text())
     try:
         wait = subprocess.run([sys.executable, "-m", "pipeline", "cluster-wait", "--address", f"{HEAD}:{port}",
                                "--nodes", "2", "--timeout", "300"], env=auth, capture_output=True, text=True)
         assert wait.returncode == 0, wait.stderr
 
         jobs = f"http://{HEAD}:{dashboard}"
-        no_token = {key: value for key, value in os.environ.items() if not key.startswith("RAY_AUTH")}
-        refused = ray("job", "submit", "--address", jobs, "--", "true", env=no_token, timeout=60)
+        # No token in the environment (~/.ray/auth_token, if this machine has one, is not the cluster's)
+        refused = ray("job", "submit", "--address", jobs, "--", "true", env=user_env(), timeout=60)
         assert refused.returncode != 0 and "token" in (refused.stdout + refused.stderr).lower()
 
         # As docs/clusters.md shows: the artifact root and the MLflow URI as nmt run's own options.

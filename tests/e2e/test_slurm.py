@@ -1,12 +1,13 @@
 """``sbatch cluster/slurm.sbatch`` on a real Slurm (tests/slurm_cluster.py): the smoke
 graph to its report on a directory root; on an S3 root (the loopback SeaweedFS), a job
-``scancel``led while it trains, then submitted again, resuming from the store with the
-same keys. After each job, nothing of its Ray is left running."""
+given Slurm's early signal while it trains, then one ``scancel``led, then one that
+completes, each resuming the training from the store, under the same keys. After each
+job, nothing of its Ray is left running."""
 
 from __future__ import annotations
 
+import json
 import os
-import re
 import subprocess
 import sys
 import time
@@ -104,29 +105,74 @@ def test_sbatch_runs_the_smoke_graph_to_its_report_and_leaves_no_ray_behind(slur
     assert not ray_processes_of(job), ray_processes_of(job)
 
 
-def test_a_job_cancelled_while_it_trains_resumes_from_the_s3_store_with_the_same_keys(slurm, s3, multi30k,
-                                                                                       tmp_path):
+def marks(timeline: Path) -> list[tuple[str, str]]:
+    """(stage, event) of each mark the job's processes left (pipeline/core/timeline.py)."""
+    if not timeline.is_file():
+        return []
+    lines = [json.loads(line) for line in timeline.read_text().splitlines() if line.strip()]
+    return [(line["stage"], line["event"]) for line in lines]
+
+
+def test_a_job_signalled_then_one_cancelled_resume_from_the_s3_store_with_the_same_keys(slurm, s3, multi30k,
+                                                                                        tmp_path):
+    """Three jobs on one S3 root. The first gets the signal the script asks Slurm for
+    before its time limit (``--signal=B:USR1@120``, sent here with ``scancel
+    --signal=USR1 --batch``): its training checkpoints the update under way and the job
+    ends by itself. The second resumes there, with no update lost, and is ``scancel``led
+    past its next checkpoint. The third resumes from the store and completes the graph,
+    under the keys the first job planned."""
     root = s3.uri("slurm/smoke")
-    env = job_env(tmp_path, multi30k, s3.env())
+    timeline = tmp_path / "timeline.jsonl"  # every process of the jobs marks its stage's updates here
+    env = job_env(tmp_path, multi30k, {**s3.env(), "NMT_TIMELINE": str(timeline)})
     workdir = tmp_path / "job"
+
+    def wait_for_mark(job: str, found, what: str, timeout: float = 600):
+        deadline = time.time() + timeout
+        while not (value := found()):
+            assert slurm.job_state(job), f"job {job} ended before {what}:\n{job_log(workdir, job)[-4000:]}"
+            assert time.time() < deadline, f"no {what} in {timeout:.0f} s:\n{job_log(workdir, job)[-4000:]}"
+            time.sleep(0.5)
+        return value
+
+    def resumed_at(stage: str, since: int) -> list[int]:
+        """The updates ``stage`` resumed at, in the marks after the first ``since``."""
+        return [int(event.split()[-1]) for name, event in marks(timeline)[since:]
+                if name == stage and event.startswith("resumed at update")]
+
     first = submit(slurm, root, workdir, env)
-    deadline = time.time() + 600
-    while not re.search(r"train \w+_tiny", job_log(workdir, first)):  # a train stage's bar: it trains
-        assert slurm.job_state(first), f"the job ended before training:\n{job_log(workdir, first)[-4000:]}"
-        assert time.time() < deadline, job_log(workdir, first)[-4000:]
-        time.sleep(1)
-    slurm.run("scancel", first)
-    wait_gone(slurm, first, workdir, timeout=120)
+    training = wait_for_mark(first, lambda: next((stage for stage, event in marks(timeline)
+                                                  if stage.startswith("train/") and event == "update 3"), None),
+                             "a training's third update")
+    slurm.run("scancel", "--signal=USR1", "--batch", first)
+    wait_gone(slurm, first, workdir, timeout=120)  # it ends by itself: no SIGKILL comes
+    events = [event for stage, event in marks(timeline) if stage == training]
+    assert "preemption checkpointed" in events, (training, events, job_log(workdir, first)[-4000:])
+    checkpointed = max(int(event.split()[1]) for event in events[:events.index("preemption checkpointed")]
+                       if event.startswith("update "))
+    assert "stopped by SIGTERM" in job_log(workdir, first), job_log(workdir, first)[-4000:]
     time.sleep(2)
     assert not ray_processes_of(first), ray_processes_of(first)
-    before = graph_state(root, s3.env())
-    assert any(state != ArtifactState.CACHED for _, state in before.values())  # it was stopped short
+    planned = graph_state(root, s3.env())
+    assert planned[training][1] != ArtifactState.CACHED  # it was stopped short
 
-    second = submit(slurm, root, workdir, env)
-    wait_gone(slurm, second, workdir)
+    # (Ray Train may have begun its next attempt before the job stopped: marks from here.)
+    second, since = submit(slurm, root, workdir, env), len(marks(timeline))
+    wait_for_mark(second, lambda: resumed_at(training, since), f"{training} resuming")
+    assert resumed_at(training, since) == [checkpointed]  # no update lost
+    # Past its next periodic checkpoint (every 10 updates), then cancelled outright.
+    wait_for_mark(second, lambda: (training, f"update {(checkpointed // 10 + 1) * 10 + 2}") in marks(timeline),
+                  f"{training} past its next checkpoint")
+    slurm.run("scancel", second)
+    wait_gone(slurm, second, workdir, timeout=120)
+    time.sleep(2)
+    assert not ray_processes_of(second), ray_processes_of(second)
+
+    third, since = submit(slurm, root, workdir, env), len(marks(timeline))
+    wait_gone(slurm, third, workdir)
     after = graph_state(root, s3.env())
-    assert all(state == ArtifactState.CACHED for _, state in after.values()), job_log(workdir, second)[-4000:]
-    assert {name: key for name, (key, _) in after.items()} == {name: key for name, (key, _) in before.items()}
-    log = job_log(workdir, second)
-    assert "cache hit" in log  # what the first job committed was not computed again
-    assert not ray_processes_of(second)
+    assert all(state == ArtifactState.CACHED for _, state in after.values()), job_log(workdir, third)[-4000:]
+    assert {name: key for name, (key, _) in after.items()} == {name: key for name, (key, _) in planned.items()}
+    assert "cache hit" in job_log(workdir, third)  # what the jobs before committed was not computed again
+    resumed = resumed_at(training, since)
+    assert resumed and resumed[0] >= (checkpointed // 10 + 1) * 10, marks(timeline)[since:][:20]
+    assert not ray_processes_of(third)
