@@ -1,9 +1,8 @@
 """A subset of the fault-injection matrix (``benchmarks/faults.py``), one case of each
-kind: a killed driver, a lost worker, SIGTERM to the driver during training, the S3
-server restarted, a full disk and a corrupted cached copy (runs on one store at once:
-``test_concurrent_runs.py``). Each case's re-run must complete with the uninterrupted
-run's keys and data, nothing half-written left, the cause named where the first run
-failed, no data lost, and at most one update lost to the SIGTERM."""
+kind: a killed driver, a lost worker, the S3 server restarted, a full disk and a
+corrupted cached copy (runs on one store at once: ``test_concurrent_runs.py``). Each
+case's re-run must complete with the uninterrupted run's keys and data, nothing
+half-written left, the cause named where the first run failed, and no data lost."""
 
 from __future__ import annotations
 
@@ -31,7 +30,8 @@ def test_a_fault_of_each_kind_is_survived_with_no_data_lost(tmp_path, multi30k, 
     # ``s3`` only for its check that weed is installed: the matrix starts a server of its
     # own, which it stops and starts again.
     monkeypatch.setenv("NMT_MIRROR", str(multi30k))
-    cases = ["kill:tokenize", "worker:train/rnn_tiny", "term:train/transformer_tiny", "s3:tokenize", "corrupt:clean"]
+    # SIGTERM to the driver during training: tests/e2e/test_slurm.py (Slurm's early signal).
+    cases = ["kill:tokenize", "worker:train/rnn_tiny", "s3:tokenize", "corrupt:clean"]
     if can_mount_tmpfs(tmp_path):  # a filesystem of its own to fill: needs mount rights
         cases.append("disk:clean")
     rc = faults.main(["--cases", *cases, "--seed", "1", "--work", str(tmp_path / "work"),
