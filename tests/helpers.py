@@ -109,3 +109,19 @@ def smoke_briefly(max_steps: int) -> list[str]:
 def set_options(settings: list[str]) -> list[str]:
     """``settings`` as ``nmt run`` options: ``--set KEY=VALUE`` each."""
     return [word for setting in settings for word in ("--set", setting)]
+
+
+def processes_naming(text: str) -> list[str]:
+    """Running processes whose command line contains ``text``, each as "PID command":
+    what a test that must leave nothing behind finds left."""
+    import psutil
+
+    left = []
+    for process in psutil.process_iter():
+        try:
+            command = " ".join(process.cmdline())
+        except psutil.Error:  # ended, or a zombie, while looked at
+            continue
+        if text in command:
+            left.append(f"{process.pid} {command[:100]}")
+    return left

@@ -20,7 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
-import psutil
+from tests.helpers import processes_naming
 
 
 def available() -> str | None:
@@ -100,12 +100,6 @@ PidFile {self.dir / f'sshd-{address}.pid'}
             if process.poll() is None:
                 os.killpg(process.pid, signal.SIGKILL)
                 process.wait()
-        left = []
-        for process in psutil.process_iter():
-            try:
-                if str(self.dir) in " ".join(process.cmdline()):
-                    left.append(f"{process.pid} {' '.join(process.cmdline())[:100]}")
-            except psutil.Error:
-                pass
+        left = processes_naming(str(self.dir))
         shutil.rmtree(self.dir, ignore_errors=True)
         return left

@@ -16,11 +16,10 @@ import tempfile
 import time
 from pathlib import Path
 
-import psutil
 import pytest
 import yaml
 
-from tests.helpers import REPO, set_options, smoke_briefly
+from tests.helpers import REPO, processes_naming, set_options, smoke_briefly
 from tests.s3_server import free_port
 from tests.ssh_nodes import SshNodes, available
 
@@ -90,14 +89,7 @@ def ray(*args: str, env: dict | None = None, timeout: float = 600) -> subprocess
 
 
 def cluster_processes(nodes: Path) -> list[str]:
-    left = []
-    for process in psutil.process_iter():
-        try:
-            if f"{nodes}/" in " ".join(process.cmdline()):
-                left.append(f"{process.pid} {' '.join(process.cmdline())[:100]}")
-        except psutil.Error:
-            pass
-    return left
+    return processes_naming(f"{nodes}/")
 
 
 def test_ray_up_runs_the_smoke_graph_through_the_jobs_api_and_ray_down_stops_it(machines, multi30k, tmp_path):

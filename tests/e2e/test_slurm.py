@@ -13,13 +13,12 @@ import sys
 import time
 from pathlib import Path
 
-import psutil
 import pytest
 
 from pipeline.config import load_config
 from pipeline.core.artifacts import ArtifactState, ArtifactStore
 from pipeline.graph import plan
-from tests.helpers import REPO, set_options, smoke_briefly
+from tests.helpers import REPO, processes_naming, set_options, smoke_briefly
 from tests.s3_server import free_port
 from tests.slurm_cluster import SlurmCluster, available
 
@@ -65,14 +64,7 @@ def job_log(workdir: Path, job: str) -> str:
 
 def ray_processes_of(job: str) -> list[str]:
     """Processes of the job's Ray (its temp dir is in their command lines) still running."""
-    left = []
-    for process in psutil.process_iter():
-        try:
-            if f"/tmp/ray-{job}/" in " ".join(process.cmdline()):
-                left.append(f"{process.pid} {' '.join(process.cmdline())[:100]}")
-        except psutil.Error:
-            pass
-    return left
+    return processes_naming(f"/tmp/ray-{job}/")
 
 
 def wait_gone(slurm: SlurmCluster, job: str, workdir: Path, timeout: float = 900) -> None:

@@ -198,6 +198,18 @@ def registered_checkpoint(output: Path) -> str | None:
     return (snapshot.get("latest_checkpoint_result") or {}).get("checkpoint_dir_name")
 
 
+def the_worker_once_a_checkpoint_is_registered(run: subprocess.Popen, output: Path):
+    """The run's one Ray Train worker process, once Ray Train has registered a checkpoint
+    to restart from (a moment after its files are on disk)."""
+    deadline = time.time() + 300
+    while not registered_checkpoint(output) and time.time() < deadline:
+        assert run.poll() is None, "the run ended before Ray Train registered a checkpoint"
+        time.sleep(0.05)
+    workers = training_workers_below(run.pid)
+    assert len(workers) == 1
+    return workers[0]
+
+
 def assert_same_curve(expected: list[dict], got: list[dict]) -> None:
     assert [row["step"] for row in got] == [row["step"] for row in expected]
     for want, row in zip(expected, got):
@@ -222,19 +234,10 @@ def test_a_killed_run_resumes_from_its_checkpoint_and_follows_the_same_curve(tok
 
 
 def test_a_crashed_worker_is_restarted_by_ray_train_from_the_last_checkpoint(tokenized, tmp_path, uninterrupted):
-
     config, expected = uninterrupted
     output = tmp_path / "out"
     run = start_in_a_new_process(config, tokenized, output)
-    # Ray Train restarts from the checkpoints it has registered, which comes a moment
-    # after the files are on disk.
-    deadline = time.time() + 300
-    while not registered_checkpoint(output) and time.time() < deadline:
-        assert run.poll() is None, "the run ended before Ray Train registered a checkpoint"
-        time.sleep(0.05)
-    workers = training_workers_below(run.pid)
-    assert len(workers) == 1
-    workers[0].kill()
+    the_worker_once_a_checkpoint_is_registered(run, output).kill()
     assert run.wait(timeout=300) == 0, log_tail(output)
     report = json.loads((output / "train_report.json").read_text())
     assert report["metrics"]["restarts"] == 1 and report["metrics"]["steps"] == 40
@@ -364,13 +367,7 @@ def test_a_sigtermed_worker_checkpoints_the_update_under_way_and_the_run_resumes
     config, expected = uninterrupted
     output = tmp_path / "out"
     run = start_in_a_new_process(config, tokenized, output)
-    deadline = time.time() + 300
-    while not registered_checkpoint(output) and time.time() < deadline:
-        assert run.poll() is None, "the run ended before Ray Train registered a checkpoint"
-        time.sleep(0.05)
-    workers = training_workers_below(run.pid)
-    assert len(workers) == 1
-    workers[0].send_signal(signal.SIGTERM)
+    the_worker_once_a_checkpoint_is_registered(run, output).send_signal(signal.SIGTERM)
     assert run.wait(timeout=300) == 0, log_tail(output)
     events = [json.loads(line)["event"] for line in timeline.read_text().splitlines()]
     assert "preemption checkpointed" in events, events
