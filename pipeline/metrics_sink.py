@@ -89,10 +89,36 @@ class MetricsRelay:
 
 
 class RelayedSink:
-    """A stage's sink as its workers get it: rows to the relay, without waiting."""
+    """A stage's sink as its workers get it: rows to the relay, without waiting. Ray
+    orders a caller's calls to an actor, not calls from different processes: ``drain``
+    is how a worker makes sure its rows are logged before it says it is done, as a
+    ``flush`` from the driver could overtake rows still in flight from a worker."""
+
+    PRUNE_AT = 64  # calls kept before the ones already logged are let go
 
     def __init__(self, relay, run_id: str):
         self.relay, self.run_id = relay, run_id
+        self._sent: list = []  # this process's calls, as Ray object refs, not yet known to be logged
+
+    def __getstate__(self) -> dict:  # each process that unpickles the sink drains its own calls
+        return {"relay": self.relay, "run_id": self.run_id}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__(state["relay"], state["run_id"])
 
     def __call__(self, rows: list[dict]) -> None:
-        self.relay.log.remote(self.run_id, rows)
+        import ray
+
+        self._sent.append(self.relay.log.remote(self.run_id, rows))
+        if len(self._sent) >= self.PRUNE_AT:
+            self._sent = ray.wait(self._sent, num_returns=len(self._sent), timeout=0)[1]
+
+    def drain(self, timeout: float = 60.0) -> None:
+        """Return once every row this process sent is logged; best effort, as the rows are."""
+        import ray
+
+        sent, self._sent = self._sent, []
+        try:
+            ray.get(sent, timeout=timeout)
+        except Exception as error:  # a relay that died or hangs costs the curve its last points
+            warnings.warn(f"MLflow: {len(sent)} live metric call(s) to run {self.run_id} not confirmed: {error}")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import shutil
 import signal
 import socket
@@ -41,10 +42,26 @@ def kill_group(process: subprocess.Popen | None) -> None:
         process.wait()
 
 
+# Ports for the servers tests start: below the kernel's ephemeral range (32768 and up on
+# Linux), where an outgoing connection of any process may take a port between the moment
+# it was found free and the moment a server binds it (Ray's GCS failed to start so, once),
+# and above Ray's default worker ports (10002-19999).
+SERVER_PORTS = range(20000, 32768)
+_pick = random.SystemRandom()  # not the global generator, which a test may seed
+
+
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    """A port nothing listens on now, from ``SERVER_PORTS``, picked at random so that two
+    test processes rarely pick the same one."""
+    for _ in range(200):
+        port = _pick.choice(SERVER_PORTS)
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free port in {SERVER_PORTS.start}-{SERVER_PORTS.stop - 1}")
 
 
 @dataclass

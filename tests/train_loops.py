@@ -3,7 +3,6 @@ model, on the tokenize fixture, for tests that drive updates one at a time."""
 
 from __future__ import annotations
 
-import socket
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -11,6 +10,8 @@ from typing import Callable
 
 import pytest
 import torch
+
+from tests.s3_server import free_port
 
 
 @dataclass
@@ -28,9 +29,7 @@ def single_process_distributed(monkeypatch: pytest.MonkeyPatch, backend: str) ->
     """torch.distributed for a world of one, as DeepSpeed needs it."""
     import deepspeed
 
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     for name, value in {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1",
                         "MASTER_PORT": str(port)}.items():
         monkeypatch.setenv(name, value)

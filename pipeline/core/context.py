@@ -18,7 +18,7 @@ import functools
 from collections import Counter, deque
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Generic, Iterable, Iterator, TypeVar
+from typing import Any, Callable, Generic, Iterable, Iterator, Protocol, TypeVar
 
 from tqdm.auto import tqdm
 
@@ -54,6 +54,18 @@ class TrainingPlacement:
     callbacks: tuple = ()
 
 
+class MetricsSink(Protocol):
+    """Where a stage records rows with a ``step`` (a training curve) while it runs, from
+    any process it starts (pipeline/metrics_sink.py's ``RelayedSink`` under ``nmt run``)."""
+
+    def __call__(self, rows: list[dict]) -> None:
+        """Record ``rows``; may return before they are recorded."""
+
+    def drain(self) -> None:
+        """Return once every row this process passed is recorded: a stage's process
+        calls it before its stage may end."""
+
+
 ResourcesT = TypeVar("ResourcesT")
 
 
@@ -65,9 +77,9 @@ class StageContext(Generic[ResourcesT]):
     # Upstream name -> picklable callable that returns a local copy of that artifact on
     # whichever node calls it (training workers may run on other nodes than the stage).
     input_fetchers: dict[str, Callable[[], Path]] = field(default_factory=dict)
-    # Takes rows with a ``step`` (a training curve) and records them while the stage
-    # runs, from any process; None when nothing is tracking (stages called directly).
-    metrics_sink: Callable[[list[dict]], None] | None = None
+    # Records rows with a ``step`` (a training curve) while the stage runs, from any
+    # process; None when nothing is tracking (stages called directly).
+    metrics_sink: MetricsSink | None = None
     # What only this stage uses (its package's RESOURCES); None: the type's defaults.
     resources: ResourcesT | None = None
 

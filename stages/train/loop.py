@@ -72,6 +72,8 @@ class TrainLoop:
             self._run()
         finally:
             preemption.TRAINING.clear()
+        if self.metrics_sink is not None:  # the curve complete in the tracker before the stage ends
+            self.metrics_sink.drain()
 
     def _run(self) -> None:
         training, progress = self.training, self.progress

@@ -7,7 +7,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -22,6 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.helpers import slice_multi30k, small_config, write_config
+from tests.s3_server import free_port
 
 pytestmark = pytest.mark.slow
 MODEL = "transformer_tiny"
@@ -73,9 +73,7 @@ def serve_process(experiment, bystander_ray, request) -> tuple[subprocess.Popen,
     if ingress == "haproxy" and shutil.which("haproxy") is None:
         pytest.skip("no haproxy binary (tests/install_system_packages.sh installs it)")
     config, env = experiment
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     log = config.parent / "serve.log"
     process = subprocess.Popen(
         [sys.executable, "-m", "pipeline", "serve", str(config), "--model", MODEL, "--port", str(port),

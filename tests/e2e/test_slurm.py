@@ -139,15 +139,18 @@ def test_a_job_signalled_then_one_cancelled_resume_from_the_s3_store_with_the_sa
     wait_gone(slurm, first, workdir, timeout=120)  # it ends by itself: no SIGKILL comes
     events = [event for stage, event in marks(timeline) if stage == training]
     assert "preemption checkpointed" in events, (training, events, job_log(workdir, first)[-4000:])
-    checkpointed = max(int(event.split()[1]) for event in events[:events.index("preemption checkpointed")]
-                       if event.startswith("update "))
+    # Ray Train may have begun another attempt before the driver ended: it too was
+    # signalled, so the job's last update is the one its last checkpoint holds.
+    last = len(events) - 1 - events[::-1].index("preemption checkpointed")
+    updates = [int(event.split()[1]) for event in events if event.startswith("update ")]
+    checkpointed = max(int(event.split()[1]) for event in events[:last] if event.startswith("update "))
+    assert max(updates) == checkpointed, events  # no update past it
     assert "stopped by SIGTERM" in job_log(workdir, first), job_log(workdir, first)[-4000:]
     time.sleep(2)
     assert not ray_processes_of(first), ray_processes_of(first)
     planned = graph_state(root, s3.env())
     assert planned[training][1] != ArtifactState.CACHED  # it was stopped short
 
-    # (Ray Train may have begun its next attempt before the job stopped: marks from here.)
     second, since = submit(slurm, root, workdir, env), len(marks(timeline))
     wait_for_mark(second, lambda: resumed_at(training, since), f"{training} resuming")
     assert resumed_at(training, since) == [checkpointed]  # no update lost
