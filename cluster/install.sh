@@ -3,11 +3,25 @@
 # Used by the README, by .ci/run and by the Ray cluster's setup_commands, so every
 # machine gets the same install.
 #
-# The order matters: torch first (pinned, so pip takes the local CPU wheel or the
-# cluster image's CUDA build instead of resolving a new one), then DeepSpeed, which
-# compiles against the installed torch and so needs --no-build-isolation.
+# The order matters: torch first, pinned, then DeepSpeed, which compiles against the
+# installed torch and so needs --no-build-isolation.
+#
+# Which torch: a torch 2.13.0 already installed is kept (a cluster image's CUDA build, a
+# CPU build installed by hand). Otherwise, on a machine with an NVIDIA driver
+# (nvidia-smi), PyPI's build, which is CUDA's; on one without, the CPU build from
+# PyTorch's CPU index (NMT_TORCH_CPU_INDEX), which pip prefers to PyPI's multi-gigabyte
+# CUDA build of the same version. Offline, that index is skipped after a few retries and
+# whatever index or wheel directory pip is configured with serves the pin.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-python3 -m pip install --quiet --disable-pip-version-check "torch==2.13.0"
-python3 -m pip install --quiet --disable-pip-version-check --no-build-isolation "deepspeed>=0.15"
-python3 -m pip install --quiet --disable-pip-version-check -e "${here}[dev]"
+pip=(python3 -m pip install --quiet --disable-pip-version-check)
+torch_pin="torch==2.13.0"
+if python3 -c 'import sys, torch; sys.exit(torch.__version__.split("+")[0] != "2.13.0")' 2>/dev/null; then
+    echo "install.sh: keeping the installed torch $(python3 -c 'import torch; print(torch.__version__)')"
+elif command -v nvidia-smi >/dev/null 2>&1; then
+    "${pip[@]}" "${torch_pin}"
+else
+    "${pip[@]}" "${torch_pin}" --extra-index-url "${NMT_TORCH_CPU_INDEX:-https://download.pytorch.org/whl/cpu}"
+fi
+"${pip[@]}" --no-build-isolation "deepspeed>=0.15"
+"${pip[@]}" -e "${here}[dev]"

@@ -11,11 +11,13 @@ from typing import List, Literal, Optional
 import typer
 from rich.logging import RichHandler
 
-from pipeline.commands.output import console
+from pipeline.commands.console import console
 from pipeline.core.hardware import Precision
-from stages.shared.inference.search import DEFAULT_SEARCH
+from stages.shared.inference.search_defaults import SEARCH_DEFAULTS
 
-app = typer.Typer(add_completion=False, no_args_is_help=True,
+# Plain help (click's formatter): rich's, which Typer uses where rich is installed, took
+# a third of the 0.3 s `nmt --help` may take (benchmarks/cli_speed.py).
+app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
                   help="Parallel corpus to trained, evaluated translation models, as a cached Ray task graph.")
 
 ConfigArg = typer.Argument(..., help="Experiment YAML file (configs/*.yaml).")
@@ -53,7 +55,7 @@ def run(
     address: Optional[str] = typer.Option(None, "--address", envvar="RAY_ADDRESS",
                                           help="Ray cluster to join; default: start a local instance."),
     tracking_uri: Optional[str] = typer.Option(None, "--tracking-uri", envvar="MLFLOW_TRACKING_URI",
-                                               help="MLflow tracking URI; default: sqlite:///./mlflow.db"),
+                                               help="MLflow tracking URI; default: sqlite:///./mlflow.db."),
 ) -> None:
     """Run the stage graph, reusing every artifact that is already cached."""
     from pipeline.commands.run import run_experiment
@@ -98,7 +100,7 @@ def report(
     title: Optional[str] = typer.Option(None, help="Report title; default: the sources' names."),
     artifact_root: Optional[str] = RootOpt,
     tracking_uri: Optional[str] = typer.Option(None, "--tracking-uri", envvar="MLFLOW_TRACKING_URI",
-                                               help="MLflow tracking URI for run ids; default: sqlite:///./mlflow.db"),
+                                               help="MLflow tracking URI for run ids; default: sqlite:///./mlflow.db."),
 ) -> None:
     """One comparison table and plots over the models of several configs or MLflow runs."""
     from pipeline.commands.report import compare_sources
@@ -112,21 +114,21 @@ def translate(
                                            "or an experiment YAML with --model."),
     model_name: Optional[str] = typer.Option(None, "--model", help="Which model of the experiment YAML."),
     input_file: Optional[Path] = typer.Option(None, "--input", "-i", help="Text to translate; default: stdin."),
-    beam_size: int = typer.Option(DEFAULT_SEARCH.beam_size, "--beam-size", "--beam", help="Beam size; 1 is greedy."),
-    nbest: int = typer.Option(DEFAULT_SEARCH.nbest, "--nbest", help="Print the N best as 'line ||| text ||| score'."),
-    length_penalty: float = typer.Option(DEFAULT_SEARCH.length_penalty, "--length-penalty", help="GNMT alpha."),
-    max_length_a: float = typer.Option(DEFAULT_SEARCH.max_length_a, "--max-length-a",
+    beam_size: int = typer.Option(SEARCH_DEFAULTS.beam_size, "--beam-size", "--beam", help="Beam size; 1 is greedy."),
+    nbest: int = typer.Option(SEARCH_DEFAULTS.nbest, "--nbest", help="Print the N best of each input line as 'INDEX ||| text ||| score', INDEX the 0-based input line."),
+    length_penalty: float = typer.Option(SEARCH_DEFAULTS.length_penalty, "--length-penalty", help="GNMT alpha."),
+    max_length_a: float = typer.Option(SEARCH_DEFAULTS.max_length_a, "--max-length-a",
                                        help="At most a x source length + b output tokens."),
-    max_length_b: int = typer.Option(DEFAULT_SEARCH.max_length_b, "--max-length-b",
+    max_length_b: int = typer.Option(SEARCH_DEFAULTS.max_length_b, "--max-length-b",
                                      help="At most a x source length + b output tokens."),
-    min_length: int = typer.Option(DEFAULT_SEARCH.min_length, "--min-length",
+    min_length: int = typer.Option(SEARCH_DEFAULTS.min_length, "--min-length",
                                    help="Tokens before EOS may end a hypothesis."),
     batch_size: int = typer.Option(32, "--batch-size", min=1, help="Sentences per batch."),
     workers: int = typer.Option(1, "--workers", min=1,
                                 help="Decode this many batches at once, each in a process of its own with an equal "
                                      "share of the CPU threads (CPU only; 2 on 2 cores decodes ~1.25x faster)."),
-    device: str = typer.Option(DEFAULT_SEARCH.device, "--device", help="cpu, cuda, cuda:1, ..."),
-    precision: Precision = typer.Option(DEFAULT_SEARCH.precision, "--precision",
+    device: str = typer.Option(SEARCH_DEFAULTS.device, "--device", help="cpu, cuda, cuda:1, ..."),
+    precision: Precision = typer.Option(SEARCH_DEFAULTS.precision, "--precision",
                                         help="auto: bf16 where the device runs it natively, else fp32 (fp16 on "
                                              "older GPUs); bf16 and fp16 are autocast."),
     alignment: bool = typer.Option(False, "--alignment",
@@ -147,7 +149,7 @@ def translate(
 def attention(
     model: Path = typer.Argument(..., help="A model file, a train artifact directory, or an experiment YAML "
                                            "with --model."),
-    text: str = typer.Option(..., "--input", "-i", help="The source sentence."),
+    text: str = typer.Option(..., "--input", "-i", help="The source sentence. Required."),
     output: Path = typer.Option(Path("attention"), "--output", "-o", help="Directory for the PNGs and index.html."),
     model_name: Optional[str] = typer.Option(None, "--model", help="Which model of the experiment YAML."),
     beam: int = typer.Option(4, "--beam", min=1, help="Beam size of the translation the maps are taken on."),
@@ -165,8 +167,9 @@ def export(
     model: Path = typer.Argument(..., help="A model file, a train artifact directory, or an experiment YAML "
                                            "with --model."),
     format: Literal["ctranslate2", "huggingface"] = typer.Option(
-        ..., "--format", "-f", help="huggingface: a MarianMTModel and its tokenizer."),
-    output: Path = typer.Option(..., "--output", "-o", help="The directory to write."),
+        ..., "--format", "-f", help="ctranslate2: a CTranslate2 model directory (--quantization picks its weights); "
+                     "huggingface: a MarianMTModel and its tokenizer, for Transformers. Required."),
+    output: Path = typer.Option(..., "--output", "-o", help="The directory to write. Required."),
     model_name: Optional[str] = typer.Option(None, "--model", help="Which model of the experiment YAML."),
     quantization: Optional[str] = typer.Option(
         None, "--quantization", help="ctranslate2 weights: int8, int8_float32, int8_float16, int8_bfloat16, "
@@ -190,7 +193,7 @@ def serve(
                              help="Address to listen on. The default answers this machine only; 0.0.0.0 "
                                   "answers every interface (the API has no authentication: put it behind "
                                   "one that does)."),
-    port: int = typer.Option(8000, "--port", min=1, max=65535),
+    port: int = typer.Option(8000, "--port", min=1, max=65535, help="TCP port the HTTP API listens on."),
     backend: Literal["ours", "ctranslate2"] = typer.Option(
         "ours", "--backend", help="ours: the pipeline's beam search; ctranslate2: the model exported to "
                                   "CTranslate2 in each replica."),

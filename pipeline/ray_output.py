@@ -13,6 +13,11 @@ noise or failures in a run's log:
   ``LoggingConfig(log_level="WARNING")``.
 Ray's own log files (``/tmp/ray/session_latest/logs``) keep every line.
 
+Ray colours each line's prefix, ``(raylet)``, ``(train pid=...)``, and its "[repeated Nx
+across cluster]" notes, whatever the console is: where stdout or stderr is not a
+terminal (a log file, a batch job's output), the codes are stripped from what it prints
+there (``plain_text``).
+
 Ray offers no public hook for this; the driver's printer is a handler named
 ``ray_print_logs`` on ``ray._private.ray_logging.global_worker_stdstream_dispatcher``,
 which ``filter_worker_output`` wraps. Should a Ray release rename it, nothing is
@@ -21,10 +26,14 @@ filtered and nothing breaks.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
+import sys
 
 log = logging.getLogger("nmt")
+
+_COLOUR = re.compile(r"\x1b\[[0-9;]*m")
 
 # [2026-11-25 09:18:48,664 E 23884 23914] core_worker.cc:2465: ...
 _CORE_LOG_LINE = re.compile(r"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+ ([DIWEF]) \d+ \d+\] \S+\.(?:cc|h):\d+:")
@@ -57,7 +66,31 @@ def filter_worker_output() -> None:
     def print_filtered(data: dict) -> None:
         lines = [line for line in data.get("lines", []) if not is_internal_noise(line)]
         if lines:
-            printer({**data, "lines": lines})
+            # Ray's printer writes to whatever sys.stdout and sys.stderr are when it prints.
+            with contextlib.redirect_stdout(plain_text(sys.stdout)), contextlib.redirect_stderr(plain_text(sys.stderr)):
+                printer({**data, "lines": lines})
 
     dispatcher.remove_handler("ray_print_logs")
     dispatcher.add_handler("ray_print_logs", print_filtered)
+
+
+class _WithoutColour:
+    """A text stream that passes on what is written to it without ANSI colour codes."""
+
+    def __init__(self, stream):
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        return self._stream.write(_COLOUR.sub("", text))
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
+
+
+def plain_text(stream):
+    """``stream`` itself where it is a terminal, else a wrapper that strips colour codes."""
+    try:
+        terminal = stream.isatty()
+    except (AttributeError, ValueError):  # no isatty, or a closed stream
+        terminal = False
+    return stream if terminal else _WithoutColour(stream)

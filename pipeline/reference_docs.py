@@ -15,6 +15,7 @@ that was not regenerated.
 from __future__ import annotations
 
 import argparse
+import ast
 import inspect
 import re
 import sys
@@ -53,12 +54,43 @@ def type_name(annotation) -> str:
     origin = typing.get_origin(annotation)
     if origin is typing.Literal:
         return " \\| ".join(f"`{value}`" for value in typing.get_args(annotation))
+    if origin is typing.Annotated:
+        return type_name(typing.get_args(annotation)[0])
     if origin in (typing.Union, types.UnionType):
         return " \\| ".join(type_name(arg) for arg in typing.get_args(annotation))
     if origin is not None:
         args = ", ".join(type_name(arg) for arg in typing.get_args(annotation))
         return f"{origin.__name__}[{args}]"
+    if isinstance(annotation, type) and issubclass(annotation, Section):
+        kind = annotation.model_fields.get("type")
+        if kind is not None and typing.get_origin(kind.annotation) is typing.Literal:
+            return f"section (`type: {typing.get_args(kind.annotation)[0]}`)"
+        return "section"
     return getattr(annotation, "__name__", str(annotation))
+
+
+BOUNDS = {"gt": ">", "ge": ">=", "lt": "<", "le": "<=", "min_length": "length >=", "max_length": "length <="}
+
+
+def bounds_text(field) -> str:
+    """The field's numeric bounds (``Field(gt=0, le=64)``) as ``> 0, <= 64``."""
+    found = []
+    for constraint in field.metadata:
+        for name, sign in BOUNDS.items():
+            value = getattr(constraint, name, None)
+            if value is not None:
+                found.append(f"{sign} {value:g}" if isinstance(value, float) else f"{sign} {value}")
+    return ", ".join(found)
+
+
+def yaml_value(value) -> str:
+    """A default as the YAML a user writes: null, true, [1, 2], 'auto' as auto."""
+    import yaml
+
+    if isinstance(value, tuple):
+        value = list(value)
+    text = yaml.safe_dump(value, default_flow_style=True, width=10_000).strip()
+    return text.removesuffix("\n...").removesuffix("...").strip()
 
 
 def sections_of(cls: type[BaseModel], seen: list) -> list:
@@ -67,11 +99,44 @@ def sections_of(cls: type[BaseModel], seen: list) -> list:
         return seen
     seen.append(cls)
     for field in cls.model_fields.values():
-        for arg in [field.annotation, *typing.get_args(field.annotation),
-                    *(a for arg in typing.get_args(field.annotation) for a in typing.get_args(arg))]:
-            if isinstance(arg, type) and issubclass(arg, Section):
-                sections_of(arg, seen)
+        for arg in section_types(field.annotation):
+            sections_of(arg, seen)
     return seen
+
+
+def section_types(annotation) -> list[type]:
+    """The section classes an annotation holds (through lists, unions and Annotated)."""
+    if isinstance(annotation, type) and issubclass(annotation, Section):
+        return [annotation]
+    return [found for arg in typing.get_args(annotation) for found in section_types(arg)]
+
+
+def yaml_paths(root: type[BaseModel]) -> dict[type, list[str]]:
+    """Each section class -> where it sits in an experiment YAML (``train``,
+    ``download.train``, ``models[]``); a class used in several places has several."""
+    paths: dict[type, list[str]] = {root: []}
+    pending = [(root, "")]
+    while pending:
+        cls, prefix = pending.pop(0)
+        for name, field in cls.model_fields.items():
+            is_list = typing.get_origin(field.annotation) is list or any(
+                typing.get_origin(arg) is list for arg in typing.get_args(field.annotation))
+            path = f"{prefix}{name}{'[]' if is_list else ''}"
+            for section in section_types(field.annotation):
+                if section not in paths:
+                    pending.append((section, f"{path}."))
+                paths.setdefault(section, []).append(path)
+    return paths
+
+
+def section_heading(cls: type, paths: list[str]) -> str:
+    if not paths:
+        return "The top level"
+    where = ", ".join(f"`{path}:`" for path in paths)
+    kind = cls.model_fields.get("type")
+    if kind is not None and typing.get_origin(kind.annotation) is typing.Literal:
+        where += f" with `type: {typing.get_args(kind.annotation)[0]}`"
+    return where
 
 
 def default_text(field) -> str:
@@ -80,7 +145,49 @@ def default_text(field) -> str:
     value = field.default_factory() if field.default_factory is not None else field.default
     if isinstance(value, BaseModel):
         return "its defaults"
-    return f"`{value!r}`" if value not in ({}, []) else f"`{value}`"
+    return f"`{yaml_value(value)}`"
+
+
+def validation_rules(cls: type) -> list[str]:
+    """What a section refuses beyond each key's type and bounds: the message of every
+    ``raise ValueError(...)`` in the class's own code, its values shown as {name}."""
+    tree = ast.parse(_dedented_source(cls))
+    constants = {name: value for name, value in vars(sys.modules[cls.__module__]).items() if isinstance(value, str)}
+    rules = []
+    for node in sorted(ast.walk(tree), key=lambda node: getattr(node, "lineno", 0)):  # in source order
+        if (isinstance(node, ast.Raise) and isinstance(node.exc, ast.Call) and getattr(node.exc.func, "id", "")
+                == "ValueError" and node.exc.args):
+            rules.append(_message_text(node.exc.args[0], constants))
+    return list(dict.fromkeys(rule for rule in rules if rule))
+
+
+def _dedented_source(cls: type) -> str:
+    import textwrap
+
+    return textwrap.dedent(inspect.getsource(cls))
+
+
+def _message_text(node: ast.AST, constants: dict[str, str]) -> str:
+    """A raised message as text: a module's string constants filled in, each value
+    shown as {its name} (the field's name for a validator's ``info.field_name``)."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value
+    if isinstance(node, ast.JoinedStr):
+        parts = []
+        for value in node.values:
+            if isinstance(value, ast.Constant):
+                parts.append(str(value.value))
+            else:  # a value: its name where it is one, else an ellipsis
+                expression = ast.unparse(value.value).replace("self.", "").replace("info.field_name", "field")
+                expression = re.sub(r"^(\w+)\[[^\]]*\]$", r"\1", expression)  # fractions[0]: {fractions}
+                if expression in constants:
+                    parts.append(constants[expression])
+                else:
+                    parts.append(f"{{{expression}}}" if re.fullmatch(r"[\w.]+", expression) else "{...}")
+        return "".join(parts)
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        return _message_text(node.left, constants) + _message_text(node.right, constants)
+    return ""
 
 
 def configuration_page() -> str:
@@ -88,17 +195,24 @@ def configuration_page() -> str:
 
     out = [HEADER, "# Configuration reference\n\n",
            "Every key of an experiment YAML, section by section, with its type, default and what\n"
-           "it does. Unknown keys are refused with the closest valid one. `--set section.key=value`\n"
-           "overrides any of them on the command line.\n\n"]
+           "it does, then the rules a section checks beyond each key's type (the messages a config\n"
+           "that breaks them is refused with; `{name}` stands for the value found). Unknown keys are\n"
+           "refused with the closest valid one. `--set section.key=value` overrides any key on the\n"
+           "command line.\n\n"]
+    paths = yaml_paths(ExperimentConfig)
     for cls in sections_of(ExperimentConfig, []):
         doc = inspect.cleandoc(cls.__doc__ or "").split("\n\n")[0].replace("\n", " ")
-        out.append(f"## `{cls.__name__}`\n\n{doc}\n\n")
+        out.append(f"## {section_heading(cls, paths.get(cls, []))}\n\n{doc}\n\n")
         out.append("| key | type | default | description |\n|---|---|---|---|\n")
         comments = source_comments_of_hierarchy(cls)
         for name, field in cls.model_fields.items():
             said = [text for text in (field.description, comments.get(name)) if text]
             description = " ".join(said).replace("|", "\\|")
-            out.append(f"| `{name}` | {type_name(field.annotation)} | {default_text(field)} | {description} |\n")
+            kind = ", ".join(part for part in (type_name(field.annotation), bounds_text(field)) if part)
+            out.append(f"| `{name}` | {kind} | {default_text(field)} | {description} |\n")
+        rules = validation_rules(cls)
+        if rules:
+            out.append("\nRefused:\n\n" + "".join(f"- {rule}\n" for rule in rules))
         out.append("\n")
     return "".join(out).rstrip() + "\n"
 
@@ -120,20 +234,35 @@ def cli_page() -> str:
     from pipeline.cli import app
 
     command = typer.main.get_command(app)
-    out = [HEADER, "# Command reference\n\n", "`nmt --help` and `nmt COMMAND --help` print the same.\n\n"]
     context = click.Context(command, info_name="nmt")
+    out = [HEADER, "# Command reference\n\n",
+           "`nmt --help` and `nmt COMMAND --help` print the same. An option that reads an environment\n"
+           "variable when it is not given names it; a required argument or option says so.\n\n",
+           "## Global options\n\n`nmt [GLOBAL OPTIONS] COMMAND ...`\n\n", params_table(command.params)]
     for name in command.list_commands(context):
         sub = command.get_command(context, name)
-        out.append(f"## `nmt {name}`\n\n{inspect.cleandoc(sub.help or '')}\n\n")
-        out.append("| option | default | description |\n|---|---|---|\n")
-        for param in sub.params:
-            names = ", ".join(f"`{opt}`" for opt in param.opts) if param.param_type_name == "option" \
-                else f"`{param.name.upper()}` (argument)"
-            default = "" if param.required or param.default in (None, [], ()) else f"`{param.default}`"
-            help_text = (getattr(param, "help", "") or "").replace("|", "\\|").replace("\n", " ")
-            out.append(f"| {names} | {default} | {help_text} |\n")
-        out.append("\n")
+        out.append(f"## `nmt {name}`\n\n{inspect.cleandoc(sub.help or '')}\n\n{params_table(sub.params)}")
     return "".join(out).rstrip() + "\n"
+
+
+def params_table(params: list) -> str:
+    rows = ["| option | default | description |\n|---|---|---|\n"]
+    for param in params:
+        if param.param_type_name == "option":
+            names = ", ".join(f"`{opt}`" for opt in [*param.opts, *param.secondary_opts])
+        else:
+            names = f"`{param.name.upper()}` (argument)"
+        if param.required:
+            default = "required"
+        elif param.default in (None, [], ()) or getattr(param, "is_flag", False) and param.default is False:
+            default = ""
+        else:
+            default = f"`{param.default}`"
+        help_text = (getattr(param, "help", "") or "").replace("|", "\\|").replace("\n", " ")
+        if getattr(param, "envvar", None):
+            help_text += f" Environment: `{param.envvar}`."
+        rows.append(f"| {names} | {default} | {help_text.strip()} |\n")
+    return "".join(rows) + "\n"
 
 
 PAGES = {"configuration.md": configuration_page, "cli.md": cli_page}

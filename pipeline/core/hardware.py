@@ -9,7 +9,7 @@
 | CPU with AMX or AVX512-BF16          | bf16 | bf16    | refused | fp32 |
 | CPU without (AVX2, AVX512 alone)     | fp32 | refused | refused | fp32 |
 
-A CPU without native bf16 emulates it: a bf16 matrix product runs hundreds of times
+A CPU without native bf16 emulates it: a bf16 matrix product runs many times
 slower than fp32 on an AVX2-only AMD EPYC, and oneDNN has no bf16 LSTM there at all
 (autocast crashes the RNN). So an explicit bf16 on such a CPU is refused with a
 message naming the config key, never silently run. fp16 on a CPU is refused too:
@@ -17,7 +17,7 @@ without a GPU's loss scaling it is neither fast nor safe.
 
 A CPU counts as bf16-native when torch's CPU checks report AMX tiles or AVX512-BF16
 and a short probe agrees: a bf16 matrix product must run at least half as fast as fp32
-(emulated bf16 runs tens to hundreds of times slower), and oneDNN must build a bf16
+(emulated bf16 runs many times slower), and oneDNN must build a bf16
 LSTM. ``NMT_CPU_BF16=0`` makes the pipeline treat the CPU as
 lacking bf16 (so ``auto`` means fp32): on any machine, that approximates an
 AVX2-only CPU, and it is how the test suite runs the path such a CPU takes.
@@ -110,7 +110,7 @@ def _cpu_device(bf16_setting: str) -> Device:
         return Device("cpu", name, capability, False, f"{CPU_BF16_ENV}={bf16_setting} treats this CPU as lacking bf16")
     if len(features) == 1:
         return Device("cpu", name, capability, False,
-                      "no AMX or AVX512-BF16, so bf16 matrix products are emulated (hundreds of times slower "
+                      "no AMX or AVX512-BF16, so bf16 matrix products are emulated (many times slower "
                       "than fp32) and oneDNN has no bf16 LSTM")
     problem = _bf16_probe_problem()
     if problem:
@@ -125,7 +125,7 @@ def _bf16_probe_problem(rate: Callable[[str], float] | None = None) -> str:
     import torch
 
     fp32, bf16 = (rate or _matmul_rate)("float32"), (rate or _matmul_rate)("bfloat16")
-    # Emulated bf16 runs tens to hundreds of times slower than fp32, native bf16 at
+    # Emulated bf16 runs many times slower than fp32, native bf16 at
     # least as fast (3.4x on a Zen 4 with AVX512-BF16). A quarter of fp32's rate lies
     # far from both, so that processes probing side by side on busy cores (a train
     # worker, the evaluate task beside it) reach the same verdict: thresholds at fp32's

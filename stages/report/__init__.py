@@ -35,7 +35,10 @@ from stages.report.config import ReportStageConfig
 # 11: each family's envelope and its saturating and power laws, judged by leave-one-out;
 # FLOPs for a BLEU and crossovers only inside the measured range
 # 12: each tuned model size's chosen learning rate and the loss of every rate tried
-VERSION = 13
+# 13: the envelope, IsoFLOP curves and laws judge each run by its last validation loss
+# 14: figure legends off the data (one legend below the panels); the frontier names a
+# family's model where it has one
+VERSION = 14
 # The files of each upstream artifact the report reads (besides its manifest): never
 # the train stage's checkpoints; of an evaluation, what the significance tests score.
 READS = {TRAIN: ("metrics.jsonl",), EVALUATE: ("hypotheses.txt", "reference.txt"), TUNE: ("choice.json",)}

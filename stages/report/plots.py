@@ -64,7 +64,9 @@ def frontier_figure(comparison: dict, title: str):
         means = [group["bleu"]["mean"] for group in groups]
         spread = [group["bleu"]["std"] or 0.0 for group in groups]
         marker = marker_of(family)
-        (line,) = axes.plot(*_law_points(row, row["valid_from"], row["valid_to"], np), label=f"{family}: "
+        models = sorted({group["model"] for group in groups})
+        name = models[0] if len(models) == 1 else family  # the model's name, as the report's tables give it
+        (line,) = axes.plot(*_law_points(row, row["valid_from"], row["valid_to"], np), label=f"{name}: "
                             f"BLEU ∝ FLOPs^{row['b']:.2f}")
         axes.errorbar(flops, means, yerr=spread, fmt=marker, color=line.get_color(), capsize=0)
         for start, end in ((row["valid_from"] / EXTRAPOLATE, row["valid_from"]),
@@ -86,7 +88,8 @@ def isoflop_figure(comparison: dict, title: str):
     parameters, one curve per budget through its sizes' means over seeds; the envelope's
     size at each budget ringed."""
     families = [entry["family"] for entry in comparison["laws"]]
-    figure, grid = plt.subplots(2, len(families), figsize=(4.2 * len(families), 7.0), squeeze=False)
+    figure, grid = plt.subplots(2, len(families), figsize=(4.2 * len(families), 7.4), squeeze=False,
+                                layout="constrained")
     for column, entry in enumerate(comparison["laws"]):
         chosen = {(point["budget"], point["model"]) for point in entry["envelope"]}
         groups = [group for group in comparison["groups"] if group["family"] == entry["family"] and group["budget"]]
@@ -106,7 +109,9 @@ def isoflop_figure(comparison: dict, title: str):
             axes.grid(True, which="both", alpha=0.3)
             if row == 0:
                 axes.set_title(entry["family"])
-                axes.legend(fontsize=7)
+    # One legend for every panel, below them: the budgets take the same colours in each.
+    handles, labels = grid[0][0].get_legend_handles_labels()
+    figure.legend(handles, labels, loc="outside lower center", ncol=len(labels), fontsize=8)
     figure.suptitle(f"{title}: IsoFLOP curves (ringed: the best size at each budget)")
     return figure
 
@@ -196,27 +201,36 @@ def _curves(records: list[dict], curves: dict[str, list[dict]], x_field: str, x_
 
 def _bleu_curves(records: list[dict], curves: dict[str, list[dict]], path: Path, title: str) -> None:
     """Validation loss (left) next to BLEU during training (right): the validation
-    split solid, the fixed sample of training pairs dashed, against updates."""
-    figure, (loss_axes, bleu_axes) = plt.subplots(1, 2, figsize=(11, 4.4))
+    split solid, the fixed sample of training pairs dashed, against updates. One legend
+    below both panels, one entry per run (its colour and marker) and two for the line
+    styles, so that it never covers the curves however many runs there are."""
+    from matplotlib.lines import Line2D
+
+    figure, (loss_axes, bleu_axes) = plt.subplots(1, 2, figsize=(11, 4.4), layout="constrained")
+    runs = []
     for record in records:
         points = curves.get(record["name"]) or []
         marker = marker_of(record["family"])
         losses = [point for point in points if "valid_loss" in point]
         line, = loss_axes.plot([p["step"] for p in losses], [p["valid_loss"] for p in losses], marker=marker,
-                               markersize=3, label=record["name"])
+                               markersize=3)
+        runs.append(Line2D([], [], color=line.get_color(), marker=marker, markersize=4, label=record["name"]))
         scored = [point for point in points if "valid_bleu" in point]
         bleu_axes.plot([p["step"] for p in scored], [p["valid_bleu"] for p in scored], marker=marker,
-                       markersize=3, color=line.get_color(), label=f"{record['name']} valid")
+                       markersize=3, color=line.get_color())
         sampled = [point for point in scored if "train_bleu" in point]
         if sampled:
             bleu_axes.plot([p["step"] for p in sampled], [p["train_bleu"] for p in sampled], linestyle="--",
-                           color=line.get_color(), label=f"{record['name']} train sample")
+                           color=line.get_color())
+    styles = [Line2D([], [], color="grey", label="validation split"),
+              Line2D([], [], color="grey", linestyle="--", label="training sample")]
     loss_axes.set_ylabel("validation loss (nats per target token)")
     bleu_axes.set_ylabel("BLEU during training (decoded, sacreBLEU)")
     for axes in (loss_axes, bleu_axes):
         axes.set_xlabel("updates")
         axes.grid(True, alpha=0.3)
-        axes.legend(fontsize=7)
+    handles = runs + styles
+    figure.legend(handles=handles, loc="outside lower center", ncol=min(len(handles), 5), fontsize=7)
     figure.suptitle(title)
     _save(figure, path)
 
@@ -243,7 +257,8 @@ def lr_sensitivity_figure(comparison: dict, title: str):
 
 
 def _save(figure, path: Path) -> None:
-    figure.tight_layout()
+    if figure.get_layout_engine() is None:  # a figure laid out as it was made (constrained) keeps that
+        figure.tight_layout()
     figure.savefig(path, dpi=120)
     plt.close(figure)
 

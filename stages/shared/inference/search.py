@@ -12,6 +12,7 @@ from pydantic import Field, model_validator
 
 from pipeline.core.hardware import Precision
 from pipeline.core.section import Section
+from stages.shared.inference.search_defaults import SEARCH_DEFAULTS as DEFAULTS
 
 
 # Upper bounds of every search setting, so that no request or config can ask for a
@@ -32,27 +33,28 @@ def output_room(positions: int | None, source_tokens: int) -> int | None:
 class SearchSettings(Section):
     """Beam search with GNMT's length penalty (Wu et al. 2016, section 7).
 
-    Defaults are Vaswani et al. (2017), section 6.1: beam 4, length penalty alpha 0.6,
-    at most source length + 50 tokens (``max_length_a * |x| + max_length_b``). Every
+    Defaults (search_defaults.py) are Vaswani et al. (2017), section 6.1: beam 4, length
+    penalty alpha 0.6, at most source length + 50 tokens (``max_length_a * |x| +
+    max_length_b``). Every
     number is finite and bounded (``MAX_*`` above); the model's own limit (its
     positions, ``output_room``) is applied where it is loaded (``beam.max_output_lengths``).
     """
 
-    beam_size: int = Field(default=4, gt=0, le=MAX_BEAM_SIZE, description="Beam size; 1 is greedy.")
-    nbest: int = Field(default=1, gt=0, description="Hypotheses kept per sentence, best first (at most beam_size).")
-    length_penalty: float = Field(default=0.6, ge=0.0, le=10.0, allow_inf_nan=False,
+    beam_size: int = Field(default=DEFAULTS.beam_size, gt=0, le=MAX_BEAM_SIZE, description="Beam size; 1 is greedy.")
+    nbest: int = Field(default=DEFAULTS.nbest, gt=0, description="Hypotheses kept per sentence, best first (at most beam_size).")
+    length_penalty: float = Field(default=DEFAULTS.length_penalty, ge=0.0, le=10.0, allow_inf_nan=False,
                                   description="GNMT's alpha (CTranslate2: the exponent of the length).")
-    max_length_a: float = Field(default=1.0, ge=0.0, le=MAX_LENGTH_A, allow_inf_nan=False,
+    max_length_a: float = Field(default=DEFAULTS.max_length_a, ge=0.0, le=MAX_LENGTH_A, allow_inf_nan=False,
                                 description="At most a * source length + b output tokens.")
-    max_length_b: int = Field(default=50, gt=0, le=MAX_OUTPUT_TOKENS,
+    max_length_b: int = Field(default=DEFAULTS.max_length_b, gt=0, le=MAX_OUTPUT_TOKENS,
                               description="At most a * source length + b output tokens.")
     # fairseq's default of 1: a weak model's likeliest output is often the empty one.
-    min_length: int = Field(default=1, ge=0, le=MAX_OUTPUT_TOKENS,
+    min_length: int = Field(default=DEFAULTS.min_length, ge=0, le=MAX_OUTPUT_TOKENS,
                             description="Tokens before EOS may end a hypothesis (below each sentence's maximum).")
     # auto: bf16 where the device runs it natively, else fp32; fp16 on older GPUs
     # (pipeline/core/hardware.py), resolved on the device that decodes. bf16 and fp16 are autocast.
-    precision: Precision = Field(default="auto", description="Autocast precision.")
-    device: str = Field(default="cpu", pattern=r"^(cpu|cuda(:\d+)?)$", description="cpu, cuda, cuda:1, ...")
+    precision: Precision = Field(default=DEFAULTS.precision, description="Autocast precision.")
+    device: str = Field(default=DEFAULTS.device, pattern=r"^(cpu|cuda(:\d+)?)$", description="cpu, cuda, cuda:1, ...")
 
     @model_validator(mode="after")
     def _consistent(self) -> SearchSettings:

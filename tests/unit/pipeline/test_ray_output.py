@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import io
+
 import pytest
 
-from pipeline.ray_output import is_internal_noise
+from pipeline.ray_output import is_internal_noise, plain_text
 
 
 @pytest.mark.parametrize("line", [
@@ -26,3 +28,16 @@ def test_ray_internals_below_warning_and_known_benign_lines_are_dropped(line):
 ])
 def test_warnings_errors_and_our_own_lines_pass(line):
     assert not is_internal_noise(line)
+
+
+def test_colour_codes_are_stripped_where_the_stream_is_not_a_terminal():
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    line = "\x1b[33m(raylet)\x1b[0m WARNING: ...\x1b[32m [repeated 2x across cluster]\x1b[0m\n"
+    log_file, terminal = io.StringIO(), Terminal()
+    plain_text(log_file).write(line)
+    plain_text(terminal).write(line)
+    assert log_file.getvalue() == "(raylet) WARNING: ... [repeated 2x across cluster]\n"
+    assert terminal.getvalue() == line

@@ -15,14 +15,34 @@ def test_the_committed_page_is_what_the_code_generates(name):
         f"docs/{name} differs from the code: run python -m pipeline.reference_docs"
 
 
-def test_the_configuration_page_gives_every_key_its_type_default_and_description():
+def test_the_configuration_page_is_headed_by_yaml_keys_with_yaml_defaults_and_every_rule():
     page = reference_docs.configuration_page()
-    assert "| `max_tokens` | int | `4096` | Tokens per batch and side on each worker" in page
-    assert "| `precision` | `auto` \\| `fp32` \\| `bf16` \\| `fp16` | `'auto'` |" in page
-    # A description written in a parent section (SearchSettings) reaches EvaluateConfig's table.
-    evaluate = page.split("## `EvaluateConfig`")[1].split("## ")[0]
-    assert ("| `min_length` | int | `1` | Tokens before EOS may end a hypothesis (below each sentence's maximum). "
-            "fairseq's default of 1") in evaluate
+    assert "\n## `train:`\n" in page and "\n## `evaluate:`\n" in page and "\n## `models[]:`\n" in page
+    assert "## `download.train:`, `download.valid:`, `download.test:` with `type: tsv`" in page
+    assert "| `max_tokens` | int, > 0 | `4096` | Tokens per batch and side on each worker" in page
+    assert "| `precision` | `auto` \\| `fp32` \\| `bf16` \\| `fp16` | `auto` |" in page
+    assert "| `train` | section \\| null | `null` |" in page  # YAML's null, not Python's None
+    # A description written in a parent section (SearchSettings) reaches the evaluate table.
+    evaluate = page.split("## `evaluate:`")[1].split("\n## ")[0]
+    assert ("| `min_length` | int, >= 0, <= 1024 | `1` | Tokens before EOS may end a hypothesis (below each "
+            "sentence's maximum). fairseq's default of 1") in evaluate
+    # What each section's validators refuse, from the messages they raise.
+    train = page.split("## `train:`")[1].split("\n## ")[0]
+    for rule in ("- set at least one budget: max_steps, max_epochs, max_train_tokens, max_train_flops or max_wall_time",
+                 "- average_last cannot exceed keep_checkpoints",
+                 "- average_fraction ({average_fraction}) must be below decay_fraction ({decay_fraction})"):
+        assert rule in train
+    assert "- needs at least two distinct rates to choose among; got {value}" in page.split("## `tune:`")[1]
+
+
+def test_validation_rules_are_the_raised_messages_with_values_named():
+    class Example:
+        def check(self):
+            if self.low > self.high:
+                raise ValueError(f"low ({self.low}) exceeds high ({self.high})")
+            raise ValueError("a plain " "message")
+
+    assert reference_docs.validation_rules(Example) == ["low ({low}) exceeds high ({high})", "a plain message"]
 
 
 def test_the_command_page_lists_every_command_and_its_options():
@@ -30,6 +50,14 @@ def test_the_command_page_lists_every_command_and_its_options():
     for command in ("run", "status", "verify", "report", "translate", "attention", "inspect", "export", "serve"):
         assert f"## `nmt {command}`" in page
     assert "| `--beam-size`, `--beam` | `4` | Beam size; 1 is greedy. |" in page
+    globals_ = page.split("## Global options")[1].split("\n## ")[0]
+    assert "| `--verbose`, `-v` |" in globals_ and "| `--version` |" in globals_
+    export = page.split("## `nmt export`")[1].split("\n## ")[0]
+    assert "| `--format`, `-f` | required | ctranslate2: " in export and "huggingface: " in export
+    assert "| `--output`, `-o` | required |" in export
+    assert "Environment: `NMT_ARTIFACT_ROOT`." in export
+    serve = page.split("## `nmt serve`")[1].split("\n## ")[0]
+    assert "| `--port` | `8000` | TCP port the HTTP API listens on. |" in serve
 
 
 def test_source_comments_are_read_above_and_beside_a_field():

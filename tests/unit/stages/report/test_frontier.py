@@ -54,15 +54,17 @@ def test_a_crossing_at_a_bleu_no_model_can_score_is_not_reported():
 
 def test_the_frontier_plot_has_one_line_per_family_on_log_axes():
     groups, laws = [], []
-    for family, exponent in (("rnn", 0.3), ("transformer", 0.2), ("decoder_only", 0.25)):
+    for family, model, exponent in (("rnn", "rnn_gru", 0.3), ("transformer", "transformer_tiny", 0.2),
+                                    ("decoder_only", "decoder_only_tiny", 0.25)):
         flops = [1e12, 1e13, 1e14]
-        groups += [{"family": family, "train_flops": c, "bleu": {"mean": 0.01 * c ** exponent, "std": 0.5}}
-                   for c in flops]
+        groups += [{"family": family, "model": model, "train_flops": c,
+                    "bleu": {"mean": 0.01 * c ** exponent, "std": 0.5}} for c in flops]
         laws.append(fit_power_law(family, flops, [0.01 * c ** exponent for c in flops]))
     figure = frontier_figure({"groups": groups, "frontier": frontier_rows(laws)}, "sweep")
     axes = figure.axes[0]
     labelled = [line.get_label() for line in axes.get_lines() if not line.get_label().startswith("_")]
-    assert [label.split(":")[0] for label in labelled] == ["rnn", "transformer", "decoder_only"]
+    # Each family's line named by its model, as the report's tables name it.
+    assert [label.split(":")[0] for label in labelled] == ["rnn_gru", "transformer_tiny", "decoder_only_tiny"]
     assert axes.get_xscale() == axes.get_yscale() == "log"
     assert math.isclose(float(labelled[0].split("^")[1]), 0.3, abs_tol=0.005)
 
@@ -71,7 +73,7 @@ def test_the_frontier_plot_never_draws_a_law_above_bleu_100_or_far_past_the_budg
     # The sweep's steep Transformer law: 4x past its last budget it would pass BLEU 100.
     flops = [3e12, 6e12, 1.2e13, 2.4e13]
     law = fit_power_law("transformer", flops, [5.0, 12.0, 22.0, 60.0])
-    groups = [{"family": "transformer", "train_flops": c, "bleu": {"mean": b, "std": None}}
+    groups = [{"family": "transformer", "model": "transformer_tiny", "train_flops": c, "bleu": {"mean": b, "std": None}}
               for c, b in zip(flops, [5.0, 12.0, 22.0, 60.0])]
     assert law.bleu(2.4e13 * 4) > 100  # what the old 4x extrapolation would have drawn
     axes = frontier_figure({"groups": groups, "frontier": frontier_rows([law])}, "sweep").axes[0]

@@ -1,0 +1,17 @@
+"""Every file of this repository the README and docs name exists (a test, a benchmark,
+a report, a config, a module): a page never sends a reader to a path that moved."""
+
+from __future__ import annotations
+
+import re
+
+from tests.helpers import REPO
+
+PATH = re.compile(r"\b(?:benchmarks|cluster|configs|docs|pipeline|stages|tests)/[\w./-]*\.(?:py|md|sh|yaml|sbatch|json)\b")
+
+
+def test_every_repository_path_the_docs_name_exists():
+    pages = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+    named = {(page.name, path) for page in pages for path in PATH.findall(page.read_text())}
+    missing = sorted((page, path) for page, path in named if not (REPO / path).exists())
+    assert not missing, missing
