@@ -5,14 +5,15 @@ export, serve)."""
 from __future__ import annotations
 
 import logging
+import sys
 from pathlib import Path
 from typing import List, Literal, Optional
 
 import typer
-from rich.logging import RichHandler
 
 from pipeline.commands.console import console
 from pipeline.core.hardware import Precision
+from pipeline.ray_output import plain_text
 from stages.shared.inference.search_defaults import SEARCH_DEFAULTS
 
 # Plain help (click's formatter): rich's, which Typer uses where rich is installed, took
@@ -40,6 +41,10 @@ def _print_version(value: bool) -> None:
 def main(verbose: bool = typer.Option(False, "--verbose", "-v", help="Debug logging."),
          show_version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
                                            help="Print the version and exit.")) -> None:
+    from rich.logging import RichHandler  # here: `nmt --help` need not load it
+
+    # Ray's colour codes kept out of log files and batch jobs' output (pipeline/ray_output.py).
+    sys.stdout, sys.stderr = plain_text(sys.stdout), plain_text(sys.stderr)
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, format="%(message)s",
                         handlers=[RichHandler(console=console, show_path=False, show_time=False)])
 

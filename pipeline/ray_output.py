@@ -14,9 +14,10 @@ noise or failures in a run's log:
 Ray's own log files (``/tmp/ray/session_latest/logs``) keep every line.
 
 Ray colours each line's prefix, ``(raylet)``, ``(train pid=...)``, and its "[repeated Nx
-across cluster]" notes, whatever the console is: where stdout or stderr is not a
-terminal (a log file, a batch job's output), the codes are stripped from what it prints
-there (``plain_text``).
+across cluster]" notes, whatever the console is, and prints some of them (the repeated
+lines it held back) outside any handler: the ``nmt`` command wraps its stdout and stderr
+where they are not terminals (a log file, a batch job's output) in ``plain_text``, which
+strips the codes.
 
 Ray offers no public hook for this; the driver's printer is a handler named
 ``ray_print_logs`` on ``ray._private.ray_logging.global_worker_stdstream_dispatcher``,
@@ -26,10 +27,8 @@ filtered and nothing breaks.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import re
-import sys
 
 log = logging.getLogger("nmt")
 
@@ -66,9 +65,7 @@ def filter_worker_output() -> None:
     def print_filtered(data: dict) -> None:
         lines = [line for line in data.get("lines", []) if not is_internal_noise(line)]
         if lines:
-            # Ray's printer writes to whatever sys.stdout and sys.stderr are when it prints.
-            with contextlib.redirect_stdout(plain_text(sys.stdout)), contextlib.redirect_stderr(plain_text(sys.stderr)):
-                printer({**data, "lines": lines})
+            printer({**data, "lines": lines})
 
     dispatcher.remove_handler("ray_print_logs")
     dispatcher.add_handler("ray_print_logs", print_filtered)
@@ -88,7 +85,10 @@ class _WithoutColour:
 
 
 def plain_text(stream):
-    """``stream`` itself where it is a terminal, else a wrapper that strips colour codes."""
+    """``stream`` itself where it is a terminal (or wrapped already), else a wrapper that
+    strips colour codes."""
+    if isinstance(stream, _WithoutColour):
+        return stream
     try:
         terminal = stream.isatty()
     except (AttributeError, ValueError):  # no isatty, or a closed stream
