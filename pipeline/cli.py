@@ -154,7 +154,7 @@ def translate(
 def attention(
     model: Path = typer.Argument(..., help="A model file, a train artifact directory, or an experiment YAML "
                                            "with --model."),
-    text: str = typer.Option(..., "--input", "-i", help="The source sentence. Required."),
+    text: str = typer.Option(..., "--input", "-i", help="The source sentence."),
     output: Path = typer.Option(Path("attention"), "--output", "-o", help="Directory for the PNGs and index.html."),
     model_name: Optional[str] = typer.Option(None, "--model", help="Which model of the experiment YAML."),
     beam: int = typer.Option(4, "--beam", min=1, help="Beam size of the translation the maps are taken on."),
@@ -173,8 +173,8 @@ def export(
                                            "with --model."),
     format: Literal["ctranslate2", "huggingface"] = typer.Option(
         ..., "--format", "-f", help="ctranslate2: a CTranslate2 model directory (--quantization picks its weights); "
-                     "huggingface: a MarianMTModel and its tokenizer, for Transformers. Required."),
-    output: Path = typer.Option(..., "--output", "-o", help="The directory to write. Required."),
+                     "huggingface: a MarianMTModel and its tokenizer, for Transformers."),
+    output: Path = typer.Option(..., "--output", "-o", help="The directory to write."),
     model_name: Optional[str] = typer.Option(None, "--model", help="Which model of the experiment YAML."),
     quantization: Optional[str] = typer.Option(
         None, "--quantization", help="ctranslate2 weights: int8, int8_float32, int8_float16, int8_bfloat16, "
@@ -258,8 +258,8 @@ def serve(
 @app.command("cluster-wait")
 def cluster_wait(
     address: str = typer.Option(..., "--address", envvar="RAY_ADDRESS",
-                                help="The head's GCS address, HOST:PORT (6379 by default). Required."),
-    nodes: int = typer.Option(..., "--nodes", min=1, help="Nodes that must be alive, the head included. Required."),
+                                help="The head's GCS address, HOST:PORT (6379 by default)."),
+    nodes: int = typer.Option(..., "--nodes", min=1, help="Nodes that must be alive, the head included."),
     timeout: float = typer.Option(300.0, "--timeout", min=1.0, help="Seconds to wait before failing."),
 ) -> None:
     """Wait until a Ray cluster's head answers and NODES nodes are alive; exit 1 with what

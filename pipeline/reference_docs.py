@@ -19,6 +19,7 @@ import ast
 import inspect
 import re
 import sys
+import textwrap
 import types
 import typing
 from pathlib import Path
@@ -62,10 +63,8 @@ def type_name(annotation) -> str:
         args = ", ".join(type_name(arg) for arg in typing.get_args(annotation))
         return f"{origin.__name__}[{args}]"
     if isinstance(annotation, type) and issubclass(annotation, Section):
-        kind = annotation.model_fields.get("type")
-        if kind is not None and typing.get_origin(kind.annotation) is typing.Literal:
-            return f"section (`type: {typing.get_args(kind.annotation)[0]}`)"
-        return "section"
+        kind = source_type(annotation)
+        return f"section (`type: {kind}`)" if kind else "section"
     return getattr(annotation, "__name__", str(annotation))
 
 
@@ -133,10 +132,17 @@ def section_heading(cls: type, paths: list[str]) -> str:
     if not paths:
         return "The top level"
     where = ", ".join(f"`{path}:`" for path in paths)
-    kind = cls.model_fields.get("type")
-    if kind is not None and typing.get_origin(kind.annotation) is typing.Literal:
-        where += f" with `type: {typing.get_args(kind.annotation)[0]}`"
-    return where
+    kind = source_type(cls)
+    return f"{where} with `type: {kind}`" if kind else where
+
+
+def source_type(cls: type) -> str | None:
+    """The ``type:`` value that picks this section among a union's (``files`` for
+    FilesSource), or None for a section that is not one of several."""
+    field = cls.model_fields.get("type")
+    if field is not None and typing.get_origin(field.annotation) is typing.Literal:
+        return typing.get_args(field.annotation)[0]
+    return None
 
 
 def default_text(field) -> str:
@@ -162,8 +168,6 @@ def validation_rules(cls: type) -> list[str]:
 
 
 def _dedented_source(cls: type) -> str:
-    import textwrap
-
     return textwrap.dedent(inspect.getsource(cls))
 
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pipeline.commands.output import console, fail
+from pipeline.commands.console import console
+from pipeline.commands.output import fail
 
 
 def export_files(model: Path, model_name: str | None, format: str, output: Path, quantization: str | None,

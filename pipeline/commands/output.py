@@ -12,7 +12,6 @@ from rich.table import Table
 
 from pipeline.core.artifacts import ArtifactStore
 from pipeline.config import ConfigError, ExperimentConfig, load_config
-from pipeline.commands.console import console  # noqa: F401 (the commands' console, re-exported)
 from pipeline.core.object_store import redact
 
 

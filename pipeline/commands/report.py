@@ -5,8 +5,8 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+from pipeline.commands.console import console
 from pipeline.commands.output import (
-    console,
     fail,
     load_experiment,
     open_store,

@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING
 import yaml
 from rich.table import Table
 
+from pipeline.commands.console import console
 from pipeline.commands.output import (
-    console,
     fail,
     human_bytes,
     load_experiment,

@@ -9,7 +9,8 @@ import threading
 import time
 from pathlib import Path
 
-from pipeline.commands.output import console, fail
+from pipeline.commands.console import console
+from pipeline.commands.output import fail
 
 INGRESSES = ("ray", "haproxy")
 # Ray Serve's switch from its Python HTTP proxy to HAProxy; its controller reads it at start.

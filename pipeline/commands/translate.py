@@ -6,7 +6,8 @@ import sys
 import time
 from pathlib import Path
 
-from pipeline.commands.output import console, fail, load_experiment, open_store
+from pipeline.commands.console import console
+from pipeline.commands.output import fail, load_experiment, open_store
 from stages.shared.inference.search import SearchSettings
 
 

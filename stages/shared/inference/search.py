@@ -35,8 +35,7 @@ class SearchSettings(Section):
 
     Defaults (search_defaults.py) are Vaswani et al. (2017), section 6.1: beam 4, length
     penalty alpha 0.6, at most source length + 50 tokens (``max_length_a * |x| +
-    max_length_b``). Every
-    number is finite and bounded (``MAX_*`` above); the model's own limit (its
+    max_length_b``). Every number is finite and bounded (``MAX_*`` above); the model's own limit (its
     positions, ``output_room``) is applied where it is loaded (``beam.max_output_lengths``).
     """
 
