@@ -63,11 +63,6 @@ site=${NMT_SITE:-/tmp/nmt-site}
 device=cuda
 if [ "$dry_run" = 1 ]; then
     device=cpu
-    # DeepSpeed compiles its CPU shared-memory allreduce at a train stage's start and
-    # keeps it in TORCH_EXTENSIONS_DIR, keyed by the paths of its sources and of torch:
-    # this environment's and the main installation's differ, so in one directory each
-    # would rebuild the other's (47 s on 2 cores) at its next train stage.
-    export TORCH_EXTENSIONS_DIR=$work/torch_extensions
 fi
 
 # The packed parts, unpacked once per archive (a warm machine keeps them between calls),

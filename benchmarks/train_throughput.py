@@ -94,10 +94,10 @@ class DeepSpeedStep:
     """One training step through the train stage's DeepSpeed engine (one process)."""
 
     def __init__(self, model, batch, precision: str, device: str):
-        import deepspeed
-
         from stages.train.config import TrainConfig
-        from stages.train.engine import build_engine
+        from stages.train.engine import build_engine, import_deepspeed
+
+        deepspeed = import_deepspeed()
 
         if not torch.distributed.is_initialized():
             with socket.socket() as probe:

@@ -27,7 +27,9 @@ class LoopUnderTest:
 
 def single_process_distributed(monkeypatch: pytest.MonkeyPatch, backend: str) -> None:
     """torch.distributed for a world of one, as DeepSpeed needs it."""
-    import deepspeed
+    from stages.train.engine import import_deepspeed
+
+    deepspeed = import_deepspeed()
 
     port = free_port()
     for name, value in {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1",

@@ -40,18 +40,38 @@ def build_engine(model: torch.nn.Module, training: TrainConfig, precision: str,
     return engine
 
 
+# DeepSpeed's CPU shared-memory allreduce, a C++ extension: see skip_inference_allreduce_build.
+INFERENCE_ALLREDUCE_OP = "deepspeed_shm_comm"
+
+
+def skip_inference_allreduce_build(deepspeed) -> None:
+    """Tell DeepSpeed not to build its CPU shared-memory allreduce. Its communication
+    backend builds that extension at every engine's start on a CPU (47 s on 2 cores the
+    first time on a machine), for tensor-parallel inference's ``inference_all_reduce``
+    alone; training reduces gradients through torch.distributed and never calls it. The
+    build also takes torch's lock file, which a process killed mid-build (a preempted
+    worker, a deadline) leaves behind: every later build on that machine then waited on
+    it forever, with no message. DeepSpeed keeps the result of its op probe in one
+    module-level dict so that edits to it persist; an op marked incompatible there is
+    not built."""
+    compatible = getattr(deepspeed.ops, "__compatible_ops__", None)
+    if isinstance(compatible, dict):
+        compatible[INFERENCE_ALLREDUCE_OP] = False
+
+
 def import_deepspeed():
-    """``deepspeed``, imported without MLflow. DeepSpeed's autotuner imports MLflow
+    """``deepspeed``, imported without MLflow, and told not to build its CPU inference
+    allreduce (skip_inference_allreduce_build). DeepSpeed's autotuner imports MLflow
     whenever it is installed, to log tuning trials; training never uses it, and importing
     it cost each train worker 0.9 s of a 2-core CPU before its first update
     (benchmarks/stage_overhead.py). MLflow stays importable afterwards."""
     if "deepspeed" in sys.modules or "mlflow" in sys.modules:
         import deepspeed
-
-        return deepspeed
-    sys.modules["mlflow"] = None  # an import of it raises ImportError: DeepSpeed goes without
-    try:
-        import deepspeed
-    finally:
-        del sys.modules["mlflow"]
+    else:
+        sys.modules["mlflow"] = None  # an import of it raises ImportError: DeepSpeed goes without
+        try:
+            import deepspeed
+        finally:
+            del sys.modules["mlflow"]
+    skip_inference_allreduce_build(deepspeed)
     return deepspeed
