@@ -13,9 +13,9 @@ def inspect_models(config: Path, overrides: list[str], artifact_root: str | None
                    tgt_len: float | None) -> None:
     from pipeline.core.artifacts import ArtifactState
     from pipeline.graph import find_stage, plan
-    from stages.shared.models.build import build_model
-    from stages.tokenize import read_index
+    from stages.shared.models.families import family
     from stages.shared.models.flops import cost_summary
+    from stages.tokenize import read_index
 
     experiment = load_experiment(config, overrides)
     if not experiment.models:
@@ -23,7 +23,7 @@ def inspect_models(config: Path, overrides: list[str], artifact_root: str | None
     store = open_store(experiment, artifact_root)
     tokenize = find_stage(plan(experiment, store), "tokenize")
     src_vocab = tgt_vocab = experiment.bpe.vocab_size
-    tags, source = (4, 5), "bpe.vocab_size from the config; lengths default to 25 (run the data stages for real ones)"
+    source = "bpe.vocab_size from the config; lengths default to 25 (run the data stages for real ones)"
     mean_src = mean_tgt = 25.0
     if tokenize.status.state == ArtifactState.CACHED:
         index = read_index(store.local_path("tokenize", tokenize.key))
@@ -41,11 +41,11 @@ def inspect_models(config: Path, overrides: list[str], artifact_root: str | None
                   "train FLOPs/tok", "6ND/tok", title=f"{experiment.name}: {src_len:.1f} source and {tgt_len:.1f} "
                   f"target tokens per pair")
     for spec in (sized for model in experiment.models for sized in model.at_sizes()):  # one row per size
-        try:
-            model = build_model(spec.family, spec.preset, spec.settings, src_vocab, tgt_vocab, tags)
+        try:  # counted from the config, without building the model (or importing torch)
+            config = family(spec.family).resolve(spec.preset, spec.settings)
+            cost = cost_summary(spec.family, config, src_vocab, tgt_vocab, src_len, tgt_len)
         except ValueError as error:
             fail(f"model {spec.name!r}: {error}", 2)
-        cost = cost_summary(model, src_len, tgt_len)
         table.add_row(spec.name, spec.family, spec.preset, *(f"{cost[k] / 1e6:,.2f}M" for k in
                       ("total", "embedding", "non_embedding", "forward_flops_per_tgt_token",
                        "train_flops_per_tgt_token", "six_nd_per_tgt_token")))

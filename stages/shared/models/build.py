@@ -12,6 +12,5 @@ def build_model(family_name: str, preset: str, settings: dict, src_vocab: int, t
     """``language_tag_ids`` (source, target) are used by a family that reads tagged
     sequences (the decoder-only one)."""
     record = family(family_name)
-    if record.joint_vocabulary and src_vocab != tgt_vocab:
-        raise ValueError(f"the {family_name} family needs a joint vocabulary (bpe.joint: true)")
+    record.check_vocabularies(src_vocab, tgt_vocab)
     return record.build(record.resolve(preset, settings), src_vocab, tgt_vocab, language_tag_ids, pad_id)

@@ -33,6 +33,8 @@ class ModelFamily:
 
     ``build(config, src_vocab, tgt_vocab, language_tag_ids, pad_id)`` makes the model
     (an ``nn.Module`` with the decoding interface of ``stages/shared/models/__init__.py``).
+    ``parameter_layout(config, src_vocab, tgt_vocab)`` counts its parameters from its config,
+    without building it (``stages/shared/models/parameter_layout.py``).
     ``forward_flops(model, src_len, tgt_len, source_logits)`` counts one teacher-forced
     forward pass over a sentence pair (``stages/shared/models/flops.py`` says what is counted);
     ``source_logits`` matters only to a family whose training also predicts the source,
@@ -49,6 +51,7 @@ class ModelFamily:
     config: type  # a frozen dataclass of the family's hyperparameters
     presets: Mapping[str, Any]  # named sizes: a paper's, cited in the config's docstring, and CPU ones
     build: Callable[..., Any]
+    parameter_layout: Callable[..., Any]
     forward_flops: Callable[..., int]
     plot_marker: str  # matplotlib marker of the family in the report's plots
     joint_vocabulary: bool = False  # needs one vocabulary for both languages (bpe.joint: true)
@@ -64,6 +67,11 @@ class ModelFamily:
     attention_modules: Callable[[Any], list] = lambda model: []
     ctranslate2: Ctranslate2Export | None = None
     marian: bool = False  # Hugging Face's MarianMTModel can hold it (export --format huggingface)
+
+    def check_vocabularies(self, src_vocab: int, tgt_vocab: int) -> None:
+        """ValueError where the family needs one vocabulary and the sides have two."""
+        if self.joint_vocabulary and src_vocab != tgt_vocab:
+            raise ValueError(f"the {self.name} family needs a joint vocabulary (bpe.joint: true)")
 
     def resolve(self, preset: str, overrides: Mapping[str, Any]):
         """The preset's config with ``overrides`` applied; ValueError names a bad preset or key."""

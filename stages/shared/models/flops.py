@@ -19,31 +19,48 @@ is about half of the forward FLOPs. Embedding lookups are left out, as Kaplan et
 
 from __future__ import annotations
 
-from torch import nn
+from dataclasses import dataclass
+from typing import Any
 
-from stages.shared.models.families import family_of
+from stages.shared.models.families import family, family_of
 
 
-def forward_flops(model: nn.Module, src_len: int, tgt_len: int, source_logits: bool = True) -> int:
+@dataclass(frozen=True)
+class OutputShape:
+    out_features: int  # the output projection's width: the target vocabulary
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """What the FLOPs of a family read from a model (``family``, ``config``,
+    ``output.out_features``), without its weights or torch: ``nmt inspect`` counts a
+    config's models from it as from built ones."""
+
+    family: str
+    config: Any
+    output: OutputShape
+
+
+def forward_flops(model, src_len: int, tgt_len: int, source_logits: bool = True) -> int:
     """One teacher-forced forward pass over a pair, counted by the model's family.
     ``source_logits=False``: a family that also predicts its source (the decoder-only
     model's reconstruction loss) leaves the source positions unprojected."""
     return family_of(model).forward_flops(model, src_len, tgt_len, source_logits)
 
 
-def training_flops(model: nn.Module, src_len: int, tgt_len: int, source_logits: bool = True) -> int:
+def training_flops(model, src_len: int, tgt_len: int, source_logits: bool = True) -> int:
     """3 x forward. ``source_logits=False``: an update that does not predict the source."""
     return 3 * forward_flops(model, src_len, tgt_len, source_logits)
 
 
-def projects_source(model: nn.Module, step: int) -> bool:
+def projects_source(model, step: int) -> bool:
     """Whether update ``step`` computes source logits: only where the model's family
     also predicts the source at that step (stages/shared/models/loss.py)."""
     predicts_source = family_of(model).predicts_source
     return predicts_source is not None and predicts_source(model, step)
 
 
-def decoding_flops(model: nn.Module, src_len: int, tgt_len: int, beam_size: int) -> int:
+def decoding_flops(model, src_len: int, tgt_len: int, beam_size: int) -> int:
     """Estimated FLOPs to translate one sentence of ``src_len`` tokens into ``tgt_len``
     (EOS included) with a beam of ``beam_size``: the work that depends on the source
     alone (the encoder, or the decoder-only model's source prefix) once, the work the
@@ -61,12 +78,15 @@ def decoding_flops(model: nn.Module, src_len: int, tgt_len: int, beam_size: int)
     return source_part + beam_size * target_part
 
 
-def parameter_counts(model: nn.Module) -> dict[str, int]:
-    """Total, embedding (token and learned position tables) and non-embedding parameters.
+def parameter_counts(model) -> dict[str, int]:
+    """Total, embedding (token and learned position tables) and non-embedding parameters
+    of a built model.
 
     Tied matrices count once. The output projection counts as embedding when it is
     tied to the target embedding, and as non-embedding otherwise.
     """
+    from torch import nn
+
     unique = {id(p): p for p in model.parameters()}
     embedding_ids = {id(m.weight) for m in model.modules() if isinstance(m, nn.Embedding)}
     total = sum(p.numel() for p in unique.values())
@@ -74,10 +94,12 @@ def parameter_counts(model: nn.Module) -> dict[str, int]:
     return {"total": total, "embedding": embedding, "non_embedding": total - embedding}
 
 
-def parameter_sides(model: nn.Module) -> dict[str, int]:
-    """Parameters by the tokens they are applied to: ``encoder`` (the source's: the
-    encoder, and the RNN's bridge from it), ``output`` (the output projection, tied or
-    not) and ``decoder`` (the rest but the embedding tables)."""
+def parameter_sides(model) -> dict[str, int]:
+    """A built model's parameters by the tokens they are applied to: ``encoder`` (the
+    source's: the encoder, and the RNN's bridge from it), ``output`` (the output
+    projection, tied or not) and ``decoder`` (the rest but the embedding tables)."""
+    from torch import nn
+
     embedding_ids = {id(m.weight) for m in model.modules() if isinstance(m, nn.Embedding)}
     output_ids = {id(p) for p in model.output.parameters()}
     sides, seen = {"encoder": 0, "decoder": 0, "output": 0}, set()
@@ -93,21 +115,31 @@ def parameter_sides(model: nn.Module) -> dict[str, int]:
     return sides
 
 
-def six_nd(model: nn.Module, src_tokens: float, tgt_tokens: float) -> float:
-    """6 x each side's parameters x the tokens that side is applied to (see above)."""
-    sides = parameter_sides(model)
-    if family_of(model).one_stack:
+def six_nd(model, src_tokens: float, tgt_tokens: float) -> float:
+    """6 x each side's parameters x the tokens that side is applied to (see above), for
+    a built model."""
+    return six_nd_of_sides(parameter_sides(model), family_of(model).one_stack, src_tokens, tgt_tokens)
+
+
+def six_nd_of_sides(sides: dict[str, int], one_stack: bool, src_tokens: float, tgt_tokens: float) -> float:
+    if one_stack:
         # One stack reads source and target, and training projects every position onto
         # the vocabulary (the source's logits feed its reconstruction loss).
         return 6 * (sides["decoder"] + sides["output"]) * (src_tokens + tgt_tokens)
     return 6 * (sides["encoder"] * src_tokens + (sides["decoder"] + sides["output"]) * tgt_tokens)
 
 
-def cost_summary(model: nn.Module, src_len: float, tgt_len: float) -> dict[str, float]:
-    """Parameters and per-target-token FLOPs at (possibly fractional, mean) lengths."""
+def cost_summary(family_name: str, config, src_vocab: int, tgt_vocab: int, src_len: float,
+                 tgt_len: float) -> dict[str, float]:
+    """Parameters and per-target-token FLOPs of a family's model of ``config`` at
+    (possibly fractional, mean) lengths, counted from the config alone (torch-free).
+    ValueError names what the vocabularies cannot build."""
+    record = family(family_name)
+    record.check_vocabularies(src_vocab, tgt_vocab)
     src, tgt = max(1, round(src_len)), max(1, round(tgt_len))
-    params = parameter_counts(model)
-    return {**params,
-            "forward_flops_per_tgt_token": forward_flops(model, src, tgt) / tgt,
-            "train_flops_per_tgt_token": training_flops(model, src, tgt) / tgt,
-            "six_nd_per_tgt_token": six_nd(model, src, tgt) / tgt}
+    layout = record.parameter_layout(config, src_vocab, tgt_vocab)
+    shape = ModelShape(family_name, config, OutputShape(tgt_vocab))
+    return {**layout.counts(),
+            "forward_flops_per_tgt_token": forward_flops(shape, src, tgt) / tgt,
+            "train_flops_per_tgt_token": training_flops(shape, src, tgt) / tgt,
+            "six_nd_per_tgt_token": six_nd_of_sides(layout.sides(), record.one_stack, src, tgt) / tgt}

@@ -27,3 +27,15 @@ def test_help_lists_every_command_without_loading_them():
     for command in ("run", "status", "verify", "inspect", "report", "translate", "attention", "export", "serve",
                     "cluster-wait"):
         assert f" {command} " in done.stdout, done.stdout
+
+
+def test_inspect_counts_the_models_without_importing_torch():
+    # Its table comes from the configs alone (stages/shared/models/parameter_layout.py).
+    probe = ("import sys; from pipeline.cli import app\n"
+             "try:\n    app(['inspect', 'configs/smoke.yaml'], prog_name='nmt')\n"
+             "except SystemExit as ended:\n    assert not ended.code, ended.code\n"
+             "print('torch imported' if 'torch' in sys.modules else 'no torch')")
+    done = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, timeout=60,
+                          env={"COLUMNS": "200", "PATH": "/usr/bin:/bin", "HOME": "/tmp"})
+    assert done.returncode == 0, done.stderr
+    assert "transformer_tiny" in done.stdout and done.stdout.strip().endswith("no torch")

@@ -1,11 +1,11 @@
 """The convolutional sequence-to-sequence model of Gehring et al. (2017): gated
 convolutions over both sides, an attention step in every decoder block, learned
 position embeddings (``model.py``), its presets (``config.py``) and its counted FLOPs
-(``flops.py``). CTranslate2 has no converter for it, so ``nmt export`` refuses it."""
+(``flops.py``) and parameters (``parameters.py``). CTranslate2 has no converter for it, so ``nmt export`` refuses it."""
 
 from __future__ import annotations
 
-from stages.shared.models.convs2s import flops
+from stages.shared.models.convs2s import flops, parameters
 from stages.shared.models.convs2s.config import PRESETS, ConvS2SConfig
 from stages.shared.models.family import ModelFamily
 
@@ -22,6 +22,7 @@ def attention_modules(model) -> list:
 
 
 FAMILY = ModelFamily(
-    name="convs2s", config=ConvS2SConfig, presets=PRESETS, build=build, forward_flops=flops.forward_flops,
+    name="convs2s", config=ConvS2SConfig, presets=PRESETS, build=build, parameter_layout=parameters.parameter_layout,
+    forward_flops=flops.forward_flops,
     plot_marker="D", attention_modules=attention_modules,
 )

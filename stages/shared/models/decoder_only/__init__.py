@@ -1,12 +1,12 @@
 """The decoder-only translator of Wang et al. (2021), "Language models are good
 translators": one causal stack over ``<src-lang> source <tgt-lang> target``
 (``model.py``), its presets and source-reconstruction schedule (``config.py``), its
-counted FLOPs (``flops.py``), its loss (``loss.py``) and its CTranslate2 converter
-(``ctranslate2.py``)."""
+counted FLOPs (``flops.py``) and parameters (``parameters.py``), its loss (``loss.py``)
+and its CTranslate2 converter (``ctranslate2.py``)."""
 
 from __future__ import annotations
 
-from stages.shared.models.decoder_only import flops
+from stages.shared.models.decoder_only import flops, parameters
 from stages.shared.models.decoder_only.config import PRESETS, DecoderOnlyConfig, ae_weight
 from stages.shared.models.family import Ctranslate2Export, ModelFamily
 
@@ -58,6 +58,7 @@ def ctranslate2_refuses(model) -> str | None:
 
 FAMILY = ModelFamily(
     name="decoder_only", config=DecoderOnlyConfig, presets=PRESETS, build=build,
+    parameter_layout=parameters.parameter_layout,
     forward_flops=flops.forward_flops, plot_marker="^", joint_vocabulary=True, one_stack=True,
     predicts_source=predicts_source, source_loss_schedule=source_loss_schedule, loss=loss, attention_modules=attention_modules,
     ctranslate2=Ctranslate2Export(engine="generator", spec=ctranslate2_spec, refuses=ctranslate2_refuses),

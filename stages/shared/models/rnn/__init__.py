@@ -1,11 +1,11 @@
 """The attention RNN of Bahdanau et al. (2015) and Luong et al. (2015): a bidirectional
 encoder, an attentional decoder with input feeding (``model.py``), its presets
-(``config.py``) and its counted FLOPs (``flops.py``). CTranslate2 has no converter for it."""
+(``config.py``) and its counted FLOPs (``flops.py``) and parameters (``parameters.py``). CTranslate2 has no converter for it."""
 
 from __future__ import annotations
 
 from stages.shared.models.family import ModelFamily
-from stages.shared.models.rnn import flops
+from stages.shared.models.rnn import flops, parameters
 from stages.shared.models.rnn.config import PRESETS, RnnConfig
 
 
@@ -21,6 +21,7 @@ def attention_modules(model) -> list:
 
 
 FAMILY = ModelFamily(
-    name="rnn", config=RnnConfig, presets=PRESETS, build=build, forward_flops=flops.forward_flops,
+    name="rnn", config=RnnConfig, presets=PRESETS, build=build, parameter_layout=parameters.parameter_layout,
+    forward_flops=flops.forward_flops,
     plot_marker="s", attention_modules=attention_modules,
 )

@@ -26,6 +26,14 @@ class RnnConfig:
     attentional_dim: int = 0
     tie_embeddings: bool = False  # decoder input and output embeddings (needs the attentional vector embed_dim wide)
 
+    def __post_init__(self):
+        if self.hidden % 2:
+            raise ValueError("rnn hidden must be even: each encoder direction is hidden / 2 wide")
+        if self.tie_embeddings and self.embed_dim != (self.attentional_dim or self.hidden):
+            raise ValueError(f"tie_embeddings needs the attentional vector as wide as the embeddings: set "
+                             f"attentional_dim to embed_dim ({self.embed_dim}), it is "
+                             f"{self.attentional_dim or self.hidden}")
+
 
 PRESETS = {
     "tiny": RnnConfig(embed_dim=64, hidden=128, encoder_layers=1, decoder_layers=1),

@@ -9,7 +9,7 @@ from __future__ import annotations
 def recurrent_flops(model, src_len: int, tgt_len: int) -> int:
     """The gate products of the encoder and decoder recurrences alone."""
     c = model.config
-    H, A, half, gates = c.hidden, model.attentional_dim, c.hidden // 2, 4 if c.cell == "lstm" else 3
+    H, A, half, gates = c.hidden, c.attentional_dim or c.hidden, c.hidden // 2, 4 if c.cell == "lstm" else 3
     encoder = sum(2 * src_len * 2 * ((c.embed_dim if layer == 0 else H) + half) * gates * half  # two directions
                   for layer in range(c.encoder_layers))
     decoder = sum(2 * tgt_len * ((c.embed_dim + A if layer == 0 else H) + H) * gates * H  # input feeding: A wide
@@ -20,7 +20,7 @@ def recurrent_flops(model, src_len: int, tgt_len: int) -> int:
 def forward_flops(model, src_len: int, tgt_len: int, source_logits: bool = True) -> int:
     """One teacher-forced forward pass (``source_logits``: the RNN never predicts its source)."""
     c, vocab = model.config, model.output.out_features
-    H, A, S, T = c.hidden, model.attentional_dim, src_len, tgt_len
+    H, A, S, T = c.hidden, c.attentional_dim or c.hidden, src_len, tgt_len
     bridge = c.encoder_layers * 2 * H * H * (2 if c.cell == "lstm" else 1)
     precompute = 0 if c.attention == "dot" else 2 * S * H * H
     per_step = 2 * S * H  # scores (dot, general) or v^T tanh(...) (additive)

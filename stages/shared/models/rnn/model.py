@@ -87,12 +87,7 @@ class RnnTranslator(nn.Module):
 
     def __init__(self, config: RnnConfig, src_vocab: int, tgt_vocab: int, pad_id: int = 0):
         super().__init__()
-        if config.hidden % 2:
-            raise ValueError("rnn hidden must be even: each encoder direction is hidden / 2 wide")
-        attentional_dim = config.attentional_dim or config.hidden
-        if config.tie_embeddings and config.embed_dim != attentional_dim:
-            raise ValueError(f"tie_embeddings needs the attentional vector as wide as the embeddings: set "
-                             f"attentional_dim to embed_dim ({config.embed_dim}), it is {attentional_dim}")
+        attentional_dim = config.attentional_dim or config.hidden  # RnnConfig checked the widths
         self.config, self.pad_id, self.attentional_dim = config, pad_id, attentional_dim
         recurrent = nn.LSTM if config.cell == "lstm" else nn.GRU
         self.src_embedding = nn.Embedding(src_vocab, config.embed_dim, padding_idx=pad_id)

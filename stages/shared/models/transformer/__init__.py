@@ -1,11 +1,12 @@
 """The Transformer of Vaswani et al. (2017), "Attention is all you need": an encoder and
 a decoder stack with cross-attention (``model.py``), its presets (``config.py``), its
-counted FLOPs (``flops.py``) and its CTranslate2 converter (``ctranslate2.py``)."""
+counted FLOPs (``flops.py``) and parameters (``parameters.py``), and its CTranslate2
+converter (``ctranslate2.py``)."""
 
 from __future__ import annotations
 
 from stages.shared.models.family import Ctranslate2Export, ModelFamily
-from stages.shared.models.transformer import flops
+from stages.shared.models.transformer import flops, parameters
 from stages.shared.models.transformer.config import PRESETS, TransformerConfig
 
 
@@ -31,6 +32,7 @@ def ctranslate2_spec(*args):
 
 FAMILY = ModelFamily(
     name="transformer", config=TransformerConfig, presets=PRESETS, build=build,
+    parameter_layout=parameters.parameter_layout,
     forward_flops=flops.forward_flops, plot_marker="o", attention_modules=attention_modules,
     ctranslate2=Ctranslate2Export(engine="translator", spec=ctranslate2_spec), marian=True,
 )

@@ -25,6 +25,12 @@ class TransformerConfig:
     max_positions: int = 1024
 
 
+
+def check_vocabularies(config: TransformerConfig, src_vocab: int, tgt_vocab: int) -> None:
+    """Shared embeddings are one table: ValueError unless both sides have one vocabulary."""
+    if config.share_embeddings and src_vocab != tgt_vocab:
+        raise ValueError("share_embeddings needs a joint vocabulary (bpe.joint: true)")
+
 PRESETS = {
     "tiny": TransformerConfig(d_model=64, heads=4, ff_dim=128, encoder_layers=2, decoder_layers=2, dropout=0.1),
     "small": TransformerConfig(d_model=256, heads=4, ff_dim=1024, encoder_layers=3, decoder_layers=3, dropout=0.1),

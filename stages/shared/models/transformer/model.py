@@ -37,7 +37,7 @@ from torch import Tensor, nn
 
 from stages.shared.models.dropout import Dropout
 from stages.shared.models.layers import FeedForward, MultiHeadAttention, PositionalEmbedding, Residual
-from stages.shared.models.transformer.config import TransformerConfig
+from stages.shared.models.transformer.config import TransformerConfig, check_vocabularies
 
 
 class EncoderLayer(nn.Module):
@@ -186,8 +186,7 @@ class Transformer(nn.Module):
 
     def __init__(self, config: TransformerConfig, src_vocab: int, tgt_vocab: int, pad_id: int = 0):
         super().__init__()
-        if config.share_embeddings and src_vocab != tgt_vocab:
-            raise ValueError("share_embeddings needs a joint vocabulary (bpe.joint: true)")
+        check_vocabularies(config, src_vocab, tgt_vocab)
         self.config, self.pad_id = config, pad_id
         self.src_embedding = nn.Embedding(src_vocab, config.d_model, padding_idx=pad_id)
         self.tgt_embedding = (self.src_embedding if config.share_embeddings
