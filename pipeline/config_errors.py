@@ -40,7 +40,11 @@ def _describe(item: dict, lines: dict[tuple, int], overrides: list[str], root: t
         return f"  {where}{dotted}: unknown key{suggestion}{listing}"
     if item["type"] == "missing":
         return f"  {where}{dotted}: required key is missing"
-    return f"  {where}{dotted}: {item['msg']} (got {item.get('input')!r})"
+    value = item.get("input")
+    # A section's own check (a rule across its keys) gets the whole section as its
+    # input: its message names the keys, and echoing the mapping would bury it.
+    got = "" if isinstance(value, dict) else f" (got {value!r})"
+    return f"  {where}{dotted}: {item['msg']}{got}"
 
 
 def _strip_union_tags(loc: tuple, tags: set[str]) -> tuple:

@@ -6,6 +6,7 @@ Ray's State API while it runs."""
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 from typer.testing import CliRunner
@@ -17,13 +18,19 @@ pytestmark = pytest.mark.slow
 SEEDS = [1, 2, 3, 4, 5, 6]
 
 
+def live_controllers() -> list:
+    from ray.util.state import list_actors
+
+    return list_actors(filters=[("class_name", "=", "TrainController"), ("state", "=", "ALIVE")],
+                       raise_on_missing_output=False)
+
+
 def watch(stop: threading.Event, most: dict) -> None:
     """The most Ray Train controllers and train-stage tasks alive at once."""
-    from ray.util.state import list_actors, list_tasks
+    from ray.util.state import list_tasks
 
     while not stop.wait(0.25):
-        controllers = list_actors(filters=[("class_name", "=", "TrainController"), ("state", "=", "ALIVE")],
-                                  raise_on_missing_output=False)
+        controllers = live_controllers()
         stages = [task for task in list_tasks(filters=[("state", "=", "RUNNING")], raise_on_missing_output=False)
                   if task.name.startswith("stage:train/")]
         most["controllers"] = max(most["controllers"], len(controllers))
@@ -64,3 +71,9 @@ def test_queued_train_stages_start_no_task_and_no_controller_until_workers_are_f
     # finishing controller beside a starting one; never the queued stages' (without
     # admission all six were alive at once).
     assert 1 <= most["stage tasks"] <= room and 1 <= most["controllers"] <= 2 * room < len(SEEDS), most
+    # A finished stage's controller ends with its run: nothing keeps its handle (the
+    # stage tasks' processes stay in the instance's pool, idle).
+    deadline = time.time() + 30
+    while live_controllers() and time.time() < deadline:
+        time.sleep(0.5)
+    assert not live_controllers()

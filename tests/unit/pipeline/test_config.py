@@ -38,6 +38,16 @@ def test_wrong_type_names_key_and_value(tmp_path):
         load_config(write_config(tmp_path / "bad.yaml", data))
 
 
+def test_a_rule_across_keys_is_stated_without_echoing_the_config(tmp_path):
+    data = shipped_config("smoke.yaml")  # schedule: noam, which scales by lr_scale
+    data["tune"] = {"learning_rates": [1e-3, 2e-3], "budget": 1e10}
+    with pytest.raises(ConfigError) as error:
+        load_config(write_config(tmp_path / "tuned.yaml", data))
+    message = str(error.value)
+    assert "tune chooses train.lr, which schedule 'noam' does not use" in message
+    assert "(got {" not in message and "multi30k" not in message and len(message) < 600, message
+
+
 def test_missing_required_key_is_named(tmp_path):
     data = shipped_config("smoke.yaml")
     del data["download"]["tgt_lang"]
