@@ -83,7 +83,7 @@ class ExperimentConfig(Section):
     branch_budgets: bool = False
     # Choose each model's (each size's) peak learning rate with Ray Tune before its runs
     # train (stages/tune/): its train runs then use the chosen train.lr. A model whose own
-    # train overrides set lr keeps that one. None: train.lr as configured.
+    # train overrides set lr keeps that one. null: train.lr as configured.
     tune: TuneConfig | None = None
 
     @model_validator(mode="after")
