@@ -34,7 +34,10 @@ def ray_processes() -> list[str]:
     for process in psutil.process_iter(["cmdline"]):
         command = process.info["cmdline"] or []
         if command and command[0].startswith("ray::"):
-            names.append(command[0].split(".")[0])  # the actor's class, not the method it runs
+            name = command[0]
+            # An actor by its class, not the method it runs (ray::TrainController.run);
+            # a stage task by its whole name (ray::stage:train/rnn_gru.2e12).
+            names.append(name if name.startswith("ray::stage:") else name.split(".")[0])
     return names
 
 
