@@ -1,7 +1,7 @@
 """How long the report's seed-aware statistics take (``stages/report/resampling.py``):
 three systems x three seeds x 1,000 Multi30k test sentences, every metric (BLEU, chrF,
 chrF++), a 95% interval per system (1,000 bootstrap resamples) and, per pair, the paired
-bootstrap (1,000 resamples) and stratified approximate randomization (10,000 trials).
+bootstrap (1,000 resamples) and approximate randomization (10,000 trials).
 Pinned to one core (numpy's BLAS threads too); prints a table of the phases.
 
     python benchmarks/resampling_speed.py [--sentences 1000] [--seeds 3] [--systems 3]
@@ -32,12 +32,11 @@ from stages.report.resampling import (  # noqa: E402
     BOOTSTRAP_SAMPLES,
     RANDOMIZATION_TRIALS,
     bootstrap_counts,
-    interval,
     paired_bootstrap,
     paired_randomization,
     seeded_system,
 )
-from stages.report.significance import metrics  # noqa: E402
+from stages.report.significance import confidence_intervals, metrics  # noqa: E402
 
 CORPUS = Path(os.environ.get("NMT_CORPORA", REPO.parent / "shared" / "corpora")) / "multi30k"
 
@@ -69,8 +68,7 @@ def main() -> None:
     started = time.perf_counter()
     counts = bootstrap_counts(len(references), BOOTSTRAP_SAMPLES)
     for one in systems:
-        for name, metric in metrics().items():
-            interval(one, name, metric, counts)
+        confidence_intervals(one, counts)
     phases[f"intervals ({BOOTSTRAP_SAMPLES} resamples)"] = time.perf_counter() - started
 
     started = time.perf_counter()

@@ -24,7 +24,7 @@ from stages.download.config import SOURCE_TYPES, DownloadConfig
 from stages.evaluate.config import EvaluateConfig, EvaluateStageConfig
 from stages.shared.models.spec import ModelSpec
 from stages.shared.names import train_stage, tune_stage
-from stages.report.config import ReportStageConfig
+from stages.report.config import ReportConfig, ReportStageConfig
 from stages.tokenize.config import TokenizeConfig
 from stages.train.config import TrainConfig, TrainStageConfig
 from stages.tune.config import TuneConfig, TuneStageConfig
@@ -85,6 +85,7 @@ class ExperimentConfig(Section):
     # train (stages/tune/): its train runs then use the chosen train.lr. A model whose own
     # train overrides set lr keeps that one. null: train.lr as configured.
     tune: TuneConfig | None = None
+    report: ReportConfig = ReportConfig()  # which comparisons get a verdict
 
     @model_validator(mode="after")
     def _models_need_a_train_section(self) -> ExperimentConfig:
@@ -99,6 +100,7 @@ class ExperimentConfig(Section):
             if schedule == "noam":
                 raise ValueError(f"model {sized.name!r}: tune chooses train.lr, which schedule 'noam' does not use "
                                  "(it scales by lr_scale): use cosine, constant or wsd")
+        self._check_primary_comparisons()
         for model in self.stable_segments() + self.trained_models():
             try:
                 self.train_stage_config(model)
@@ -107,6 +109,14 @@ class ExperimentConfig(Section):
                 where = ".".join(["train", *(str(part) for part in problem["loc"])])
                 raise ValueError(f"model {model.name!r}: {where}: {problem['msg']}") from None
         return self
+
+    def _check_primary_comparisons(self) -> None:
+        sizes = [sized.name for model in self.models for sized in model.at_sizes()]
+        for pair in self.report.primary_comparisons:
+            unknown = [name for name in pair if name not in sizes]
+            if unknown:
+                raise ValueError(f"report.primary_comparisons: {', '.join(map(repr, unknown))} is not a configured "
+                                 f"model; the models (and sizes) are {', '.join(sizes)}")
 
     def _check_extra_seeds(self) -> None:
         extra = self.extra_seeds
@@ -219,7 +229,8 @@ class ExperimentConfig(Section):
     def report_stage_config(self) -> ReportStageConfig:
         return ReportStageConfig(experiment=self.name, models=[run.name for run in self.trained_models()],
                                  run_of={run.name: run.run_of for run in self.trained_models() if run.run_of},
-                                 tuned=[tune_stage(sized.name) for sized in self.tuned_sizes()])
+                                 tuned=[tune_stage(sized.name) for sized in self.tuned_sizes()],
+                                 primary_comparisons=self.report.primary_comparisons)
 
     @field_validator("models")
     @classmethod

@@ -5,13 +5,12 @@ device-hours, training FLOPs counted three ways, achieved FLOP/s and MFU, best v
 perplexity, BLEU and chrF greedy and with the beam, decoding speed. Then the comparison
 (``comparison.py``): each model's seeds together (mean, standard deviation), 95%
 confidence intervals and paired significance tests that keep the seeds together
-(``significance.py``, ``resampling.py``), and per family a power
-law of BLEU against training FLOPs when the experiment has several budgets, and with
-four or more, each family's best size per budget and the laws that predict it
-(``compute_laws.py``). Written as
+(``significance.py``, ``t_test.py``, ``resampling.py``), verdicts on a declared family
+of primary comparisons (``primary.py``), and with four or more budgets, each family's
+best size per budget and the laws that predict it (``compute_laws.py``). Written as
 ``report.md``, ``report.html``, ``report.csv`` and ``report.json`` (which also holds
 each model's validation curve and the comparison), with PNG plots: BLEU against
-training FLOPs, the frontier, and validation loss against training FLOPs and against
+training FLOPs, the IsoFLOP curves and envelope, and validation loss against training FLOPs and against
 wall time. ``nmt report`` writes the same files for models gathered from several
 configs or MLflow runs.
 """
@@ -38,7 +37,12 @@ from stages.report.config import ReportStageConfig
 # 13: the envelope, IsoFLOP curves and laws judge each run by its last validation loss
 # 14: figure legends off the data (one legend below the panels); the frontier names a
 # family's model where it has one
-VERSION = 14
+# 15: one test per comparison with the seeds' and the test set's variance (t, Welch-
+# Satterthwaite), a declared primary family with Holm over it alone, exploratory rows
+# without verdicts, randomization with one coin per sentence, laws with undetermined
+# bounds said so, judged against a line in log compute, seed-resampled intervals; the
+# all-sizes BLEU law and its frontier figure gone; grid edges flagged
+VERSION = 15
 # The files of each upstream artifact the report reads (besides its manifest): never
 # the train stage's checkpoints; of an evaluation, what the significance tests score.
 READS = {TRAIN: ("metrics.jsonl",), EVALUATE: ("hypotheses.txt", "reference.txt"), TUNE: ("choice.json",)}
@@ -55,23 +59,25 @@ def run(inputs: dict[str, Path], config: ReportStageConfig, output: Path, ctx: S
         if evaluation is not None:
             outputs[name] = (_lines(evaluation / "hypotheses.txt"), _lines(evaluation / "reference.txt"))
     tuning = [{"model": stage.partition("/")[2], **read_choice(inputs[stage])} for stage in config.tuned]
-    write_report(rows, curves, output, config.experiment, outputs, tuning)
+    write_report(rows, curves, output, config.experiment, outputs, tuning, config.primary_comparisons)
     return {"models": len(rows)}
 
 
 def write_report(rows: list[dict], curves: dict[str, list[dict]], output: Path, title: str,
                  outputs: dict[str, tuple[list[str], list[str]]] | None = None,
-                 tuning: list[dict] | None = None) -> list[Path]:
+                 tuning: list[dict] | None = None, primary_comparisons: list[list[str]] = ()) -> list[Path]:
     """The report's files in ``output``; any subset of models renders. ``outputs`` (run
-    name -> hypotheses and references) adds intervals and significance tests; ``tuning``
-    (each tune stage's choice, with its model) the tuned learning rates."""
+    name -> hypotheses and references) adds intervals and significance tests;
+    ``tuning`` (each tune stage's choice, with its model) the tuned learning rates;
+    ``primary_comparisons`` (pairs of configured models) replaces the default primary
+    family."""
     # Imported here: pandas, matplotlib and sacreBLEU load only when a report is written.
     from stages.report import tables
     from stages.report.comparison import compare
     from stages.report.plots import write_plots
 
     output.mkdir(parents=True, exist_ok=True)
-    comparison = compare(rows, outputs or {})
+    comparison = compare(rows, outputs or {}, primary_comparisons)
     if tuning:
         comparison["tuning"] = tuning
     plots = write_plots(rows, curves, output, title, comparison)

@@ -1,22 +1,28 @@
 """What the report says about the comparison beyond one row per run: each configured
-model's seeds taken together, confidence intervals and paired significance tests between
-models trained at the same budget, per family a power law of BLEU against FLOPs, and,
-with enough budgets, each family's frontier and the laws that predict it
-(``compute_laws.py``).
+model's seeds taken together, confidence intervals and paired tests between models
+trained at the same budget (``significance.py``), verdicts on a declared family of
+primary comparisons (``primary.py``), and, with enough budgets, each family's envelope
+and the laws that predict it (``compute_laws.py``).
 
 Everything here is plain data (JSON-ready): ``report.json`` holds it as ``comparison``,
-and the tables and the frontier plot are drawn from it.
+and the tables and the figures are drawn from it.
 """
 
 from __future__ import annotations
 
-from stages.report import compute_laws, frontier, resampling, significance
+from itertools import combinations
+
+from stages.report import compute_laws, resampling, significance
+from stages.report.primary import primary_pairs
 from stages.report.seeds import ModelAtBudget, group_runs
 
 
-def compare(records: list[dict], outputs: dict[str, tuple[list[str], list[str]]]) -> dict:
+def compare(records: list[dict], outputs: dict[str, tuple[list[str], list[str]]],
+            primary_comparisons: list[list[str]] = ()) -> dict:
     """``outputs``: run name -> (hypotheses, references) of its evaluation; runs without
-    one are summarized but left out of intervals and tests."""
+    one are summarized but left out of intervals and tests. ``primary_comparisons``:
+    pairs of configured models to give verdicts on (``primary``); by default each
+    family's best size against each other family's."""
     groups = group_runs(records)
     several_budgets = len({group.budget for group in groups}) > 1
     labels = {id(group): _label(group, several_budgets) for group in groups}
@@ -36,18 +42,27 @@ def compare(records: list[dict], outputs: dict[str, tuple[list[str], list[str]]]
 
     intervals = {label: significance.confidence_intervals(system, counts(system))
                  for label, (_, system) in systems.items()}
+    # The primary family is chosen from the validation split before any test runs.
+    primary, primary_said = primary_pairs([row for row in summaries if row["label"] in systems],
+                                          [list(pair) for pair in primary_comparisons])
     tests = []
     for budget in dict.fromkeys(budget for budget, _ in systems.values()):
         at_budget = [system for b, system in systems.values() if b == budget]
-        tests += significance.paired_tests(at_budget, counts(at_budget[0]))
+        pairs = []
+        for first, second in combinations(at_budget, 2):
+            if (second.name, first.name) in primary:  # a primary pair in the order it was declared
+                first, second = second, first
+            role = significance.PRIMARY if (first.name, second.name) in primary else significance.EXPLORATORY
+            pairs.append((first, second, role))
+        # Primary rows first, in the order they were declared.
+        pairs.sort(key=lambda pair: primary.index((pair[0].name, pair[1].name)) if pair[2] == significance.PRIMARY
+                   else len(primary))
+        tests += significance.paired_tests(pairs, counts(at_budget[0]))
     tests = significance.adjust(tests)
 
-    laws = [law for family in dict.fromkeys(group.family for group in groups)
-            if (law := _family_law(family, summaries)) is not None]
     family_laws = compute_laws.family_laws(summaries)
-    return {"groups": summaries, "intervals": intervals, "tests": tests,
+    return {"groups": summaries, "intervals": intervals, "tests": tests, "primary": primary_said,
             "alpha": significance.ALPHA, "agreement": significance.AGREEMENT,
-            "frontier": frontier.frontier_rows(laws), "crossovers": frontier.crossovers(laws),
             "laws": family_laws, "law_crossovers": compute_laws.crossovers(family_laws, summaries)}
 
 
@@ -59,10 +74,3 @@ def _system(label: str, group: ModelAtBudget, outputs: dict) -> resampling.Seede
     """The group's seeds, each with its own output on the shared test set."""
     return resampling.seeded_system(label, [run.get("seed") for run in group.runs],
                                     [outputs[run["name"]] for run in group.runs], significance.metrics())
-
-
-def _family_law(family: str, summaries: list[dict]) -> frontier.PowerLaw | None:
-    """The family's law through each of its models' mean BLEU at each budget."""
-    points = [(row["train_flops"], row["bleu"]["mean"]) for row in summaries
-              if row["family"] == family and row["bleu"]["mean"] is not None]
-    return frontier.fit_power_law(family, [flops for flops, _ in points], [bleu for _, bleu in points])

@@ -7,9 +7,9 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from stages.report.compute_laws import DETERMINED
 from stages.report.resampling import BOOTSTRAP_SAMPLES, RANDOMIZATION_TRIALS
-from stages.report.scaling_laws import BEYOND
-from stages.report.significance import ALPHA
+from stages.report.significance import POWER, PRIMARY, verdict
 
 
 @dataclass(frozen=True)
@@ -22,16 +22,16 @@ class Section:
 
 def sections(comparison: dict) -> list[Section]:
     """The sections that have something to say: seeds only when a model has several,
-    tests only with two models at a budget, the frontier only with a fitted law."""
+    tests only with two models at a budget, laws only with enough budgets."""
     found = []
     if any(len(group["seeds"]) > 1 for group in comparison["groups"]):
         found.append(_seeds(comparison))
     if comparison["intervals"]:
         found.append(_intervals(comparison))
-    if comparison["tests"]:
-        found.append(_tests(comparison))
-    if comparison["frontier"]:
-        found.append(_frontier(comparison))
+    if any(test["role"] == PRIMARY for test in comparison["tests"]):
+        found.append(_primary(comparison))
+    if any(test["role"] != PRIMARY for test in comparison["tests"]):
+        found.append(_other_tests(comparison))
     if comparison.get("laws"):
         found += [_envelope(comparison), _laws(comparison)]
     if comparison.get("tuning"):
@@ -39,24 +39,41 @@ def sections(comparison: dict) -> list[Section]:
     return found
 
 
+def rate_edge(entry: dict) -> str | None:
+    """"lowest" or "highest" when a tune stage's chosen rate is the lowest or highest it
+    tried (after any extensions of its grid): the best rate may lie beyond it."""
+    rates = sorted(trial["lr"] for trial in entry["trials"])
+    if entry["lr"] == rates[0]:
+        return "lowest"
+    return "highest" if entry["lr"] == rates[-1] else None
+
+
 def _tuning(comparison: dict) -> Section:
     """Each tuned model size's chosen rate, and the best validation loss of every rate
     its tune stage tried (lr_sensitivity.png draws them)."""
-    rows = []
+    rows, edges = [], []
     for entry in comparison["tuning"]:
+        edge = rate_edge(entry)
+        if edge:
+            edges.append(f"{entry['model']} chose the {edge} rate it tried ({entry['lr']:g})")
         for trial in entry["trials"]:
             loss = trial["best_valid_loss"]
+            chosen = trial["lr"] == entry["lr"]
             rows.append({"model": entry["model"], "learning rate": f"{trial['lr']:g}",
                          "best valid loss": "no finite loss" if loss is None else f"{loss:.4g}",
                          "validations": str(trial["validations"]),
                          "ASHA": "stopped" if trial["stopped_early"] else "ran to the budget",
-                         "chosen": "yes" if trial["lr"] == entry["lr"] else ""})
+                         "grid": "extension" if trial.get("extension") else "",
+                         "chosen": ("yes, at the grid's edge" if edge else "yes") if chosen else ""})
     budgets = sorted({entry["budget"] for entry in comparison["tuning"]})
     return Section("Tuned learning rates", pd.DataFrame(rows),
                    "Each model size's peak learning rate, chosen by its tune stage (Ray Tune: a grid, ASHA stopping "
                    f"the weak trials) as the rate whose trial reached the lowest validation loss, each trial trained "
                    f"as the train stage trains, to {', '.join(f'{b:.3g}' for b in budgets)} counted FLOPs; its "
-                   "train runs used it.", text_columns=2)
+                   "train runs used it. Where the best rate was at an edge of the grid, the stage tried the next "
+                   "rate beyond it (grid: extension), up to tune.max_extensions times. "
+                   + ("; ".join(edges) + ": its best rate may lie beyond the rates tried." if edges
+                      else "Every chosen rate is inside the rates tried."), text_columns=2)
 
 
 def _mean_std(summary: dict) -> str:
@@ -87,14 +104,20 @@ def _seeds(comparison: dict) -> Section:
 
 
 def _intervals(comparison: dict) -> Section:
-    rows = [[label] + [f"{interval['score']:.2f} ± {interval['ci']:.2f}" for interval in metrics.values()]
+    rows = [[label] + [f"{interval['score']:.2f} [{interval['low']:.2f}, {interval['high']:.2f}]"
+                       for interval in metrics.values()] + [str(next(iter(metrics.values()))["seeds"])]
             for label, metrics in comparison["intervals"].items()]
     names = list(next(iter(comparison["intervals"].values())))
-    table = pd.DataFrame(rows, columns=["model", *names])
+    table = pd.DataFrame(rows, columns=["model", *names, "seeds"])
+    one_seed = [label for label, metrics in comparison["intervals"].items()
+                if not next(iter(metrics.values()))["seed_variance_measured"]]
     return Section("95% confidence intervals", table,
-                   "Score (the mean of the seeds' corpus scores) ± half-width of the 95% bootstrap interval "
-                   f"({BOOTSTRAP_SAMPLES} resamples of the test sentences; a drawn sentence brings every seed's "
-                   "output of it). With one seed the interval measures the test set's variation only.")
+                   "Score (the mean of the seeds' corpus scores) and its 95% interval: the seeds' variance over "
+                   f"their number plus the test set's ({BOOTSTRAP_SAMPLES} bootstrap resamples of the test "
+                   "sentences, each drawn sentence with every seed's output of it), Student's t with "
+                   "Welch-Satterthwaite degrees of freedom. "
+                   + (f"With one seed ({', '.join(one_seed)}) the interval holds the test set's variation only: "
+                      "another seed could move the score beyond it." if one_seed else ""))
 
 
 def _agreement(estimate: dict) -> str:
@@ -103,42 +126,42 @@ def _agreement(estimate: dict) -> str:
 
 
 def _p(value: float | None) -> str:
-    return "-" if value is None else f"{value:.4f}"
+    if value is None:
+        return "-"
+    return f"{value:.4f}" if value >= 1e-4 else f"{value:.1e}"
 
 
-def verdict(test: dict) -> str:
-    """What one row of the tests says, in the words the report uses everywhere."""
-    if test["significant"]:
-        return "significant" if test["seeds"] > 1 else "significant on this test set (1 seed)"
-    if test["seeds"] > 1 and test["p_sentences_holm"] < ALPHA:
-        return "not significant across seeds"
-    return "not significant"
+def _lead(test: dict) -> tuple[str, str, str]:
+    """Who is ahead, who behind, and the lead's interval (the delta's, turned round where
+    a is ahead)."""
+    sign = 1 if test["delta"] > 0 else -1
+    ahead, behind = (test["b"], test["a"]) if sign > 0 else (test["a"], test["b"])
+    low, high = sorted((sign * test["delta_low"], sign * test["delta_high"]))
+    interval = f"[{low:+.2f}, {high:+.2f}]" if low <= 0 <= high else f"[{low:.2f}, {high:.2f}]"
+    return ahead, behind, interval
 
 
 def findings(comparison: dict) -> list[str]:
-    """One sentence per pair on BLEU, written from the pair's own numbers and verdict:
+    """One sentence per primary comparison, written from its own numbers and verdict:
     the report's only prose about which model is better."""
     sentences = []
     groups = {group["label"]: group for group in comparison.get("groups", [])}
     for test in comparison["tests"]:
-        if test["metric"] != "BLEU":
+        if test["role"] != PRIMARY:
             continue
-        # The delta is b - a; the sentence says how far the one ahead leads, with that
-        # lead's interval (the delta's, turned round where a is ahead).
-        sign = 1 if test["delta"] > 0 else -1
-        ahead, behind = (test["b"], test["a"]) if sign > 0 else (test["a"], test["b"])
-        low, high = sorted((sign * test["delta_low"], sign * test["delta_high"]))
-        interval = f"[{low:+.2f}, {high:+.2f}]" if low <= 0 <= high else f"[{low:.2f}, {high:.2f}]"
-        said = f"{ahead} scored {abs(test['delta']):.2f} BLEU above {behind} {interval}: "
-        if test["significant"]:
-            said += ("significant" if test["seeds"] > 1 else
-                     "beyond the test set's variation, with one seed each (seed variation not measured)")
-        elif test["seeds"] > 1 and test["p_sentences_holm"] < ALPHA:
-            said += (f"beyond the test set's variation (Holm p {test['p_sentences_holm']:.3f}), but not shown "
-                     f"across seeds (seed test p {test['p_seeds']:.2f}; with {test['seeds']} seeds a side its "
-                     f"smallest possible p is {test['p_seeds_smallest']:.2f})")
+        ahead, behind, interval = _lead(test)
+        seeds = "/".join(map(str, test["seeds"]))
+        said = f"{ahead} scored {abs(test['delta']):.2f} BLEU above {behind} {interval} ({seeds} seeds): "
+        if not test["seed_variance_measured"]:
+            said += (f"{verdict(test)}, so whether the models (rather than these trained networks) differ was not "
+                     f"tested; the test set's variation alone gives p {_p(test['p'])}")
+        elif test["significant"]:
+            said += f"significant (Holm p {_p(test['p_holm'])} over {test['family_size']} primary comparisons)"
         else:
-            said += f"not significant (Holm p {test['p_sentences_holm']:.3f})"
+            said += (f"not significant (Holm p {_p(test['p_holm'])} over {test['family_size']} primary "
+                     f"comparisons); with these seeds a difference of {test['detectable']:.2f} would be "
+                     f"detected {POWER:.0%} of the time at p < {comparison['alpha']} before adjustment, so a "
+                     "smaller true difference is not excluded")
         # A pair is compared at one budget; where a run stopped short of it, the pair's
         # compute was not matched, and the sentence says so rather than the label implying it.
         shortfalls = [found for label in (test["a"], test["b"])
@@ -149,73 +172,99 @@ def findings(comparison: dict) -> list[str]:
     return sentences
 
 
-def _tests(comparison: dict) -> Section:
-    alpha = comparison["alpha"]
-    rows = []
-    for test in comparison["tests"]:
-        seeds = "-" if "p_seeds" not in test else f"{test['p_seeds']:.3f} (≥ {test['p_seeds_smallest']:.3f})"
-        rows.append([f"{test['b']} vs {test['a']}", test["metric"],
-                     f"{test['delta']:+.2f} [{test['delta_low']:+.2f}, {test['delta_high']:+.2f}]",
-                     _p(test["p_bootstrap"]), _p(test["p_randomization"]), seeds,
-                     _p(test["p_sentences_holm"]), _p(test.get("p_seeds_holm")),
-                     f"{_agreement(test['agreement'])} ({_agreement(test['agreement_low'])}-"
-                     f"{_agreement(test['agreement_high'])})", verdict(test)])
-    table = pd.DataFrame(rows, columns=["pair", "metric", "delta [95% interval]", "p bootstrap", "p randomization",
-                                        "p seeds (smallest possible)", "p sentences, Holm", "p seeds, Holm",
-                                        "human agreement (interval)", "verdict"])
-    count = len(comparison["tests"])
-    return Section("Paired significance", table,
-                   " ".join(findings(comparison)) + " "
-                   f"Models at the same budget, seed paired with seed. Sentence-level: paired bootstrap "
-                   f"({BOOTSTRAP_SAMPLES} resamples) and stratified approximate randomization "
-                   f"({RANDOMIZATION_TRIALS} trials) over test sentences, each sentence with all its seeds; "
-                   "two-sided p-values, the larger of the two kept. Seed-level (two or more seeds): the exact "
-                   "permutation test over the seed scores; in brackets the smallest p it can give with that many "
-                   f"seeds. Holm-Bonferroni over all {count} comparisons of this report; significant: the adjusted "
-                   f"sentence-level p and, with several seeds, the adjusted seed-level p below {alpha}. With one "
-                   "seed, a significant difference is one the test set's variation does not explain; how much "
-                   "another seed would move it was not measured. Human agreement: the estimated share of system "
-                   "pairs with a delta this large whose order human judgement confirms, for the delta and, in "
-                   "brackets, the ends of its interval (Kocmi et al. 2024, arXiv 2401.06760, table 1, "
-                   "interpolated; chrF's row for chrF++).", text_columns=2)
+def _test_row(test: dict) -> list[str]:
+    return [f"{test['b']} vs {test['a']}", test["metric"], "/".join(map(str, test["seeds"])),
+            f"{test['delta']:+.2f} [{test['delta_low']:+.2f}, {test['delta_high']:+.2f}]",
+            f"{test['df']:.1f}" if test["df"] != float("inf") else "∞", _p(test["p"])]
 
 
-def _flops(need: dict | None) -> str:
-    if need is None:
-        return "never"
-    return BEYOND if need["extrapolated"] else f"{need['flops']:.2e}"
+def _sentence_level(test: dict) -> list[str]:
+    return [f"{_p(test['p_bootstrap'])} / {_p(test['p_randomization'])}",
+            f"{_p(test['p_bootstrap_sacrebleu'])} / {_p(test['p_randomization_sacrebleu'])}",
+            f"{_agreement(test['agreement'])} ({_agreement(test['agreement_low'])}-"
+            f"{_agreement(test['agreement_high'])})"]
 
 
-def _frontier(comparison: dict) -> Section:
-    levels = list(comparison["frontier"][0]["flops_for_bleu"])
-    rows = [[row["family"], f"{row['b']:.3f}", f"{row['a']:.3g}", f"{row['valid_from']:.2e} - {row['valid_to']:.2e}",
-             str(row["points"]), f"{row['r_squared']:.3f}", *(_flops(row["flops_for_bleu"][level]) for level in levels)]
-            for row in comparison["frontier"]]
-    table = pd.DataFrame(rows, columns=["family", "exponent b", "a", "measured FLOPs", "points", "R²",
-                                        *(f"FLOPs for BLEU {level}" for level in levels)])
-    crossings = "; ".join(f"{' and '.join(c['families'])} cross at {c['flops']:.2e} FLOPs (BLEU {c['bleu']:.1f})"
-                          for c in comparison["crossovers"])
-    return Section("Quality against compute", table,
-                   "BLEU = a x FLOPs^b, least squares on log-log through each model's mean BLEU per budget. "
-                   f"Needs and crossovers are stated only inside the FLOPs measured; outside: {BEYOND}. "
-                   + (crossings + "." if crossings else "The laws do not cross inside the measured FLOPs."))
+def _primary(comparison: dict) -> Section:
+    rows = [[*_test_row(test), _p(test["p_holm"]), verdict(test), *_sentence_level(test)]
+            for test in comparison["tests"] if test["role"] == PRIMARY]
+    table = pd.DataFrame(rows, columns=["pair", "metric", "seeds", "delta [95% interval]", "df", "p", "p Holm",
+                                        "verdict", "test set only: p bootstrap / randomization",
+                                        "sacreBLEU paired-bs / paired-ar", "human agreement (interval)"])
+    family = next(test["family_size"] for test in comparison["tests"])
+    return Section("Primary comparisons", table,
+                   " ".join(findings(comparison)) + " " + " ".join(comparison.get("primary", [])) + " "
+                   "delta = b - a, each system's score the mean of its seeds'. The test: delta over its standard "
+                   "error, whose variance is the seeds' (each system's sample variance over its number of seeds) "
+                   "plus the test set's (the paired bootstrap's variance of delta), against Student's t with "
+                   "Welch-Satterthwaite degrees of freedom (df); two-sided. Holm-Bonferroni over the "
+                   f"{family} primary comparisons with two or more seeds a side; a verdict is given on those "
+                   f"alone, at {comparison['alpha']}. With one seed a side the seeds' variance is not measured: "
+                   "the verdict is untestable, and p is the test set's alone. Beside them, for comparability and "
+                   f"deciding nothing: the paired bootstrap ({BOOTSTRAP_SAMPLES} resamples) and approximate "
+                   f"randomization ({RANDOMIZATION_TRIALS} trials, one coin per sentence for all its seeds), "
+                   "which measure the test set's variation only, and what sacreBLEU's --paired-bs and "
+                   "--paired-ar print. Human agreement: the estimated share of system pairs with a delta this "
+                   "large whose order human judgement confirms, for the delta and the ends of its interval "
+                   "(Kocmi et al. 2024, arXiv 2401.06760, table 1, interpolated; chrF's row for chrF++).",
+                   text_columns=2)
+
+
+def _other_tests(comparison: dict) -> Section:
+    rows = [[*_test_row(test), test["role"], *_sentence_level(test)]
+            for test in comparison["tests"] if test["role"] != PRIMARY]
+    table = pd.DataFrame(rows, columns=["pair", "metric", "seeds", "delta [95% interval]", "df", "p (unadjusted)",
+                                        "role", "test set only: p bootstrap / randomization",
+                                        "sacreBLEU paired-bs / paired-ar", "human agreement (interval)"])
+    return Section("Secondary and exploratory comparisons", table,
+                   "Secondary: the primary pairs on chrF and chrF++, which restate BLEU's comparison. Exploratory: "
+                   "every other pair of models at the same budget, on BLEU. The same test as the primary "
+                   "comparisons, its p unadjusted for the many rows: these rows carry no verdict, and a small p "
+                   "among them is a lead for a later, declared comparison, not a finding.", text_columns=2)
+
+
+def _edge(point: dict) -> str:
+    return {None: "", "smallest": "smallest size tried: the optimum may be smaller",
+            "largest": "largest size tried: the optimum may be larger"}[point.get("edge")]
 
 
 def _envelope(comparison: dict) -> Section:
     rows = [[entry["family"], f"{point['budget']:.2g}", point["model"], f"{point['parameters'] / 1e6:.2f}M",
-             f"{point['valid_loss']:.3f}", "-" if point["bleu"] is None else f"{point['bleu']:.2f}"]
+             f"{point['valid_loss']:.3f}", "-" if point["bleu"] is None else f"{point['bleu']:.2f}", _edge(point)]
             for entry in comparison["laws"] for point in entry["envelope"]]
-    table = pd.DataFrame(rows, columns=["family", "budget", "best size", "parameters", "valid loss", "BLEU"])
+    table = pd.DataFrame(rows, columns=["family", "budget", "best size", "parameters", "valid loss", "BLEU",
+                                        "grid edge"])
+    edges = sum(bool(point.get("edge")) for entry in comparison["laws"] for point in entry["envelope"])
+    cells = sum(len(entry["envelope"]) for entry in comparison["laws"])
     return Section("Compute-optimal size per budget", table,
                    "Each family's envelope: at each budget, its size with the lowest mean validation loss "
                    "(nats per target token, at each run's last validation: the weights it ended with) over its "
-                   "seeds; BLEU is that size's mean beam BLEU.", text_columns=3)
+                   "seeds; BLEU is that size's mean beam BLEU. "
+                   + (f"In {edges} of {cells} cells the best size is the smallest or largest tried: there the "
+                      "compute-optimal size was not found, only bounded on one side." if edges else ""),
+                   text_columns=3)
 
 
-def _interval(fitted: dict, key: str, digits: str) -> str:
+def _parameter(fitted: dict, key: str, digits: str) -> str:
+    if key == "E" and fitted.get("E_at_bound"):
+        return "not determined (at bound)"
     bounds = fitted["interval"][key]
     said = format(fitted[key], digits)
     return said + (f" [{format(bounds[0], digits)}, {format(bounds[1], digits)}]" if bounds else "")
+
+
+def _law_verdict(kind: str, fitted: dict) -> str:
+    left_out = fitted["leave_one_out"]
+    said = ["predicts" if fitted["predicts"] else
+            "does not predict: no better than a straight line in log compute or the next budget"]
+    choice = fitted.get("choice")
+    if choice == "kept":
+        said.append("kept: predicts as well as the saturating law")
+    elif choice == "dropped":
+        said.append("dropped: the saturating law predicts better")
+    elif choice:
+        said.append("the same law as the saturating one (its E is at the bound)")
+    return "; ".join(said)
 
 
 def _laws(comparison: dict) -> Section:
@@ -224,29 +273,40 @@ def _laws(comparison: dict) -> Section:
         for metric in ("valid_loss", "bleu"):
             for kind, fitted in entry.get(metric, {}).items():
                 if "error" in fitted:
-                    rows.append([entry["family"], metric, kind, "-", "-", "-", "-", fitted["error"]])
+                    rows.append([entry["family"], metric, kind, "-", "-", "-", "-", "-", fitted["error"]])
                     continue
                 left_out = fitted["leave_one_out"]
-                judged = ["flagged: predicts worse than the next budget" if fitted["worse_than_naive"] else "predicts"]
-                if kind == "power":
-                    judged.append("kept" if fitted.get("kept") else "dropped: the saturating law predicts better")
-                rows.append([entry["family"], metric, kind,
-                             "-" if kind == "power" else _interval(fitted, "E", ".3g"), _interval(fitted, "alpha", ".3f"),
-                             f"{left_out['mean_absolute_error']:.3f}", f"{left_out['naive_mean_absolute_error']:.3f}",
-                             "; ".join(judged)])
+                rows.append([entry["family"], metric, kind, "-" if kind == "power" else _parameter(fitted, "E", ".3g"),
+                             _parameter(fitted, "alpha", ".3f"), f"{left_out['mean_absolute_error']:.3f}",
+                             f"{left_out['line_mean_absolute_error']:.3f}",
+                             f"{left_out['naive_mean_absolute_error']:.3f}", _law_verdict(kind, fitted)])
     table = pd.DataFrame(rows, columns=["family", "value", "law", "E [95%]", "alpha [95%]", "left-out error",
-                                        "next-budget error", "verdict"])
-    crossings = [f"{' and '.join(c['families'])}: "
-                 + (f"{c['flops']:.3g} FLOPs" if not isinstance(c["flops"], str) else c["flops"])
-                 + (f" (bootstrap 95%: {c['interval'][0]:.3g} to {c['interval'][1]:.3g}; "
-                    f"{c['share_of_draws']:.0%} of draws cross inside the range)" if c["interval"] else "")
-                 for c in comparison.get("law_crossovers", [])]
+                                        "line error", "next-budget error", "verdict"])
+    crossings = []
+    for crossing in comparison.get("law_crossovers", []):
+        where = crossing["flops"] if isinstance(crossing["flops"], str) else f"{crossing['flops']:.3g} FLOPs"
+        if crossing["interval"]:
+            where += (f" (95% of the draws' crossings: {crossing['interval'][0]:.3g} to "
+                      f"{crossing['interval'][1]:.3g})")
+        elif crossing["draws"]:
+            where += (f" ({crossing['share_of_draws']:.0%} of the draws cross inside the range: where is not "
+                      "determined)")
+        crossings.append(f"{' and '.join(crossing['families'])}: {where}")
+    undetermined = any(fitted.get("draws") == 0 for entry in comparison["laws"]
+                       for metric in ("valid_loss", "bleu") for fitted in entry.get(metric, {}).values()
+                       if "error" not in fitted)
     return Section("Laws that predict", table,
                    "Fitted through every seed's value on each family's envelope: saturating, value = E + A x "
                    "FLOPs^-alpha (for BLEU, E - A x FLOPs^-alpha, E at most 100); power, value = A x FLOPs^-alpha. "
-                   "Intervals: bootstrap over budgets, each drawn budget with all its seeds. Left-out error: mean "
-                   "absolute error predicting each budget from a fit without it; next-budget error: that of taking "
-                   "the nearest other budget's measurement instead. The power law is kept only where its left-out "
-                   "error is at most the saturating law's. "
-                   + ("Validation-loss laws cross, inside both measured ranges only: " + "; ".join(crossings) + "."
+                   "E is searched between its bounds (a loss's floor from 0 to the lowest loss measured, BLEU's "
+                   "ceiling up to 100); where the fit puts it on one, E is not determined, and the saturating law "
+                   "is the power law. Intervals: the laws refitted on the seeds resampled within each budget (a "
+                   "budget with one seed gets the pooled spread of the budgets with several; budgets are never "
+                   "drawn, as branched budgets share one run)"
+                   + ("; with one seed at every budget there are none" if undetermined else "") + ". "
+                   "Left-out error: mean absolute error predicting each budget from a fit without it; line error: "
+                   "that of a straight line in log FLOPs fitted to the same budgets; next-budget error: that of "
+                   "taking the nearest other budget's measurement. A law predicts only if it beats both. "
+                   + ("Validation-loss laws, where they cross inside both measured ranges: " + "; ".join(crossings)
+                      + f". An interval is given where at least {DETERMINED:.0%} of the draws cross there."
                       if crossings else ""), text_columns=3)

@@ -1,14 +1,20 @@
-"""Each family's frontier and the laws that predict it, as the report states them.
+"""Each family's envelope and the laws that predict it, as the report states them.
 
-A family's frontier is its envelope: at each budget, the size (configured model) with
-the lowest mean validation loss over its seeds. At each budget that size's seeds are
-the points a law is fitted through (``scaling_laws``): validation loss with the
-saturating law and the plain power law, and beam BLEU the same two ways, its ceiling at
-most 100. Each law comes with its leave-one-budget-out errors, against the naive
-prediction of the nearest other budget's measurement, and bootstrap intervals on its
-parameters; the power law is kept only where it predicts its left-out budgets as well
-as the saturating law. Crossovers of two families' loss laws are stated only inside
-both measured ranges, with the share of bootstrap draws that cross there.
+A family's envelope is, at each budget, the size (configured model) with the lowest mean
+validation loss over its seeds. At each budget that size's seeds are the points a law is
+fitted through (``scaling_laws``): validation loss with the saturating law and the plain
+power law, and beam BLEU the same two ways, its ceiling at most 100. Each law comes with
+its leave-one-budget-out error against two baselines (a straight line in log compute and
+the nearest other budget's measurement) and is said to predict only if it beats both;
+intervals on its parameters come from the seeds resampled within budgets, and a
+parameter the fit left on its bound is "not determined", with no interval. Where E is at
+its bound the saturating law is the power law, and no choice between them is made.
+Crossovers of two families' loss laws are stated only inside both measured ranges, with
+an interval only where the draws determine it (``DETERMINED`` of them cross there).
+
+The envelope is also checked against the grid it was chosen from: a best size that is
+the smallest or largest size tried at its budget is flagged (``edge``), since the
+optimum may lie beyond it.
 
 Plain data (JSON-ready): ``report.json`` holds it as ``comparison["laws"]``.
 """
@@ -17,6 +23,10 @@ from __future__ import annotations
 
 from stages.report import scaling_laws
 from stages.report.scaling_laws import BEYOND, MIN_BUDGETS
+
+# A crossover's interval is printed only where this share of the draws cross inside
+# both measured ranges; with fewer, where they cross is not determined.
+DETERMINED = 0.95
 
 # What is fitted: (name, the summary's field, the value rises to a ceiling, the bound).
 METRICS = (("valid_loss", "valid_loss", False, 0.0), ("bleu", "bleu", True, 100.0))
@@ -34,6 +44,19 @@ def envelope(groups: list[dict], family: str) -> list[dict]:
     return [best[budget] for budget in sorted(best)]
 
 
+def grid_edge(groups: list[dict], chosen: dict) -> str | None:
+    """"smallest" or "largest" when ``chosen`` is the smallest or largest size (by
+    parameters) its family tried at its budget, with more than one size tried; else None."""
+    sizes = sorted({group["parameters"] for group in groups if group["family"] == chosen["family"]
+                    and group["budget"] == chosen["budget"] and group["valid_loss"]["mean"] is not None
+                    and group["parameters"] is not None})
+    if len(sizes) < 2 or chosen["parameters"] is None:
+        return None
+    if chosen["parameters"] == sizes[0]:
+        return "smallest"
+    return "largest" if chosen["parameters"] == sizes[-1] else None
+
+
 def family_laws(groups: list[dict], draws: int = scaling_laws.BOOTSTRAP_DRAWS) -> list[dict]:
     """Per family with at least ``MIN_BUDGETS`` budgets on its envelope: the envelope and
     each metric's laws (see the module docstring)."""
@@ -45,7 +68,8 @@ def family_laws(groups: list[dict], draws: int = scaling_laws.BOOTSTRAP_DRAWS) -
         entry = {"family": family,
                  "envelope": [{"budget": p["budget"], "model": p["model"], "preset": p["preset"],
                                "parameters": p["parameters"], "train_flops": p["train_flops"],
-                               "valid_loss": p["valid_loss"]["mean"], "bleu": p["bleu"]["mean"]} for p in points],
+                               "valid_loss": p["valid_loss"]["mean"], "bleu": p["bleu"]["mean"],
+                               "edge": grid_edge(groups, p)} for p in points],
                  "measured_from": points[0]["train_flops"], "measured_to": points[-1]["train_flops"]}
         for name, field, rising, bound in METRICS:
             flops, values = _points(points, field)
@@ -78,20 +102,29 @@ def _laws(flops: list[float], values: list[float], rising: bool, bound: float, d
             result[name] = {"error": str(error)}
             continue
         sampled = scaling_laws.bootstrap(flops, values, draws=draws, **options)
+        at_bound = name == "saturating" and law.at_bound
         result[name] = {
-            "E": law.E, "A": law.A, "alpha": law.alpha,
-            "interval": {key: scaling_laws.interval([getattr(draw, key) for draw in sampled])
+            "E": law.E, "A": law.A, "alpha": law.alpha, "E_at_bound": at_bound,
+            # No interval for what the fit did not determine, nor without seeds to draw.
+            "interval": {key: (scaling_laws.interval([getattr(draw, key) for draw in sampled])
+                               if sampled and not (key == "E" and at_bound) else None)
                          for key in ("E", "A", "alpha")},
             "draws": len(sampled),
+            "draws_at_bound": sum(draw.at_bound for draw in sampled) if name == "saturating" else 0,
             "leave_one_out": {"budgets": left_out.budgets, "measured": left_out.measured,
-                              "predicted": left_out.predicted, "naive": left_out.naive,
+                              "predicted": left_out.predicted, "line": left_out.line, "naive": left_out.naive,
                               "mean_absolute_error": left_out.mean_absolute_error,
+                              "line_mean_absolute_error": left_out.line_mean_absolute_error,
                               "naive_mean_absolute_error": left_out.naive_mean_absolute_error},
-            "worse_than_naive": left_out.worse_than_naive,
+            "predicts": left_out.predicts,
         }
     if "error" not in result["power"] and "error" not in result["saturating"]:
-        result["power"]["kept"] = (result["power"]["leave_one_out"]["mean_absolute_error"]
-                                   <= result["saturating"]["leave_one_out"]["mean_absolute_error"])
+        if result["saturating"]["E_at_bound"]:
+            result["power"]["choice"] = "same law: E at its bound"
+        else:
+            better = (result["power"]["leave_one_out"]["mean_absolute_error"]
+                      <= result["saturating"]["leave_one_out"]["mean_absolute_error"])
+            result["power"]["choice"] = "kept" if better else "dropped"
     return result
 
 
@@ -106,9 +139,10 @@ def law_of(entry: dict, metric: str = "valid_loss", kind: str = "saturating") ->
 
 
 def crossovers(entries: list[dict], groups: list[dict], draws: int = scaling_laws.BOOTSTRAP_DRAWS) -> list[dict]:
-    """Every pair of families whose saturating loss laws cross inside both measured
-    ranges, with the 95% interval of the bootstrap draws' crossovers and the share of
-    draws that cross there; pairs that do not cross there are listed as ``BEYOND``."""
+    """Every pair of families with saturating loss laws: where they cross inside both
+    measured ranges (else ``BEYOND``), the share of the seed-resampling draws that cross
+    there, and the 95% interval of those crossings where at least ``DETERMINED`` of the
+    draws do (else None: not determined)."""
     found = []
     # Each family's draws once, from a seed of its own: the pairs' draws are independent.
     sampled = {entry["family"]: _draws(entry, groups, draws, seed=1000 + index) for index, entry in enumerate(entries)
@@ -122,10 +156,11 @@ def crossovers(entries: list[dict], groups: list[dict], draws: int = scaling_law
             samples = [scaling_laws.crossover(x, y) for x, y in zip(sampled[first["family"]],
                                                                     sampled[second["family"]])]
             crossing = [sample for sample in samples if sample is not None]
+            share = len(crossing) / len(samples) if samples else 0.0
             found.append({"families": [first["family"], second["family"]],
                           "flops": at if at is not None else BEYOND,
-                          "interval": scaling_laws.interval(crossing) if crossing else None,
-                          "share_of_draws": len(crossing) / len(samples) if samples else 0.0})
+                          "interval": scaling_laws.interval(crossing) if crossing and share >= DETERMINED else None,
+                          "share_of_draws": share, "draws": len(samples)})
     return found
 
 

@@ -15,7 +15,6 @@ BLEU_VS_FLOPS = "bleu_vs_flops.png"
 LOSS_VS_FLOPS = "valid_loss_vs_flops.png"
 LOSS_VS_TIME = "valid_loss_vs_time.png"
 BLEU_CURVES = "bleu_curves.png"
-FRONTIER = "frontier.png"
 ISOFLOP = "isoflop.png"
 ENVELOPE = "envelope.png"
 LR_SENSITIVITY = "lr_sensitivity.png"
@@ -29,9 +28,6 @@ def write_plots(records: list[dict], curves: dict[str, list[dict]], directory: P
     if evaluated:
         _bleu_vs_flops(evaluated, directory / BLEU_VS_FLOPS, title)
         written.append(BLEU_VS_FLOPS)
-    if comparison and comparison["frontier"]:
-        _save(frontier_figure(comparison, title), directory / FRONTIER)
-        written.append(FRONTIER)
     if comparison and comparison.get("laws"):
         _save(isoflop_figure(comparison, title), directory / ISOFLOP)
         _save(envelope_figure(comparison, title), directory / ENVELOPE)
@@ -47,40 +43,6 @@ def write_plots(records: list[dict], curves: dict[str, list[dict]], directory: P
         _bleu_curves(records, curves, directory / BLEU_CURVES, title)
         written.append(BLEU_CURVES)
     return written
-
-
-def frontier_figure(comparison: dict, title: str):
-    """BLEU against training FLOPs on log axes: each model's mean over seeds at each
-    budget (bars: one standard deviation), and one line per family, its fitted power
-    law, solid over the measured FLOPs and dashed a little beyond them (``EXTRAPOLATE``
-    either way), never above BLEU 100."""
-    import numpy as np
-
-    figure, axes = plt.subplots(figsize=(6.4, 4.4))
-    for row in comparison["frontier"]:
-        family = row["family"]
-        groups = [group for group in comparison["groups"] if group["family"] == family and group["bleu"]["mean"]]
-        flops = [group["train_flops"] for group in groups]
-        means = [group["bleu"]["mean"] for group in groups]
-        spread = [group["bleu"]["std"] or 0.0 for group in groups]
-        marker = marker_of(family)
-        models = sorted({group["model"] for group in groups})
-        name = models[0] if len(models) == 1 else family  # the model's name, as the report's tables give it
-        (line,) = axes.plot(*_law_points(row, row["valid_from"], row["valid_to"], np), label=f"{name}: "
-                            f"BLEU ∝ FLOPs^{row['b']:.2f}")
-        axes.errorbar(flops, means, yerr=spread, fmt=marker, color=line.get_color(), capsize=0)
-        for start, end in ((row["valid_from"] / EXTRAPOLATE, row["valid_from"]),
-                           (row["valid_to"], row["valid_to"] * EXTRAPOLATE)):
-            axes.plot(*_law_points(row, start, end, np), linestyle="--", color=line.get_color(), alpha=0.5,
-                      label="_extrapolated")
-    axes.set_xscale("log")
-    axes.set_yscale("log")
-    axes.set_xlabel("training FLOPs (counted)")
-    axes.set_ylabel("BLEU (beam; mean over seeds)")
-    axes.set_title(title)
-    axes.grid(True, which="both", alpha=0.3)
-    axes.legend(fontsize=8)
-    return figure
 
 
 def isoflop_figure(comparison: dict, title: str):
@@ -136,7 +98,8 @@ def envelope_figure(comparison: dict, title: str):
         if law is not None:
             flops = np.geomspace(law.valid_from, law.valid_to, 40)
             line.set_data(flops, law(flops))
-            line.set_label(f"{entry['family']}: E {law.E:.2f} + A·C^-{law.alpha:.2f}")
+            floor = "E not determined" if entry["valid_loss"]["saturating"].get("E_at_bound") else f"E {law.E:.2f}"
+            line.set_label(f"{entry['family']}: {floor}, alpha {law.alpha:.2f}")
     axes.set_xscale("log")
     axes.set_xlabel("training FLOPs (counted)")
     axes.set_ylabel("validation loss, best size (nats per target token)")
@@ -144,18 +107,6 @@ def envelope_figure(comparison: dict, title: str):
     axes.grid(True, which="both", alpha=0.3)
     axes.legend(fontsize=8)
     return figure
-
-
-# How far past the measured FLOPs the frontier draws a law, as a factor: a fit through
-# three or four budgets says little further out.
-EXTRAPOLATE = 1.5
-
-
-def _law_points(row: dict, start: float, end: float, np):
-    """The law between two FLOPs counts, where it stays within BLEU's range."""
-    flops = np.geomspace(start, end, 20)
-    bleu = row["a"] * flops ** row["b"]
-    return flops[bleu <= 100], bleu[bleu <= 100]
 
 
 def _bleu_vs_flops(records: list[dict], path: Path, title: str) -> None:

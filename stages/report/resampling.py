@@ -9,13 +9,13 @@ and word n-gram order). Its score is the mean over seeds of each seed's corpus s
 
 - Bootstrap resampling draws test sentences, not (sentence, seed) rows: a drawn sentence
   brings every seed's output of it, and each resample is scored as the mean of the seeds'
-  corpus scores on it. A second seed is therefore never counted as a second test set.
-  The interval of one system also draws its seeds, with replacement (a two-level
-  bootstrap), so that seeds that disagree widen it; the paired bootstrap keeps every
-  seed, as the seed-level test (``seed_permutation_test``) covers their variation.
-- Approximate randomization swaps a sentence's outputs between the two systems seed by
-  seed (seed k of one with seed k of the other), each with its own coin: the stratified
-  test of Clark et al. (2011), as MultEval runs it.
+  corpus scores on it. A second seed is therefore never counted as a second test set,
+  and a seed given twice leaves every resample's score as it was. The bootstrap measures
+  the test set's variation only; how much the seeds vary is measured by their spread,
+  and ``t_test`` adds the two.
+- Approximate randomization swaps a sentence's outputs between the two systems with one
+  coin per sentence, every seed's output of it at once (seed k of one with seed k of the
+  other): as in the bootstrap, a copy of a seed adds no evidence.
 
 With one seed these are sacreBLEU's own procedures, drawing the same random numbers
 (``SACREBLEU_SEED``, 12345 unless set), so ``interval`` equals ``sacrebleu
@@ -34,8 +34,7 @@ and a unit test holds them equal to ``corpus_score`` on Multi30k.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
-from itertools import combinations
+from dataclasses import dataclass, field
 
 import numpy as np
 from sacrebleu.metrics import BLEU, CHRF
@@ -119,10 +118,13 @@ def _chrf(metric: CHRF, totals: np.ndarray) -> np.ndarray:
 
 @dataclass(frozen=True)
 class SeededSystem:
-    """One system's sufficient statistics: metric name -> array (K seeds, N sentences, D)."""
+    """One system's sufficient statistics: metric name -> array (K seeds, N sentences, D).
+    ``repeated``: seeds left out because their outputs were another seed's, word for
+    word (seed -> the seed kept)."""
     name: str
     seeds: tuple
     statistics: dict[str, np.ndarray]
+    repeated: dict = field(default_factory=dict)
 
     def seed_scores(self, metric_name: str, metric: Metric) -> np.ndarray:
         """Each seed's corpus score, shape (K,)."""
@@ -136,23 +138,29 @@ class SeededSystem:
 def seeded_system(name: str, seeds: list, outputs: list[tuple[list[str], list[str]]],
                   metrics: dict[str, Metric]) -> SeededSystem:
     """``outputs``: per seed, (hypotheses, references); every seed must be scored on the
-    same references, or its statistics would not be of the same sentences."""
+    same references, or its statistics would not be of the same sentences. A seed whose
+    hypotheses are another seed's, line for line, is the same evidence twice (a seed
+    listed twice, a run copied): it is counted once and named in ``repeated``."""
     references = outputs[0][1]
     for seed, (_, seed_references) in zip(seeds, outputs):
         if seed_references != references:
             raise ValueError(f"{name}: seed {seed} was scored on other references than seed {seeds[0]}; "
                              "a system's seeds must share one test set")
-    return SeededSystem(name, tuple(seeds), {
-        metric_name: np.stack([sentence_statistics(metric, hypotheses, seed_references)
-                               for hypotheses, seed_references in outputs])
-        for metric_name, metric in metrics.items()})
+    kept, first_of, repeated = [], {}, {}
+    for seed, (hypotheses, _) in zip(seeds, outputs):
+        key = tuple(hypotheses)
+        if key in first_of:
+            repeated[seed] = first_of[key]
+            continue
+        first_of[key] = seed
+        kept.append((seed, hypotheses))
+    return SeededSystem(name, tuple(seed for seed, _ in kept), {
+        metric_name: np.stack([sentence_statistics(metric, hypotheses, references) for _, hypotheses in kept])
+        for metric_name, metric in metrics.items()}, repeated)
 
 
 def check_paired(first: SeededSystem, second: SeededSystem) -> None:
-    """Paired tests need the same seeds and the same test sentences on both sides."""
-    if len(first.seeds) != len(second.seeds):
-        raise ValueError(f"{first.name} has {len(first.seeds)} seeds and {second.name} {len(second.seeds)}: "
-                         "paired tests pair seed with seed; train both with the same seeds (the config's seeds: list)")
+    """Paired tests need the same test sentences on both sides."""
     for metric_name, statistics in first.statistics.items():
         if statistics.shape[1] != second.statistics[metric_name].shape[1]:
             raise ValueError(f"{first.name} and {second.name} were scored on test sets of different sizes")
@@ -183,72 +191,92 @@ def estimate_ci(scores: np.ndarray) -> tuple[float, float]:
     return float(np.mean(scores)), 0.5 * (high - low)
 
 
-def resampled_scores(system: SeededSystem, metric_name: str, metric: Metric, counts: np.ndarray,
-                     seed_picks: np.ndarray | None = None) -> np.ndarray:
-    """The system's score on each resample of sentences, shape (samples,): the mean over
-    its seeds, or over ``seed_picks`` (samples, K), seeds drawn with replacement."""
-    statistics = system.statistics[metric_name]
-    per_seed = np.stack([corpus_scores(metric, counts @ statistics[k])
-                         for k in range(len(statistics))], axis=1)  # (samples, K)
-    if seed_picks is not None:
-        per_seed = np.take_along_axis(per_seed, seed_picks, axis=1)
-    return per_seed.mean(axis=1)
+def resampled_seed_scores(system: SeededSystem, metric_name: str, metric: Metric, counts: np.ndarray) -> np.ndarray:
+    """Each seed's corpus score on each resample of sentences, shape (samples, K)."""
+    statistics = system.statistics[metric_name]  # (K, N, D)
+    seeds, sentences, width = statistics.shape
+    # One product for every seed: (samples, N) @ (N, K * D).
+    totals = (counts @ statistics.transpose(1, 0, 2).reshape(sentences, seeds * width)).reshape(-1, seeds, width)
+    return corpus_scores(metric, totals)
 
 
-def seed_picks(seeds: int, samples: int, seed: int | None = None) -> np.ndarray:
-    """For each resample, K seeds drawn with replacement from the K, shape (samples, K)."""
-    rng = np.random.default_rng([sacrebleu_seed() if seed is None else seed, seeds])
-    return rng.integers(seeds, size=(samples, seeds))
+def resampled_scores(system: SeededSystem, metric_name: str, metric: Metric, counts: np.ndarray) -> np.ndarray:
+    """The system's score on each resample of sentences, shape (samples,): the mean of
+    its seeds' corpus scores on the drawn sentences."""
+    return resampled_seed_scores(system, metric_name, metric, counts).mean(axis=1)
 
 
-def interval(system: SeededSystem, metric_name: str, metric: Metric, counts: np.ndarray) -> dict:
-    """The score, the bootstrap mean and the half-width of the 95% interval. Each
-    resample draws the test sentences and, with several seeds, the seeds too (with
-    replacement, each seed's output on the drawn sentences): two seeds that disagree
-    widen the interval, a seed repeated leaves it as it was. With one seed this is
-    sacreBLEU's ``--confidence``."""
-    picks = None
-    if len(system.seeds) > 1:
-        picks = seed_picks(len(system.seeds), len(counts))
-    mean, half_width = estimate_ci(resampled_scores(system, metric_name, metric, counts, picks))
-    return {"score": system.score(metric_name, metric), "mean": mean, "ci": half_width}
+def own_sentence_noise(per_seed: np.ndarray) -> float:
+    """Of the bootstrap variance of the seeds' mean (``per_seed``: (samples, K)), the
+    part that is each seed's own sentence-by-sentence variation, independent between
+    seeds: (mean of the seeds' bootstrap variances - the mean's) / (K - 1). The seeds'
+    spread on the test set already holds it, so ``t_test`` counts it once. 0 for one
+    seed (it cannot be told apart from the test set's)."""
+    seeds = per_seed.shape[1]
+    if seeds < 2:
+        return 0.0
+    each = float(np.var(per_seed, axis=0, ddof=1).mean())
+    together = float(np.var(per_seed.mean(axis=1), ddof=1))
+    return max(0.0, (each - together) / (seeds - 1))
+
+
+def sacrebleu_interval(resampled: np.ndarray) -> dict:
+    """What ``sacrebleu --confidence`` prints from a system's resampled scores
+    (``resampled_scores``): their mean and half the distance between the 2.5th and 97.5th
+    percentile resamples; the test set's variation only (the report's interval,
+    ``t_test.system_interval``, adds the seeds')."""
+    mean, half_width = estimate_ci(resampled)
+    return {"mean": mean, "ci": half_width}
 
 
 def paired_bootstrap(first: SeededSystem, second: SeededSystem, metric_name: str, metric: Metric,
                      counts: np.ndarray) -> dict:
-    """delta = second - first on the same resamples. ``p``: two-sided, the share of
-    resampled deltas, centred on their mean, at least as far from 0 as the observed one
-    (Koehn 2004; Berg-Kirkpatrick et al. 2012). ``p_sacrebleu``: what ``--paired-bs``
-    prints. ``delta_low``/``delta_high``: the 2.5th and 97.5th percentile deltas."""
+    """delta = second - first on the same resamples of sentences (``bootstrap_deltas``)."""
     check_paired(first, second)
-    observed = second.score(metric_name, metric) - first.score(metric_name, metric)
-    deltas = (resampled_scores(second, metric_name, metric, counts)
-              - resampled_scores(first, metric_name, metric, counts))
+    return bootstrap_deltas(second.score(metric_name, metric) - first.score(metric_name, metric),
+                            resampled_scores(first, metric_name, metric, counts),
+                            resampled_scores(second, metric_name, metric, counts))
+
+
+def bootstrap_deltas(observed: float, first: np.ndarray, second: np.ndarray) -> dict:
+    """The paired bootstrap from the two systems' scores on the same resamples.
+    ``variance``: the resampled deltas' variance, the test set's share of the delta's
+    (``t_test`` adds the seeds'). ``p``: two-sided, the share of resampled deltas,
+    centred on their mean, at least as far from 0 as the observed one (Koehn 2004;
+    Berg-Kirkpatrick et al. 2012): a test of the test set's variation alone, never below
+    1/(samples + 1). ``p_sacrebleu``: what ``--paired-bs`` prints.
+    ``delta_low``/``delta_high``: the 2.5th and 97.5th percentile deltas."""
+    deltas = second - first
     centred = deltas - deltas.mean()
     spread = np.abs(deltas)
     low, high = percentile_ends(deltas)
-    return {"delta": observed,
+    return {"delta": observed, "variance": float(np.var(deltas, ddof=1)),
             "p": _p_value(np.abs(centred) >= abs(observed) - _TIE),
             "p_sacrebleu": _p_value(spread - spread.mean() > abs(observed)),
             "delta_low": low, "delta_high": high}
 
 
 def paired_randomization(first: SeededSystem, second: SeededSystem, metric_name: str, metric: Metric,
-                         trials: int = RANDOMIZATION_TRIALS, seed: int | None = None) -> dict:
-    """Stratified approximate randomization: in each trial, each (seed, sentence) pair of
-    outputs is swapped between the systems with probability 1/2 (with one seed,
-    sacreBLEU's own draws). ``p``: the share of trials whose |delta| is at least the
-    observed one; ``p_sacrebleu``: strictly greater, what ``--paired-ar`` prints."""
+                         trials: int = RANDOMIZATION_TRIALS, seed: int | None = None) -> dict | None:
+    """Approximate randomization: in each trial, each sentence's outputs are swapped
+    between the systems with probability 1/2, one coin per sentence for every seed pair
+    (seed k of one with seed k of the other; with one seed, sacreBLEU's own draws). A seed
+    given twice on both sides leaves every trial's delta, and so p, as it was. ``p``: the
+    share of trials whose |delta| is at least the observed one; ``p_sacrebleu``: strictly
+    greater, what ``--paired-ar`` prints. None when the systems have different numbers of
+    seeds (there is no seed to swap with)."""
     check_paired(first, second)
+    if len(first.seeds) != len(second.seeds):
+        return None
     rng = np.random.default_rng(sacrebleu_seed() if seed is None else seed)
     a, b = first.statistics[metric_name], second.statistics[metric_name]
     seeds, sentences = a.shape[0], a.shape[1]
-    swaps = rng.integers(2, size=(trials, seeds, sentences), dtype=bool)
+    swaps = rng.integers(2, size=(trials, sentences), dtype=bool).astype(np.float64)
     scores_a, scores_b = np.zeros(trials), np.zeros(trials)
     for k in range(seeds):
         # First's side of a trial: b's statistics, then a's where the coin kept them
         # (sacreBLEU's pos_sel @ a + neg_sel @ b, with one product instead of two).
-        kept = swaps[:, k, :].astype(np.float64) @ (a[k] - b[k])
+        kept = swaps @ (a[k] - b[k])
         scores_a += corpus_scores(metric, b[k].sum(axis=0) + kept)
         scores_b += corpus_scores(metric, a[k].sum(axis=0) - kept)
     differences = np.abs(scores_a - scores_b) / seeds
@@ -265,27 +293,6 @@ def _p_value(extreme: np.ndarray) -> float:
     """(extreme + 1) / (trials + 1): never 0, and exact for a test that is (Phipson and
     Smyth 2010)."""
     return float((np.count_nonzero(extreme) + 1) / (len(extreme) + 1))
-
-
-def seed_permutation_test(first: list[float], second: list[float]) -> dict:
-    """Whether the seeds' scores of two systems could be one population: the exact
-    two-sided permutation test of the difference of means over every way of splitting
-    the pooled seed scores into groups of the two sizes. ``smallest_p`` is the least p
-    any scores could give (2 / C(2K, K) for K seeds each), which says what the test can
-    show at all: with 3 seeds each it is 0.10, so it cannot reject at 0.05."""
-    pooled = np.asarray([*first, *second], dtype=np.float64)
-    size, count = len(first), len(pooled)
-    if size == 0 or size == count:
-        raise ValueError("the seed-level test needs at least one seed on each side")
-    observed = abs(float(np.mean(second)) - float(np.mean(first)))
-    splits = np.asarray(list(combinations(range(count), size)))
-    in_first = np.zeros((len(splits), count), dtype=bool)
-    np.put_along_axis(in_first, splits, True, axis=1)
-    means_first = (in_first * pooled).sum(axis=1) / size
-    means_second = (~in_first * pooled).sum(axis=1) / (count - size)
-    extreme = np.abs(means_second - means_first) >= observed - _TIE
-    mirrored = 2 if 2 * size == count else 1  # with equal sizes a split and its mirror tie
-    return {"p": float(extreme.mean()), "smallest_p": mirrored / len(splits), "splits": len(splits)}
 
 
 def holm(p_values: list[float]) -> list[float]:

@@ -1,24 +1,30 @@
-"""Laws of quality against compute that are tested before they are believed.
+"""Laws of quality against compute that are tested before they are believed, and say
+what they do not know.
 
 The law is saturating, L(C) = E + A * C^(-alpha) (Kaplan et al. 2020; Hoffmann et al.
 2022, eq. 2, in compute alone): validation loss falls as a power of the counted training
 FLOPs C towards an irreducible E. A score that rises to a ceiling (BLEU) takes the same
 form upside down, B(C) = B_max - A * C^(-alpha). E = 0 (no ceiling for a score) is the
-plain power law the report used to fit, kept as ``power_law`` for comparison.
+plain power law, kept as ``power_law`` for comparison.
 
-A law is judged by what it predicts, not by how well it passes through its points:
-
-- ``leave_one_budget_out`` refits without each budget in turn and predicts it; a law
-  whose left-out errors are larger, on average, than those of taking the nearest other
-  budget's measurement as the prediction is flagged (``LeaveOneOut.worse_than_naive``);
-- ``bootstrap`` refits on budgets drawn with replacement, for intervals on E, A, alpha
-  and on anything derived from a law, such as a crossover;
-- the FLOPs a law needs for a value, and where two laws cross, are stated only inside
+- **Bounds are not estimates.** E is searched over its admissible range (a loss's floor
+  from 0 to the smallest loss measured, BLEU's ceiling up to 100). Where the best fit
+  puts it on the bound, the data did not determine it (``Law.at_bound``): the report says
+  "not determined (at bound)", and the saturating law is then the power law.
+- **A law is judged by what it predicts** (``leave_one_budget_out``): refitted without
+  each budget in turn and asked for it, against two baselines fitted to the same
+  remaining budgets: a straight line in log compute, and the nearest other budget's
+  measurement. It "predicts" only if its mean absolute error beats both.
+- **Intervals from the seeds** (``bootstrap``): each draw resamples the seeds within each
+  budget (budgets branched from one run are not independent cases, so budgets are never
+  drawn); a budget with one seed gets the seeds' pooled spread from the budgets with
+  several. With one seed everywhere there is no interval.
+- The FLOPs a law needs for a value, and where two laws cross, are stated only inside
   the FLOPs measured (``inside``); outside, the report says "beyond the measured range".
 
 The fit profiles E out: for a given E, log(L - E) is a straight line in log C, solved by
-least squares; E itself minimizes the squared error of L over its admissible range (for
-a loss, 0 to the smallest loss measured), on a grid refined by a bounded search.
+least squares; E itself minimizes the squared error of L over its admissible range, on a
+grid refined by a bounded search.
 """
 
 from __future__ import annotations
@@ -45,6 +51,8 @@ class Law:
     valid_from: float
     valid_to: float
     budgets: int
+    # The best fit put E on the edge of its admissible range: E was not determined.
+    at_bound: bool = False
 
     def __call__(self, flops):
         return self.E + self.sign * self.A * np.power(flops, -self.alpha)
@@ -110,8 +118,16 @@ def fit(flops, values, *, rising: bool = False, saturating: bool = True,
     _, log_as, slopes = lines(np.array([floor]))
     # value = sign * (floor + a * (C / reference)^slope) = E + sign * A * C^(-alpha)
     alpha = -float(slopes[0])
+    # On the bound, or against the best value measured (where log(value - E) runs off):
+    # either edge of the admissible range leaves E undetermined.
+    width = lowest - low
+    at_bound = floor - low <= BOUND_TOLERANCE * width or lowest - floor <= BOUND_TOLERANCE * width
     return Law(E=sign * floor, A=math.exp(float(log_as[0])) * reference ** alpha, alpha=alpha, sign=sign,
-               valid_from=float(c.min()), valid_to=float(c.max()), budgets=distinct)
+               valid_from=float(c.min()), valid_to=float(c.max()), budgets=distinct, at_bound=bool(at_bound))
+
+
+# A floor within this share of its admissible range from an edge of it is on that edge.
+BOUND_TOLERANCE = 1e-3
 
 
 def _refine(error, left: float, right: float, start: float) -> float:
@@ -127,12 +143,14 @@ def _refine(error, left: float, right: float, start: float) -> float:
 @dataclass(frozen=True)
 class LeaveOneOut:
     """Per budget left out: the measured value (mean over its points), the law's
-    prediction from the other budgets, and the nearest other budget's measurement (the
-    next larger one; for the largest, the one below) as the naive prediction."""
+    prediction from the other budgets, and two baselines from the same other budgets: a
+    straight line in log compute (``line``), and the nearest other budget's measurement
+    (``naive``: the next larger one; for the largest, the one below)."""
 
     budgets: list[float]
     measured: list[float]
     predicted: list[float]
+    line: list[float]
     naive: list[float]
 
     @property
@@ -144,46 +162,78 @@ class LeaveOneOut:
         return float(np.mean(np.abs(self.errors)))
 
     @property
+    def line_mean_absolute_error(self) -> float:
+        return float(np.mean(np.abs(np.subtract(self.line, self.measured))))
+
+    @property
     def naive_mean_absolute_error(self) -> float:
         return float(np.mean(np.abs(np.subtract(self.naive, self.measured))))
 
     @property
-    def worse_than_naive(self) -> bool:
-        return self.mean_absolute_error > self.naive_mean_absolute_error
+    def predicts(self) -> bool:
+        """The law predicts its left-out budgets better than both baselines."""
+        return self.mean_absolute_error < min(self.line_mean_absolute_error, self.naive_mean_absolute_error)
 
 
 def leave_one_budget_out(flops, values, **law) -> LeaveOneOut:
     """Every budget's points left out in turn, the law refitted on the rest (``law``:
-    ``fit``'s options) and asked for the left-out budget's value. The first and last
-    budgets are predicted outside the range the refit saw: they test extrapolation."""
+    ``fit``'s options) and asked for the left-out budget's value, beside a straight line
+    in log compute fitted to the same points. The first and last budgets are predicted
+    outside the range the refits saw: they test extrapolation."""
     c = np.asarray(flops, dtype=float)
     y = np.asarray(values, dtype=float)
     budgets = sorted(set(c.tolist()))
     means = [float(y[c == budget].mean()) for budget in budgets]
-    predicted = []
+    predicted, line = [], []
     for budget in budgets:
         kept = c != budget
         predicted.append(float(fit(c[kept], y[kept], **law)(budget)))
+        slope, intercept = np.polyfit(np.log(c[kept]), y[kept], 1)
+        line.append(float(intercept + slope * math.log(budget)))
     naive = [means[i + 1] if i + 1 < len(means) else means[i - 1] for i in range(len(means))]
-    return LeaveOneOut(budgets, means, predicted, naive)
+    return LeaveOneOut(budgets, means, predicted, line, naive)
 
 
 def bootstrap(flops, values, draws: int = BOOTSTRAP_DRAWS, seed: int = 0, **law) -> list[Law]:
-    """Laws refitted on budgets drawn with replacement (each drawn budget brings all of
-    its points: seeds stay together); draws with too few distinct budgets are skipped."""
+    """Laws refitted on the seeds resampled within each budget: a budget with K >= 2
+    seeds draws K from them with replacement, spread about their mean by sqrt(K/(K-1))
+    (drawing from K values shrinks their variance by (K-1)/K); one with a single seed
+    adds to it a normal draw of the seeds' pooled standard deviation (from the budgets
+    with several).
+    Budgets are never drawn: the budgets of one branched run share its stable phase.
+    [] when no budget has two seeds: the seeds' variation is then unknown."""
     c = np.asarray(flops, dtype=float)
     y = np.asarray(values, dtype=float)
-    budgets = np.array(sorted(set(c.tolist())))
-    needed = 3 if law.get("saturating", True) else 2  # as ``fit`` requires
+    groups = [y[c == budget] for budget in sorted(set(c.tolist()))]
+    spread = pooled_seed_deviation(groups)
+    if spread is None:
+        return []
     rng = np.random.default_rng(seed)
     laws = []
+    x = np.concatenate([np.full(len(group), c_value) for group, c_value in zip(groups, sorted(set(c.tolist())))])
     for _ in range(draws):
-        drawn = rng.choice(budgets, size=len(budgets), replace=True)
-        if len(set(drawn.tolist())) < needed:
+        drawn = [_resampled(group, rng) if len(group) > 1 else group + rng.normal(0.0, spread, size=len(group))
+                 for group in groups]
+        try:
+            laws.append(fit(x, np.concatenate(drawn), **law))
+        except ValueError:  # a power law through a drawn value at or below 0
             continue
-        index = np.concatenate([np.flatnonzero(c == budget) for budget in drawn])
-        laws.append(fit(c[index], y[index], **law))
     return laws
+
+
+def _resampled(group: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    centre, inflation = group.mean(), math.sqrt(len(group) / (len(group) - 1))
+    return centre + inflation * (rng.choice(group, size=len(group), replace=True) - centre)
+
+
+def pooled_seed_deviation(groups: list[np.ndarray]) -> float | None:
+    """The seeds' standard deviation pooled over the groups (budgets) with two or more;
+    None without any."""
+    several = [group for group in groups if len(group) > 1]
+    if not several:
+        return None
+    degrees = sum(len(group) - 1 for group in several)
+    return math.sqrt(sum((len(group) - 1) * float(np.var(group, ddof=1)) for group in several) / degrees)
 
 
 def interval(samples, level: float = 0.95) -> tuple[float, float] | None:

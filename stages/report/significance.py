@@ -1,34 +1,38 @@
-"""The comparison's statistics: a 95% interval per system, and for every pair of systems
-at one budget a verdict that a reviewer can check.
+"""The comparison's statistics: a 95% interval per system, and for the pairs of systems
+at one budget a test whose variance has both its sources, the seeds and the test set.
 
 A system is one configured model at one budget, with all its seeds
 (``resampling.SeededSystem``); its score is the mean of its seeds' corpus scores.
 
-For each pair and metric (BLEU, chrF, chrF++):
-
-- the sentence-level tests, which resample the test set with each sentence's seeds
-  together (``resampling``): the paired bootstrap and stratified approximate
-  randomization, both two-sided; the pair's sentence-level p is the larger of the two;
-- with two or more seeds a side, the seed-level test: an exact permutation test over
-  the seed scores, with the smallest p it could give for that many seeds;
-- Holm-Bonferroni over every verdict of the report (``adjust``): a difference is
-  significant when the adjusted sentence-level p is below ``ALPHA`` and, with several
-  seeds, so is the adjusted seed-level p. With one seed, "significant" says only that
-  the test set's variation does not explain the difference: how much another seed would
-  move it was not measured;
-- the estimated agreement with human judgement of a difference that large (Kocmi et al.
+- **The interval and the test** (``t_test``): the seeds' spread plus the test set's
+  variation (the bootstrap of the seeds' mean, or of the pair's delta), Student's t with
+  Welch-Satterthwaite degrees of freedom. With one seed, the test set's alone, and the
+  row says the seeds' variance was not measured.
+- **A declared family of comparisons** (``ROLES``): the primary comparisons (by default
+  each family's best size by validation loss against each other family's, at each
+  budget, on BLEU; chosen in ``comparison.py`` before any test is run) are the only rows
+  with a verdict, Holm-Bonferroni adjusted over the testable primary rows alone
+  (``adjust``). The same pairs on chrF and chrF++ are secondary, every other pair
+  exploratory: they show an unadjusted p and no verdict word.
+- **Verdicts that say what the design can show** (``verdict``): "significant" or "not
+  significant" at ``ALPHA`` after Holm, with the difference the test would detect with
+  80% power; "untestable with 1 seed" where the seeds' variance was not measured.
+- **The test set's own tests, for comparability**: the paired bootstrap and approximate
+  randomization (one coin per sentence for all its seeds), two-sided, with sacreBLEU's
+  own p-values beside them. They measure the test set's variation only and decide
+  nothing.
+- The estimated agreement with human judgement of a difference that large (Kocmi et al.
   2024, ``human_agreement``), for the observed delta and the ends of its interval.
 """
 
 from __future__ import annotations
 
-import itertools
-
 import numpy as np
+from scipy import stats
 from sacrebleu.metrics import BLEU, CHRF
 from sacrebleu.metrics.base import Metric
 
-from stages.report import resampling
+from stages.report import resampling, t_test
 from stages.report.resampling import RANDOMIZATION_TRIALS, SeededSystem
 
 ALPHA = 0.05
@@ -65,63 +69,121 @@ def human_agreement(metric: str, delta: float) -> dict:
     return {"percent": float(np.interp(size, deltas, percents)), "bound": None}
 
 
+# What a row of the tests is: a primary comparison has a verdict, Holm-adjusted over the
+# primary family; a secondary (the primary pairs on chrF and chrF++, which restate BLEU)
+# or exploratory one (every other pair at a budget) shows its unadjusted p, no verdict.
+PRIMARY, SECONDARY, EXPLORATORY = "primary", "secondary", "exploratory"
+PRIMARY_METRIC = "BLEU"
+POWER = 0.8  # the power at which the report states the difference a test would detect
+
+
 def confidence_intervals(system: SeededSystem, counts: np.ndarray) -> dict[str, dict]:
-    """Per metric: the score, the bootstrap mean and the half-width of the 95% interval."""
-    return {name: resampling.interval(system, name, metric, counts) for name, metric in metrics().items()}
+    """Per metric: the score with its 95% interval (``t_test.system_interval``: seeds and
+    test set), and sacreBLEU's ``--confidence`` of the seeds' mean (the test set's)."""
+    found = {}
+    for name, metric in metrics().items():
+        per_seed = resampling.resampled_seed_scores(system, name, metric, counts)
+        resampled = per_seed.mean(axis=1)
+        found[name] = {**t_test.system_interval(system.seed_scores(name, metric), float(np.var(resampled, ddof=1)),
+                                                resampling.own_sentence_noise(per_seed), len(counts[0])),
+                       "seeds": len(system.seeds), "sacrebleu": resampling.sacrebleu_interval(resampled)}
+    return found
 
 
-def paired_tests(systems: list[SeededSystem], counts: np.ndarray,
+def paired_tests(pairs: list[tuple[SeededSystem, SeededSystem, str]], counts: np.ndarray,
                  randomization_trials: int = RANDOMIZATION_TRIALS) -> list[dict]:
-    """Every pair (a, b), a listed first, per metric: delta = b - a with its bootstrap
-    interval, both sentence-level p-values, the seed-level test with several seeds, and
-    the human-agreement estimates. Not yet adjusted: ``adjust`` takes the whole report's."""
+    """One row per pair (a, b, role) and metric: BLEU for every pair; chrF and chrF++
+    too for primary pairs, as secondary rows. delta = b - a. Not yet adjusted:
+    ``adjust`` takes the whole report's."""
+    every, cached = metrics(), {}
+
+    def resampled(system: SeededSystem, name: str) -> tuple[np.ndarray, float]:
+        """A system's mean score on the shared resamples and its seeds' own sentence
+        noise, computed once for all its pairs."""
+        key = (id(system), name)
+        if key not in cached:
+            per_seed = resampling.resampled_seed_scores(system, name, every[name], counts)
+            cached[key] = per_seed.mean(axis=1), resampling.own_sentence_noise(per_seed)
+        return cached[key]
+
     rows = []
-    for first, second in itertools.combinations(systems, 2):
-        for name, metric in metrics().items():
-            bootstrap = resampling.paired_bootstrap(first, second, name, metric, counts)
+    for first, second, role in pairs:
+        resampling.check_paired(first, second)
+        names = list(every) if role == PRIMARY else [PRIMARY_METRIC]
+        for name in names:
+            metric = every[name]
+            first_scores, second_scores = first.seed_scores(name, metric), second.seed_scores(name, metric)
+            (first_resampled, first_noise), (second_resampled, second_noise) = (resampled(first, name),
+                                                                                resampled(second, name))
+            bootstrap = resampling.bootstrap_deltas(float(second_scores.mean() - first_scores.mean()),
+                                                    first_resampled, second_resampled)
+            test = t_test.delta_test(first_scores, second_scores, bootstrap["variance"], first_noise + second_noise,
+                                     len(counts[0]))
             randomization = resampling.paired_randomization(first, second, name, metric, randomization_trials)
-            row = {"a": first.name, "b": second.name, "metric": name, "seeds": len(first.seeds),
-                   "a_score": first.score(name, metric), "b_score": second.score(name, metric),
-                   "delta": bootstrap["delta"], "delta_low": bootstrap["delta_low"],
-                   "delta_high": bootstrap["delta_high"],
-                   "p_bootstrap": bootstrap["p"], "p_randomization": randomization["p"],
-                   "p_sentences": max(bootstrap["p"], randomization["p"]),
+            row = {"a": first.name, "b": second.name, "metric": name,
+                   "role": role if name == PRIMARY_METRIC else SECONDARY,
+                   "seeds": test["seeds"], "seed_variance_measured": test["seed_variance_measured"],
+                   "repeated_seeds": {first.name: first.repeated, second.name: second.repeated},
+                   "a_score": float(first_scores.mean()), "b_score": float(second_scores.mean()),
+                   "delta": test["delta"], "delta_low": test["low"], "delta_high": test["high"],
+                   "standard_error": test["standard_error"], "df": test["df"], "p": test["p"],
+                   "detectable": detectable(test["standard_error"], test["df"]),
+                   # The test set's variation alone: for comparability, deciding nothing.
+                   "p_bootstrap": bootstrap["p"],
+                   "p_randomization": None if randomization is None else randomization["p"],
                    # What sacreBLEU's --paired-bs and --paired-ar print, for the record.
                    "p_bootstrap_sacrebleu": bootstrap["p_sacrebleu"],
-                   "p_randomization_sacrebleu": randomization["p_sacrebleu"],
-                   "agreement": human_agreement(name, bootstrap["delta"]),
-                   "agreement_low": human_agreement(name, _nearest_zero(bootstrap)),
-                   "agreement_high": human_agreement(name, _farthest(bootstrap))}
-            if len(first.seeds) > 1:
-                seeds = resampling.seed_permutation_test(list(first.seed_scores(name, metric)),
-                                                         list(second.seed_scores(name, metric)))
-                row.update(p_seeds=seeds["p"], p_seeds_smallest=seeds["smallest_p"])
+                   "p_randomization_sacrebleu": None if randomization is None else randomization["p_sacrebleu"],
+                   "agreement": human_agreement(name, test["delta"]),
+                   "agreement_low": human_agreement(name, _nearest_zero(test)),
+                   "agreement_high": human_agreement(name, _farthest(test))}
             rows.append(row)
     return rows
 
 
-def _nearest_zero(bootstrap: dict) -> float:
+def detectable(standard_error: float, df: float, alpha: float = ALPHA, power: float = POWER) -> float:
+    """The difference a two-sided t test at ``alpha`` with this standard error and degrees
+    of freedom detects with probability ``power`` (unadjusted for multiplicity)."""
+    return float((stats.t.ppf(1 - alpha / 2, df) + stats.t.ppf(power, df)) * standard_error)
+
+
+def _nearest_zero(test: dict) -> float:
     """The end of the delta's interval nearest to no difference (0 if it spans 0)."""
-    low, high = bootstrap["delta_low"], bootstrap["delta_high"]
+    low, high = test["low"], test["high"]
     return 0.0 if low <= 0 <= high else min(abs(low), abs(high))
 
 
-def _farthest(bootstrap: dict) -> float:
-    return max(abs(bootstrap["delta_low"]), abs(bootstrap["delta_high"]))
+def _farthest(test: dict) -> float:
+    return max(abs(test["low"]), abs(test["high"]))
+
+
+def testable(row: dict) -> bool:
+    """A primary row can be decided: both systems have several seeds, so the seeds'
+    variance was measured."""
+    return row["role"] == PRIMARY and row["seed_variance_measured"]
 
 
 def adjust(rows: list[dict], alpha: float = ALPHA) -> list[dict]:
-    """Holm-Bonferroni over all the rows (every verdict of one report): each row gains
-    the adjusted p-values and ``significant``; ``comparisons`` is how many there were."""
-    sentences = resampling.holm([row["p_sentences"] for row in rows])
-    seeded = [index for index, row in enumerate(rows) if "p_seeds" in row]
-    seeds = dict(zip(seeded, resampling.holm([rows[index]["p_seeds"] for index in seeded])))
-    adjusted = []
+    """Holm-Bonferroni over the testable primary rows alone: each gains ``p_holm`` and
+    ``significant``; every row gains ``family_size``, how many rows the adjustment
+    counted. Other rows keep their unadjusted p and get no verdict (``significant``
+    None)."""
+    decided = [index for index, row in enumerate(rows) if testable(row)]
+    adjusted = dict(zip(decided, resampling.holm([rows[index]["p"] for index in decided])))
+    result = []
     for index, row in enumerate(rows):
-        row = {**row, "p_sentences_holm": sentences[index], "comparisons": len(rows)}
-        significant = row["p_sentences_holm"] < alpha
-        if index in seeds:
-            row["p_seeds_holm"] = seeds[index]
-            significant = significant and row["p_seeds_holm"] < alpha
-        adjusted.append({**row, "significant": significant})
-    return adjusted
+        row = {**row, "family_size": len(decided), "p_holm": adjusted.get(index), "significant": None}
+        if index in adjusted:
+            row["significant"] = bool(adjusted[index] < alpha)
+        result.append(row)
+    return result
+
+
+def verdict(row: dict) -> str:
+    """What one row of the tests says, in the words the report uses everywhere."""
+    if row["role"] != PRIMARY:
+        return row["role"]
+    if not row["seed_variance_measured"]:
+        fewest = min(row["seeds"])
+        return f"untestable with {fewest} seed{'s' if fewest != 1 else ''}"
+    return "significant" if row["significant"] else "not significant"

@@ -6,7 +6,11 @@ cluster has CPUs (or GPUs) for, in the grid's order; ASHA (asynchronous successi
 al. 2020) compares the trials' best validation loss after ``grace_validations``
 validations and at every rung after, and stops all but the best 1/``reduction_factor``
 there. The rate whose trial reached the lowest validation loss is chosen; a trial that
-diverged (no finite loss) can never be.
+diverged (no finite loss) can never be. Where the chosen rate is the lowest or highest
+rate tried, the best may lie beyond the grid: the stage tries the next rate out, at the
+grid's own ratio at that edge (four rates 2e-3 to 1.6e-2 choosing 1.6e-2: 3.2e-2), and
+chooses again, up to ``tune.max_extensions`` times; ``choice.json`` says whether the
+chosen rate is still at an edge (``at_edge``).
 
 The artifact: ``choice.json`` (the rate, and per rate tried its best validation loss,
 validations, FLOPs and whether ASHA stopped it) and each trial's ``metrics.jsonl`` and
@@ -26,9 +30,11 @@ from pipeline.core.context import StageContext
 from stages.tune.artifact import CHOICE_FILE, read_choice
 from stages.tune.config import TuneStageConfig
 
-__all__ = ["VERSION", "TASK_CPUS", "MLFLOW_FILES", "run", "worker_resources", "concurrent_trials", "read_choice"]
+__all__ = ["VERSION", "TASK_CPUS", "MLFLOW_FILES", "run", "worker_resources", "concurrent_trials", "read_choice",
+           "grid_edge", "beyond"]
 
-VERSION = 1
+# 2: the grid extended past an edge its best rate was on (tune.max_extensions)
+VERSION = 2
 # The stage's own task holds no CPU: its trials' Ray Train workers ask for theirs.
 TASK_CPUS = 0
 MLFLOW_FILES = (CHOICE_FILE,)
@@ -71,36 +77,65 @@ def run(inputs: dict[str, Path], config: TuneStageConfig, output: Path, ctx: Sta
     base = trial_config(TrainStageConfig(model=config.model, train=config.train), settings.budget)
     trials = output / TRIALS
     trainable = tune.with_parameters(run_trial, config=base, tokenized=inputs["tokenize"], root=str(trials))
-    tuner = tune.Tuner(
-        # The trial's own process holds no CPU (its workers ask for theirs); Tune needs
-        # some resource to place it by: one byte of memory.
-        tune.with_resources(trainable, {"memory": 1}),
-        param_space={"lr": tune.grid_search(settings.learning_rates)},
-        tune_config=tune.TuneConfig(
-            metric="best_valid_loss", mode="min", max_concurrent_trials=concurrent_trials(config, ray.cluster_resources()),
-            scheduler=ASHAScheduler(time_attr="training_iteration", grace_period=settings.grace_validations,
-                                    reduction_factor=settings.reduction_factor, max_t=1_000_000)),
-        run_config=tune.RunConfig(name="tune_run", storage_path=str(output), verbose=0),
-    )
-    results = tuner.fit()
-    rows = [_trial_row(result, trials / trial_name(result.config["lr"])) for result in results]
-    finite = [row for row in rows if math.isfinite(row["best_valid_loss"])]
-    if not finite:
-        raise RuntimeError(f"tune {config.model.name!r}: no trial reached a finite validation loss at any of the "
-                           f"rates {settings.learning_rates}: lower tune.learning_rates")
-    chosen = min(finite, key=lambda row: row["best_valid_loss"])
+
+    def fit(rates: list[float], round_: int) -> list:
+        tuner = tune.Tuner(
+            # The trial's own process holds no CPU (its workers ask for theirs); Tune needs
+            # some resource to place it by: one byte of memory.
+            tune.with_resources(trainable, {"memory": 1}),
+            param_space={"lr": tune.grid_search(rates)},
+            tune_config=tune.TuneConfig(
+                metric="best_valid_loss", mode="min",
+                max_concurrent_trials=concurrent_trials(config, ray.cluster_resources()),
+                scheduler=ASHAScheduler(time_attr="training_iteration", grace_period=settings.grace_validations,
+                                        reduction_factor=settings.reduction_factor, max_t=1_000_000)),
+            run_config=tune.RunConfig(name=f"tune_run_{round_}", storage_path=str(output), verbose=0),
+        )
+        return [{**_trial_row(result, trials / trial_name(result.config["lr"])), "extension": round_ > 0}
+                for result in tuner.fit()]
+
+    rows, rates, extensions = [], list(settings.learning_rates), 0
+    while True:
+        rows += fit(rates, extensions)
+        finite = [row for row in rows if math.isfinite(row["best_valid_loss"])]
+        if not finite:
+            raise RuntimeError(f"tune {config.model.name!r}: no trial reached a finite validation loss at any of the "
+                               f"rates {sorted(row['lr'] for row in rows)}: lower tune.learning_rates")
+        chosen = min(finite, key=lambda row: row["best_valid_loss"])
+        tried = sorted(row["lr"] for row in rows)
+        edge = grid_edge(chosen["lr"], tried)
+        if edge is None or extensions >= settings.max_extensions:
+            break
+        rates, extensions = [beyond(tried, edge)], extensions + 1
     for trial in trials.iterdir():  # the curves and totals stay; checkpoints and weights go
         for path in trial.iterdir():
             if path.name not in KEPT:
                 shutil.rmtree(path) if path.is_dir() else path.unlink()
-    shutil.rmtree(output / "tune_run", ignore_errors=True)
+    for round_ in range(extensions + 1):
+        shutil.rmtree(output / f"tune_run_{round_}", ignore_errors=True)
     # JSON has no infinity: a trial without a finite loss shows null.
     shown = [{**row, "best_valid_loss": row["best_valid_loss"] if math.isfinite(row["best_valid_loss"]) else None}
              for row in sorted(rows, key=lambda row: row["lr"])]
-    choice = {"lr": chosen["lr"], "metric": "best validation loss", "budget": settings.budget, "trials": shown}
+    choice = {"lr": chosen["lr"], "metric": "best validation loss", "budget": settings.budget,
+              "extensions": extensions, "at_edge": edge, "trials": shown}
     (output / CHOICE_FILE).write_text(json.dumps(choice, indent=2))
     return {"lr": chosen["lr"], "best_valid_loss": chosen["best_valid_loss"], "trials": len(rows),
-            "stopped_early": sum(row["stopped_early"] for row in rows)}
+            "stopped_early": sum(row["stopped_early"] for row in rows), "extensions": extensions,
+            "at_edge": edge or "inside"}
+
+
+def grid_edge(rate: float, tried: list[float]) -> str | None:
+    """"lowest" or "highest" when ``rate`` is that end of the sorted rates ``tried``."""
+    if rate == tried[0]:
+        return "lowest"
+    return "highest" if rate == tried[-1] else None
+
+
+def beyond(tried: list[float], edge: str) -> float:
+    """The next rate past an edge of the sorted ``tried``, at the grid's ratio there."""
+    if edge == "highest":
+        return tried[-1] * tried[-1] / tried[-2]
+    return tried[0] * tried[0] / tried[1]
 
 
 def _trial_row(result, directory: Path) -> dict:

@@ -24,6 +24,9 @@ class TuneConfig(Section):
     # stopped, and at each rung after it 1/reduction_factor of the trials go on.
     grace_validations: int = Field(default=2, gt=0)
     reduction_factor: int = Field(default=3, ge=2)
+    # Where the best rate is the lowest or highest tried, try the next rate beyond it (at
+    # the grid's ratio there) and choose again, at most this many times; 0: never.
+    max_extensions: int = Field(default=2, ge=0)
 
     @field_validator("learning_rates")
     @classmethod

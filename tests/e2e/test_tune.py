@@ -26,7 +26,8 @@ def experiment() -> ExperimentConfig:
     raw["models"] = [{"name": "t", "family": "transformer", "preset": "tiny"}]
     raw["train"].update(precision="fp32", max_tokens=600, schedule="constant", lr=1e-3, warmup_steps=5,
                         max_steps=4, valid_every=5, valid_bleu_every=None, checkpoint_every=5, log_every=2)
-    raw["tune"] = {"learning_rates": RATES, "budget": 1.5e10, "grace_validations": 2, "reduction_factor": 3}
+    raw["tune"] = {"learning_rates": RATES, "budget": 1.5e10, "grace_validations": 2, "reduction_factor": 3,
+                   "max_extensions": 0}
     return ExperimentConfig.model_validate(raw)
 
 
@@ -67,3 +68,22 @@ def test_tune_chooses_a_rate_never_the_diverging_one_caches_it_and_the_runs_trai
     assert trained["lr"] == choice["lr"] and trained["lr_from"] == "tune/t"
     rates = [row["lr"] for row in map(json.loads, (output / "metrics.jsonl").read_text().splitlines()) if "lr" in row]
     assert rates and max(rates) <= choice["lr"] * (1 + 1e-9)
+
+
+def test_a_best_rate_at_the_grids_edge_extends_the_grid_and_the_choice_says_if_it_is_still_there(tokenized, tmp_path,
+                                                                                                   local_ray):
+    # Rates far below any good one: over four updates the larger always learns more, so
+    # the best is the grid's top; one extension tries the next rate up, at the grid's
+    # ratio, and that one is the best and again the top.
+    config = experiment()
+    config = config.model_copy(update={"tune": config.tune.model_copy(
+        update={"learning_rates": [1e-5, 2e-5], "max_extensions": 1})})
+    item = {i.stage.name: i for i in plan(config, ArtifactStore(str(tmp_path / "artifacts")))}["tune/t"]
+    output = tmp_path / "tune"
+    output.mkdir()
+    metrics = tune.run({"tokenize": tokenized}, item.stage.config_of(config), output, StageContext())
+    choice = read_choice(output)
+    assert [(row["lr"], row["extension"]) for row in choice["trials"]] == [(1e-5, False), (2e-5, False),
+                                                                           (pytest.approx(4e-5), True)]
+    assert choice["lr"] == pytest.approx(4e-5) and choice["extensions"] == 1 and choice["at_edge"] == "highest"
+    assert metrics["at_edge"] == "highest" and not list(output.glob("tune_run_*"))

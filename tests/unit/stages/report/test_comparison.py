@@ -1,5 +1,5 @@
 """The report's comparison: seeds together, intervals and tests between models at one
-budget, and the frontier when there are several budgets."""
+budget, the declared primary family and the exploratory rest."""
 
 from __future__ import annotations
 
@@ -24,11 +24,12 @@ def output(rate: float, seed: int) -> tuple[list[str], list[str]]:
     return [" ".join(w for w in line.split() if generator.random() > rate) or line for line in REFERENCES], REFERENCES
 
 
-def run(model: str, family: str, seed: int, budget: float, bleu: float) -> dict:
+def run(model: str, family: str, seed: int, budget: float, bleu: float, valid_loss: float | None = None,
+        parameters: int = 1000) -> dict:
     record = {field: None for field in FIELDS}
     record.update(name=f"{model}.{budget:.0e}.s{seed}", model=model, family=family, seed=seed, budget=budget,
-                  train_flops=budget * 0.99, bleu=bleu, chrf=bleu + 20, parameters=1000, train_tokens=10,
-                  train_seconds=1.0)
+                  train_flops=budget * 0.99, bleu=bleu, chrf=bleu + 20, parameters=parameters, train_tokens=10,
+                  train_seconds=1.0, final_valid_loss=valid_loss)
     return record
 
 
@@ -57,23 +58,28 @@ def test_seeds_are_summarized_and_tests_pair_models_at_the_same_budget(sweep):
     assert set(comparison["intervals"]["rnn_tiny @ 1e12"]) == {"BLEU", "chrF", "chrF++"}
     pairs = {(test["a"], test["b"]) for test in comparison["tests"]}
     assert pairs == {(f"transformer_tiny @ {b}", f"rnn_tiny @ {b}") for b in ("1e12", "4e12", "1.6e13")}
-    assert len(comparison["tests"]) == 3 * 3
-    assert [row["family"] for row in comparison["frontier"]] == ["transformer", "rnn"]
-    assert all(row["b"] > 0 and row["points"] == 3 for row in comparison["frontier"])
+    assert len(comparison["tests"]) == 3 * 3  # each family's only size: the primary pair, on BLEU, chrF, chrF++
+    assert [test["role"] for test in comparison["tests"]] == ["primary", "secondary", "secondary"] * 3
+    assert all(test["seed_variance_measured"] and test["family_size"] == 3 for test in comparison["tests"])
+    assert "frontier" not in comparison
 
 
 def test_the_report_shows_the_comparison_in_every_format(sweep, tmp_path):
     rows, outputs = sweep
     written = {path.name for path in write_report(rows, {}, tmp_path, "sweep", outputs)}
-    assert "frontier.png" in written
+    assert "frontier.png" not in written and "bleu_vs_flops.png" in written
     markdown = (tmp_path / "report.md").read_text()
-    for title in ("## Seeds", "## 95% confidence intervals", "## Paired significance", "## Quality against compute"):
+    for title in ("## Seeds", "## 95% confidence intervals", "## Primary comparisons",
+                  "## Secondary and exploratory comparisons"):
         assert title in markdown
+    assert "## Quality against compute" not in markdown and "## Paired significance" not in markdown
     assert "Kocmi et al. 2024" in markdown and "8.15 ± 0.07" in markdown
-    assert "<h2>Paired significance</h2>" in (tmp_path / "report.html").read_text()
+    assert "Welch-Satterthwaite" in markdown and "over 3 primary comparisons" in markdown
+    assert "<h2>Primary comparisons</h2>" in (tmp_path / "report.html").read_text()
     saved = json.loads((tmp_path / "report.json").read_text())["comparison"]
     assert len(saved["tests"]) == 9 and saved["agreement"]["BLEU"]["80"] == 2.34
-    assert all(test["comparisons"] == 9 and "p_seeds_holm" in test for test in saved["tests"])
+    primary = [test for test in saved["tests"] if test["role"] == "primary"]
+    assert len(primary) == 3 and all(test["family_size"] == 3 and test["p_holm"] is not None for test in primary)
 
 
 def test_one_seed_at_one_budget_has_no_seeds_table_and_no_frontier(tmp_path):
@@ -81,12 +87,13 @@ def test_one_seed_at_one_budget_has_no_seeds_table_and_no_frontier(tmp_path):
     outputs = {rows[0]["name"]: output(0.2, 1), rows[1]["name"]: output(0.6, 1)}
     comparison = compare(rows, outputs)
     assert [group["label"] for group in comparison["groups"]] == ["transformer_tiny", "rnn_tiny"]
-    assert comparison["frontier"] == [] and len(comparison["tests"]) == 3
+    assert not comparison["laws"] and len(comparison["tests"]) == 3
     write_report(rows, {}, tmp_path, "default", outputs)
     markdown = (tmp_path / "report.md").read_text()
-    assert "## Seeds" not in markdown and "## Quality against compute" not in markdown
-    assert "## Paired significance" in markdown and "rnn_tiny vs transformer_tiny" in markdown
-    assert "significant on this test set (1 seed)" in markdown and "over all 3 comparisons" in markdown
+    assert "## Seeds" not in markdown and "## Laws that predict" not in markdown
+    assert "## Primary comparisons" in markdown and "rnn_tiny vs transformer_tiny" in markdown
+    assert "untestable with 1 seed" in markdown and "significant" not in markdown.split("## Primary")[1].split(
+        "Holm-Bonferroni")[0].replace("untestable", "")
 
 
 def test_a_run_stopped_short_of_its_budget_is_named_wherever_its_pair_is_judged(sweep, tmp_path):
@@ -106,3 +113,30 @@ def test_a_run_stopped_short_of_its_budget_is_named_wherever_its_pair_is_judged(
            "1.02e+13 FLOPs (64%)"
     # In the seeds note, and in the sentence about the one pair at that budget only.
     assert markdown.count(said) == 2 and markdown.count("not at matched compute") == 1
+
+
+def test_the_primary_family_is_each_familys_best_size_by_validation_loss_and_a_config_can_name_it(tmp_path):
+    # Two Transformer sizes and one RNN, two seeds each, at one budget. The larger
+    # Transformer has the lower validation loss, so it is the family's best, whatever
+    # its test BLEU: the choice is made on the validation split.
+    rows, outputs = [], {}
+    for model, family, rate, loss, parameters in (("small", "transformer", 0.2, 3.0, 1000),
+                                                  ("large", "transformer", 0.3, 2.5, 4000),
+                                                  ("rnn", "rnn", 0.4, 2.8, 2000)):
+        for seed in (1, 2):
+            record = run(model, family, seed, 1e12, 10.0, valid_loss=loss + seed * 0.01, parameters=parameters)
+            rows.append(record)
+            outputs[record["name"]] = output(rate, seed)
+    comparison = compare(rows, outputs)
+    roles = {(test["a"], test["b"], test["metric"]): test["role"] for test in comparison["tests"]}
+    assert roles == {("large", "rnn", "BLEU"): "primary", ("large", "rnn", "chrF"): "secondary",
+                     ("large", "rnn", "chrF++"): "secondary", ("small", "large", "BLEU"): "exploratory",
+                     ("small", "rnn", "BLEU"): "exploratory"}
+    assert all(test["family_size"] == 1 for test in comparison["tests"])
+    assert "chosen before any test" in comparison["primary"][0]
+    named = compare(rows, outputs, [["small", "rnn"]])
+    assert [(t["a"], t["b"]) for t in named["tests"] if t["role"] == "primary"] == [("small", "rnn")]
+    write_report(rows, {}, tmp_path, "sizes", outputs)
+    markdown = (tmp_path / "report.md").read_text()
+    exploratory = markdown.split("## Secondary and exploratory comparisons")[1]
+    assert "exploratory" in exploratory and "significant" not in exploratory.split("Secondary:")[0]

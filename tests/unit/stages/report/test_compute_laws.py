@@ -1,6 +1,7 @@
-"""Each family's frontier and its laws in the report (stages/report/compute_laws.py):
-the envelope takes the best size at each budget, the laws are fitted through it and
-judged on the budgets they did not see, and the report's tables say so."""
+"""Each family's envelope and its laws in the report (stages/report/compute_laws.py):
+the envelope takes the best size at each budget and flags the grid's edges, the laws are
+fitted through it and judged on the budgets they did not see, bounds are not estimates,
+and the report's tables say so."""
 
 from __future__ import annotations
 
@@ -62,7 +63,10 @@ def test_each_family_gets_both_laws_with_intervals_and_leave_one_out_errors(comp
             assert len(saturating["leave_one_out"]["budgets"]) == len(BUDGETS)
             low, high = saturating["interval"]["alpha"]
             assert low <= saturating["alpha"] <= high and saturating["draws"] > 900
-            assert isinstance(power["kept"], bool)
+            assert power["choice"] in ("kept", "dropped", "same law: E at its bound")
+            assert saturating["predicts"] == (saturating["leave_one_out"]["mean_absolute_error"] < min(
+                saturating["leave_one_out"]["line_mean_absolute_error"],
+                saturating["leave_one_out"]["naive_mean_absolute_error"]))
     loss = {entry["family"]: entry["valid_loss"]["saturating"] for entry in comparison["laws"]}
     assert loss["transformer"]["E"] < loss["rnn"]["E"]  # their floors are 1.5 and 1.9 plus what no size reaches
 
@@ -110,3 +114,28 @@ def test_a_size_that_diverged_after_its_best_validation_is_judged_by_the_weights
     (entry,) = compare(found, {})["laws"]
     point = next(point for point in entry["envelope"] if point["budget"] == pytest.approx(top))
     assert point["preset"] != best_there and point["valid_loss"] < 9.0
+
+
+def test_an_envelope_at_the_grids_edge_is_flagged_and_an_undetermined_floor_is_said_so():
+    # Every size's loss a pure power of the budget, the smallest always best: each cell
+    # of the envelope is at the grid's edge, and the law's floor sits on its bound 0.
+    found = []
+    for size, parameters in SIZES.items():
+        for budget in BUDGETS:
+            for seed in (1, 2):
+                loss = parameters ** 0.1 * 3e3 * budget ** -0.2 * (1 + 0.001 * seed)
+                found.append({"name": f"t.{size}.{budget:.2g}.s{seed}", "model": f"t.{size}", "seed": seed,
+                              "budget": float(budget), "family": "transformer", "preset": size,
+                              "parameters": parameters, "train_flops": float(budget),
+                              "stop_reason": "max_train_flops", "best_valid_ppl": math.exp(loss),
+                              "bleu": 30.0 - loss, "chrf": 50.0})
+    comparison = compare(found, {})
+    (entry,) = comparison["laws"]
+    assert {point["edge"] for point in entry["envelope"]} == {"smallest"}
+    saturating = entry["valid_loss"]["saturating"]
+    assert saturating["E_at_bound"] and saturating["interval"]["E"] is None
+    assert entry["valid_loss"]["power"]["choice"] == "same law: E at its bound"
+    titles = {section.title: section for section in sections(comparison)}
+    assert "not determined (at bound)" in set(titles["Laws that predict"].table["E [95%]"])
+    assert "smallest size tried" in titles["Compute-optimal size per budget"].table["grid edge"].iloc[0]
+    assert f"In {len(BUDGETS)} of {len(BUDGETS)} cells" in titles["Compute-optimal size per budget"].note

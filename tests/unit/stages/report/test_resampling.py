@@ -1,7 +1,7 @@
 """Seed-aware resampling on synthetic systems with known answers: scores from the
-sufficient statistics are sacreBLEU's, a duplicated seed adds nothing, disagreeing seeds
-widen the interval, a system is not significantly different from itself, a shifted one
-is, and with one seed the numbers are sacreBLEU's own."""
+sufficient statistics are sacreBLEU's, a duplicated seed adds nothing to the bootstrap,
+the randomization test or the interval, a system is not significantly different from
+itself, a shifted one is, and with one seed the numbers are sacreBLEU's own."""
 
 from __future__ import annotations
 
@@ -21,13 +21,17 @@ from stages.report.resampling import (
     bootstrap_counts,
     corpus_scores,
     holm,
-    interval,
+    own_sentence_noise,
     paired_bootstrap,
     paired_randomization,
-    seed_permutation_test,
+    resampled_scores,
+    resampled_seed_scores,
+    sacrebleu_interval,
+    SeededSystem,
     seeded_system,
     sentence_statistics,
 )
+from stages.report.significance import confidence_intervals
 
 SAMPLE = Path(__file__).parents[3] / "data" / "multi30k"
 CLI_METRICS = {"BLEU": ["-m", "bleu"], "chrF": ["-m", "chrf"], "chrF++": ["-m", "chrf", "--chrf-word-order", "2"]}
@@ -73,31 +77,62 @@ def test_corpus_scores_from_the_sentence_statistics_are_sacrebleus(references, m
         assert float(corpus_scores(metric, statistics[0])) == pytest.approx(expected, abs=1e-9)
 
 
-def test_a_system_duplicated_as_a_second_seed_has_the_one_seed_interval_and_p_values(references):
-    a = degraded(references, 0.2, 1)
-    b = degraded(references, 0.25, 2)
+def test_every_seed_duplicated_on_both_sides_leaves_the_bootstrap_and_randomization_as_they_were(references):
+    # Built as arrays, so the duplicates are not collapsed: the procedures themselves must
+    # give a copy of a seed no weight of its own.
     counts = bootstrap_counts(len(references), 1000, seed=7)
-    one_a, one_b = system("a", references, a), system("b", references, b)
-    two_a, two_b = system("a", references, a, a), system("b", references, b, b)
+    outputs = {"a": [degraded(references, 0.2, 1), degraded(references, 0.25, 3)],
+               "b": [degraded(references, 0.25, 2), degraded(references, 0.3, 4)]}
+    once = {name: system(name, references, *seeds) for name, seeds in outputs.items()}
+    twice = {name: SeededSystem(name, (1, 2, 3, 4), {metric: np.concatenate([stats, stats])
+                                                      for metric, stats in once[name].statistics.items()})
+             for name in outputs}
     for name, metric in metrics().items():
-        assert interval(two_a, name, metric, counts) == pytest.approx(interval(one_a, name, metric, counts))
-        one = paired_bootstrap(one_a, one_b, name, metric, counts)
-        two = paired_bootstrap(two_a, two_b, name, metric, counts)
-        assert two["p"] == pytest.approx(one["p"]) and two["delta"] == pytest.approx(one["delta"])
-    # Randomization draws a coin per seed, so a duplicate is two looks at the same swap
-    # distribution: equal within Monte Carlo error, not exactly.
-    one = paired_randomization(one_a, one_b, "BLEU", BLEU(), trials=4000, seed=3)["p"]
-    two = paired_randomization(two_a, two_b, "BLEU", BLEU(), trials=4000, seed=3)["p"]
-    assert two <= max(0.05, 3 * one) and one <= max(0.05, 3 * two)
+        one = paired_bootstrap(once["a"], once["b"], name, metric, counts)
+        two = paired_bootstrap(twice["a"], twice["b"], name, metric, counts)
+        assert two == pytest.approx(one)
+        one = paired_randomization(once["a"], once["b"], name, metric, trials=2000, seed=3)
+        two = paired_randomization(twice["a"], twice["b"], name, metric, trials=2000, seed=3)
+        assert two == pytest.approx(one)  # one coin per sentence: exactly the same trials
+
+
+def test_a_seed_given_twice_is_counted_once_and_the_interval_is_unchanged(references):
+    a, b = degraded(references, 0.2, 1), degraded(references, 0.3, 2)
+    counts = bootstrap_counts(len(references), 1000, seed=7)
+    honest = seeded_system("a", [1, 2], [(a, references), (b, references)], metrics())
+    padded = seeded_system("a", [1, 2, 3, 4], [(a, references), (b, references), (a, references), (b, references)],
+                           metrics())
+    assert padded.seeds == (1, 2) and padded.repeated == {3: 1, 4: 2}
+    for name, found in confidence_intervals(padded, counts).items():
+        expected = confidence_intervals(honest, counts)[name]
+        assert found["sacrebleu"] == pytest.approx(expected["sacrebleu"])
+        assert {key: found[key] for key in ("score", "low", "high", "df", "seeds")} == pytest.approx(
+            {key: expected[key] for key in ("score", "low", "high", "df", "seeds")})
 
 
 def test_seeds_that_disagree_widen_the_interval(references):
     good, poor = degraded(references, 0.1, 1), degraded(references, 0.5, 2)
     counts = bootstrap_counts(len(references), 500, seed=1)
-    alone = interval(system("a", references, good), "BLEU", BLEU(), counts)
-    together = interval(system("a", references, good, poor), "BLEU", BLEU(), counts)
-    agreeing = interval(system("a", references, good, degraded(references, 0.1, 3)), "BLEU", BLEU(), counts)
-    assert together["ci"] > alone["ci"] and together["ci"] > agreeing["ci"]
+    alone = confidence_intervals(system("a", references, good), counts)["BLEU"]
+    together = confidence_intervals(system("a", references, good, poor), counts)["BLEU"]
+    agreeing = confidence_intervals(system("a", references, good, degraded(references, 0.1, 3)), counts)["BLEU"]
+    width = {name: found["high"] - found["low"] for name, found in
+             (("alone", alone), ("together", together), ("agreeing", agreeing))}
+    assert width["together"] > width["alone"] and width["together"] > width["agreeing"]
+    assert not alone["seed_variance_measured"] and together["seed_variance_measured"]
+
+
+def test_own_sentence_noise_is_what_the_seeds_separate_bootstraps_have_beyond_their_means(references):
+    # Two seeds with independent errors on every sentence: the mean's bootstrap variance
+    # is about half of each seed's, and the noise term is the rest, per seed, over K - 1.
+    counts = bootstrap_counts(len(references), 1000, seed=5)
+    noisy = system("n", references, degraded(references, 0.3, 1), degraded(references, 0.3, 2))
+    per_seed = resampled_seed_scores(noisy, "BLEU", BLEU(), counts)
+    each, together = np.var(per_seed, axis=0, ddof=1).mean(), np.var(per_seed.mean(axis=1), ddof=1)
+    assert own_sentence_noise(per_seed) == pytest.approx(each - together)
+    assert 0.25 * each < own_sentence_noise(per_seed) < 0.75 * each
+    assert np.array_equal(per_seed.mean(axis=1), resampled_scores(noisy, "BLEU", BLEU(), counts))
+    assert own_sentence_noise(per_seed[:, :1]) == 0.0
 
 
 def test_a_system_against_a_copy_of_itself_is_not_significant(references):
@@ -108,7 +143,6 @@ def test_a_system_against_a_copy_of_itself_is_not_significant(references):
     for name, metric in metrics().items():
         assert paired_bootstrap(first, second, name, metric, counts)["p"] == 1.0
         assert paired_randomization(first, second, name, metric, trials=500, seed=2)["p"] == 1.0
-    assert seed_permutation_test([30.0, 31.0], [30.0, 31.0])["p"] == 1.0
 
 
 def test_a_shifted_system_is_significant_and_its_delta_interval_holds_the_delta(references):
@@ -119,18 +153,6 @@ def test_a_shifted_system_is_significant_and_its_delta_interval_holds_the_delta(
     assert bootstrap["delta"] > 10 and bootstrap["p"] < 0.01
     assert bootstrap["delta_low"] < bootstrap["delta"] < bootstrap["delta_high"]
     assert paired_randomization(worse, better, "chrF", CHRF(), trials=2000, seed=4)["p"] < 0.01
-
-
-def test_the_seed_permutation_test_is_exact_and_says_how_small_its_p_can_be():
-    clear = seed_permutation_test([10.0, 11.0, 12.0], [20.0, 21.0, 22.0])
-    assert clear["splits"] == 20 and clear["p"] == pytest.approx(0.1) and clear["smallest_p"] == pytest.approx(0.1)
-    four = seed_permutation_test([10.0, 11.0, 12.0, 13.0], [20.0, 21.0, 22.0, 23.0])
-    assert four["p"] == pytest.approx(2 / 70) and four["smallest_p"] == pytest.approx(2 / 70)
-    # One overlap: the observed split and its mirror are not alone any more.
-    overlapping = seed_permutation_test([10.0, 11.0, 21.5], [20.0, 21.0, 22.0])
-    assert overlapping["p"] > clear["p"]
-    with pytest.raises(ValueError, match="at least one seed"):
-        seed_permutation_test([], [1.0])
 
 
 def test_holms_adjustment_matches_a_hand_computed_example():
@@ -144,10 +166,11 @@ def test_systems_whose_seeds_or_test_sets_differ_are_refused_with_the_reason(ref
     a = degraded(references, 0.2, 1)
     with pytest.raises(ValueError, match="seed 2 was scored on other references than seed 1"):
         seeded_system("a", [1, 2], [(a, references), (a[:-1], references[:-1])], metrics())
-    one, two = system("one", references, a), system("two", references, a, a)
-    counts = bootstrap_counts(len(references), 10, seed=1)
-    with pytest.raises(ValueError, match="one has 1 seeds and two 2"):
-        paired_bootstrap(one, two, "BLEU", BLEU(), counts)
+    one, two = system("one", references, a), system("two", references, a, degraded(references, 0.3, 2))
+    # Unequal seeds: the bootstrap compares the seeds' means; randomization has no seed
+    # to swap with, and says so by giving none.
+    assert paired_bootstrap(one, two, "BLEU", BLEU(), bootstrap_counts(len(references), 10, seed=1))["delta"] < 0
+    assert paired_randomization(one, two, "BLEU", BLEU(), trials=10) is None
     shorter = system("shorter", references[:-1], a[:-1])
     with pytest.raises(ValueError, match="test sets of different sizes"):
         paired_randomization(one, shorter, "BLEU", BLEU(), trials=10)
@@ -170,8 +193,8 @@ def test_with_one_seed_the_numbers_are_what_sacrebleus_command_line_prints(refer
         metric = metrics()[name]
         printed = json.loads(sacrebleu_cli(str(paths["ref"]), "-i", str(paths["a"]), *flags, "--confidence",
                                            "-f", "json"))
-        ours = interval(a, name, metric, counts)
-        assert ours["score"] == pytest.approx(printed["score"], abs=5e-5)
+        ours = sacrebleu_interval(resampled_scores(a, name, metric, counts))
+        assert a.score(name, metric) == pytest.approx(printed["score"], abs=5e-5)
         assert ours["mean"] == pytest.approx(printed["confidence_mean"], abs=5e-5)
         assert ours["ci"] == pytest.approx(printed["confidence_var"], abs=5e-5)
         for test, ours_p in (("bs", paired_bootstrap(a, b, name, metric, counts)["p_sacrebleu"]),

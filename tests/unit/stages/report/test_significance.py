@@ -1,7 +1,9 @@
-"""The report's verdicts: Holm over every comparison, the seed-level test required with
-several seeds, one seed said to measure the test set only, and the human-agreement
-estimate read from Kocmi et al.'s table. (The resampling itself, and its match with
-sacreBLEU's command line, is tested in test_resampling.py.)"""
+"""The report's verdicts: a t test with the seeds' and the test set's variance, Holm over
+the declared primary comparisons only, one seed called untestable, prose from the
+verdicts, and the human-agreement estimate read from Kocmi et al.'s table. (The
+resampling itself, and its match with sacreBLEU's command line, is tested in
+test_resampling.py; the tests' error rates are measured by
+benchmarks/statistics_calibration.py.)"""
 
 from __future__ import annotations
 
@@ -9,11 +11,22 @@ import gzip
 import random
 from pathlib import Path
 
+import numpy as np
 import pytest
+from scipy import stats
 
-from stages.report.comparison_tables import findings, verdict
+from stages.report import t_test
+from stages.report.comparison_tables import findings
 from stages.report.resampling import bootstrap_counts, seeded_system
-from stages.report.significance import adjust, human_agreement, metrics, paired_tests
+from stages.report.significance import (
+    EXPLORATORY,
+    PRIMARY,
+    adjust,
+    human_agreement,
+    metrics,
+    paired_tests,
+    verdict,
+)
 
 SAMPLE = Path(__file__).parents[3] / "data" / "multi30k" / "test_2016_flickr.de.gz"
 
@@ -44,65 +57,100 @@ def test_human_agreement_reads_the_published_table_and_says_when_it_is_outside_i
     assert human_agreement("chrF++", 3.5) == {"percent": 90.0, "bound": "at least"}
 
 
-def test_one_seed_verdicts_say_they_measured_the_test_set_only(references):
+def primary(first, second):
+    return [(first, second, PRIMARY)]
+
+
+def test_one_seed_is_untestable_and_its_p_is_the_test_sets_alone(references):
     a = system("a", references, (0.2, 1))
     worse = system("worse", references, (0.6, 3))
-    slightly = seeded_system("slightly", [1], [(degraded(references, 0.3, 4)[:4] + degraded(references, 0.2, 1)[4:],
-                                                references)], metrics())
-    rows = adjust(paired_tests([a, worse, slightly], bootstrap_counts(len(references), 300, seed=1),
+    rows = adjust(paired_tests(primary(a, worse), bootstrap_counts(len(references), 300, seed=1),
                                randomization_trials=500))
-    assert len(rows) == 9 and all(row["comparisons"] == 9 for row in rows)
-    by_pair = {(row["a"], row["b"], row["metric"]): row for row in rows}
-    clear = by_pair[("a", "worse", "BLEU")]
-    assert clear["significant"] and "p_seeds" not in clear
-    assert verdict(clear) == "significant on this test set (1 seed)"
+    assert [(row["metric"], row["role"]) for row in rows] == [("BLEU", "primary"), ("chrF", "secondary"),
+                                                             ("chrF++", "secondary")]
+    clear = rows[0]
+    assert not clear["seed_variance_measured"] and clear["significant"] is None and clear["p_holm"] is None
+    assert verdict(clear) == "untestable with 1 seed" and clear["family_size"] == 0
+    assert clear["p"] < 1e-6  # the test set alone separates the two networks, with no Monte Carlo floor
     assert clear["agreement"] == {"percent": 85.0, "bound": "at least"}
-    slight = by_pair[("a", "slightly", "chrF")]
-    assert not slight["significant"] and verdict(slight) == "not significant"
-    assert slight["delta_low"] <= slight["delta"] <= slight["delta_high"]
+    assert clear["delta_low"] <= clear["delta"] <= clear["delta_high"]
+    assert verdict(rows[1]) == "secondary"
 
 
-def test_with_few_seeds_the_seed_level_test_decides_and_says_how_small_its_p_can_be(references):
-    # Three seeds each, far apart: the sentence level rejects; the seed level cannot
-    # reject at 0.05 with 3 seeds a side (its smallest p is 0.1), so nothing is called
-    # significant, and the verdict says it is the seeds that fall short.
-    good = system("good", references, (0.1, 1), (0.1, 2), (0.1, 3))
-    poor = system("poor", references, (0.5, 4), (0.5, 5), (0.5, 6))
-    rows = adjust(paired_tests([good, poor], bootstrap_counts(len(references), 300, seed=2), randomization_trials=300))
-    for row in rows:
-        assert row["p_sentences_holm"] < 0.05
-        assert row["p_seeds"] == pytest.approx(0.1) and row["p_seeds_smallest"] == pytest.approx(0.1)
-        assert not row["significant"] and verdict(row) == "not significant across seeds"
+def test_a_far_apart_pair_with_three_seeds_is_significant(references):
+    good = system("good", references, (0.1, 1), (0.12, 2), (0.1, 3))
+    poor = system("poor", references, (0.5, 4), (0.48, 5), (0.5, 6))
+    (row, *_) = adjust(paired_tests(primary(poor, good), bootstrap_counts(len(references), 300, seed=2),
+                                    randomization_trials=300))
+    assert row["seed_variance_measured"] and row["seeds"] == [3, 3]
+    assert row["significant"] and verdict(row) == "significant" and row["p_holm"] == row["p"] < 1e-4
+    assert 2 <= row["df"] < 1000 and row["delta_low"] > 0
 
 
-def test_holm_counts_every_comparison_of_the_report():
-    rows = [{"p_sentences": p, "seeds": 1} for p in (0.01, 0.02, 0.03, 0.04)]
+def test_the_delta_test_is_welchs_t_when_the_test_set_adds_nothing():
+    first, second = np.array([20.1, 21.3, 19.8]), np.array([22.0, 23.5, 22.4, 21.9])
+    ours = t_test.delta_test(first, second, test_variance=0.0, own_noise=0.0, sentences=1000)
+    welch = stats.ttest_ind(second, first, equal_var=False)
+    assert ours["p"] == pytest.approx(welch.pvalue) and ours["delta"] == pytest.approx(second.mean() - first.mean())
+    # The test set's variance widens it; the seeds' own sentence noise is not counted twice.
+    wider = t_test.delta_test(first, second, test_variance=0.5, own_noise=0.0, sentences=1000)
+    same = t_test.delta_test(first, second, test_variance=0.5, own_noise=0.5, sentences=1000)
+    assert wider["p"] > ours["p"] and same["p"] == pytest.approx(ours["p"])
+    assert t_test.welch_satterthwaite([(1.0, 2.0), (1.0, 2.0)]) == pytest.approx(4.0)
+
+
+def test_a_report_with_1200_rows_still_finds_a_20_bleu_gap(references):
+    good = system("good", references, (0.05, 1), (0.06, 2), (0.05, 3))
+    poor = system("poor", references, (0.45, 4), (0.46, 5), (0.45, 6))
+    counts = bootstrap_counts(len(references), 300, seed=3)
+    (gap, *_) = paired_tests(primary(poor, good), counts, randomization_trials=300)
+    assert gap["delta"] > 20
+    exploratory = [{**gap, "a": f"x{i}", "b": f"y{i}", "role": EXPLORATORY, "p": 0.5} for i in range(1200)]
+    rows = adjust([gap, *exploratory])
+    assert rows[0]["significant"] and rows[0]["family_size"] == 1
+    assert all(row["significant"] is None and row["p_holm"] is None for row in rows[1:])
+
+
+def test_holm_runs_over_the_testable_primary_rows_only():
+    def row(p, role=PRIMARY, measured=True):
+        return {"p": p, "role": role, "seed_variance_measured": measured, "seeds": [3, 3]}
+    rows = [row(p) for p in (0.01, 0.02, 0.03, 0.04)] + [row(0.001, EXPLORATORY), row(0.001, measured=False)]
     adjusted = adjust(rows)
-    assert [row["p_sentences_holm"] for row in adjusted] == pytest.approx([0.04, 0.06, 0.06, 0.06])
-    assert [row["significant"] for row in adjusted] == [True, False, False, False]
+    assert [r["p_holm"] for r in adjusted[:4]] == pytest.approx([0.04, 0.06, 0.06, 0.06])
+    assert [r["significant"] for r in adjusted] == [True, False, False, False, None, None]
+    assert all(r["family_size"] == 4 for r in adjusted)
     # Alone, each of the last three would have passed: the correction is what stops them.
-    assert all(adjust([row])[0]["significant"] for row in rows)
+    assert all(adjust([r])[0]["significant"] for r in rows[:4])
 
 
 def test_the_findings_are_written_from_each_pairs_own_verdict(references):
     good = system("good", references, (0.1, 1), (0.1, 2), (0.1, 3))
     poor = system("poor", references, (0.5, 4), (0.5, 5), (0.5, 6))
-    rows = adjust(paired_tests([good, poor], bootstrap_counts(len(references), 300, seed=2), randomization_trials=300))
-    (sentence,) = findings({"tests": rows})
-    assert sentence.startswith("good scored ") and " BLEU above poor [" in sentence
-    assert "not shown across seeds" in sentence and "smallest possible p is 0.10" in sentence
-    one = adjust(paired_tests([system("a", references, (0.1, 1)), system("b", references, (0.5, 2))],
-                              bootstrap_counts(len(references), 300, seed=2), randomization_trials=300))
-    assert "with one seed each (seed variation not measured)" in findings({"tests": one})[0]
+    close = system("close", references, (0.11, 7), (0.1, 8), (0.09, 9))
+    counts = bootstrap_counts(len(references), 300, seed=2)
+    rows = adjust(paired_tests([(poor, good, PRIMARY), (good, close, PRIMARY), (poor, close, EXPLORATORY)], counts,
+                               randomization_trials=300))
+    sentences = findings({"tests": rows, "alpha": 0.05})
+    assert len(sentences) == 2  # the exploratory pair has no sentence
+    assert sentences[0].startswith("good scored ") and " BLEU above poor [" in sentences[0]
+    assert "(3/3 seeds): significant (Holm p " in sentences[0] and "over 2 primary comparisons" in sentences[0]
+    assert "not significant" in sentences[1] and "would be detected 80% of the time" in sentences[1]
+    one = adjust(paired_tests(primary(system("a", references, (0.1, 1)), system("b", references, (0.5, 2))),
+                              counts, randomization_trials=300))
+    said = findings({"tests": one, "alpha": 0.05})[0]
+    assert "untestable with 1 seed" in said and "the test set's variation alone gives p" in said
+    assert "not significant" not in said and "cannot tell" not in said
 
 
 def test_a_lead_is_given_with_its_own_interval_whichever_side_is_ahead():
     def row(delta: float, low: float, high: float) -> dict:
-        return {"metric": "BLEU", "a": "a", "b": "b", "delta": delta, "delta_low": low, "delta_high": high,
-                "significant": False, "seeds": 1, "p_sentences_holm": 0.47}
+        return {"metric": "BLEU", "role": PRIMARY, "a": "a", "b": "b", "delta": delta, "delta_low": low,
+                "delta_high": high, "significant": False, "seed_variance_measured": True, "seeds": [3, 3],
+                "p_holm": 0.47, "family_size": 1, "detectable": 2.5}
+    said = findings({"tests": [row(-0.13, -0.50, 0.18)], "alpha": 0.05})[0]
     # a ahead by 0.13 (b - a = -0.13, interval [-0.50, +0.18]): a's lead is in [-0.18, +0.50].
-    assert findings({"tests": [row(-0.13, -0.50, 0.18)]}) == [
-        "a scored 0.13 BLEU above b [-0.18, +0.50]: not significant (Holm p 0.470)."]
-    assert findings({"tests": [row(0.13, -0.18, 0.50)]}) == [
-        "b scored 0.13 BLEU above a [-0.18, +0.50]: not significant (Holm p 0.470)."]
-    assert findings({"tests": [row(-1.71, -2.30, -1.17)]})[0].startswith("a scored 1.71 BLEU above b [1.17, 2.30]")
+    assert said.startswith("a scored 0.13 BLEU above b [-0.18, +0.50] (3/3 seeds): not significant (Holm p 0.4700")
+    assert findings({"tests": [row(0.13, -0.18, 0.50)], "alpha": 0.05})[0].startswith(
+        "b scored 0.13 BLEU above a [-0.18, +0.50]")
+    assert findings({"tests": [row(-1.71, -2.30, -1.17)], "alpha": 0.05})[0].startswith(
+        "a scored 1.71 BLEU above b [1.17, 2.30]")

@@ -1,0 +1,260 @@
+"""Whether the report's test and intervals do what they say, measured by simulation.
+
+Systems with a known difference are simulated at the level the report computes from:
+sacreBLEU's per-sentence BLEU statistics (lengths, n-gram matches and totals). A
+population of test sentences, each with its reference length (Multi30k test2016's
+German references) and a difficulty shared by every system, gives each simulated test
+set: 1,000 sentences drawn from it. A system is a recipe of quality q (a logit); each of
+its seeds trains to q plus a seed offset, and each sentence's n-gram precision is the
+logistic of quality + offset - difficulty + the recipe's own strength on that sentence
+(shared by its seeds, drawn anew with each test set) + the seed's noise on it. So the
+score varies with the seeds and with the test set, as in the frontier study, and two
+recipes of equal expected score still differ on any one test set.
+
+For K = 1, 2, 3 and 5 seeds a side, the report's own code (``stages/report``:
+``resampled_scores``, ``bootstrap_deltas``, ``t_test``) is run on each simulated pair,
+and the table gives:
+
+- the false-positive rate at alpha 0.05 with no difference between the recipes (target
+  3-7%); with one seed, under no difference between the two trained networks (no seed
+  offset), the only question a one-seed test answers, and beside it the recipe question
+  it cannot answer (a one-seed row is "untestable" in the report);
+- the power at differences of 0.5, 1, 2 and 4 BLEU between the recipes;
+- the coverage of the 95% intervals of the delta and of a system's score (target 93-97%);
+- the difference detected with 80% power (alone, and first in a Holm family of 6).
+
+Beside the t test, the paired bootstrap's p alone (the test set's variation only) under
+the same null, to show what ignoring the seeds does.
+
+    python benchmarks/statistics_calibration.py [--simulations 1000] [--seed-sd 0.7]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import math
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from scipy import stats  # noqa: E402
+from sacrebleu.metrics import BLEU  # noqa: E402
+from tqdm import tqdm  # noqa: E402
+
+from stages.report import t_test  # noqa: E402
+from stages.report.resampling import (  # noqa: E402
+    BOOTSTRAP_SAMPLES,
+    SeededSystem,
+    bootstrap_counts,
+    bootstrap_deltas,
+    corpus_scores,
+    own_sentence_noise,
+    resampled_seed_scores,
+)
+from stages.report.significance import ALPHA, POWER, detectable  # noqa: E402
+
+REFERENCES = REPO / "tests" / "data" / "multi30k" / "test_2016_flickr.de.gz"
+SENTENCES = 1000  # the test set's size (Multi30k test2016)
+POPULATION = 20000  # the sentences test sets are drawn from
+QUALITY = -0.35  # the baseline recipe's logit: about 15 BLEU, the study's mid-range at 4e11 FLOPs
+DIFFICULTY_SD = 1.0  # per sentence, shared by every system
+STRENGTH_SD = 0.3  # per recipe and sentence, shared by the recipe's seeds
+NOISE_SD = 0.3  # per seed and sentence
+SEEDS = (1, 2, 3, 5)
+DELTAS = (0.5, 1.0, 2.0, 4.0)  # BLEU, between recipes, for the power columns
+HOLM_FAMILY = 6  # four families at one budget: six primary comparisons
+METRIC = BLEU()
+
+
+class Simulator:
+    """Draws test sets and systems' per-sentence BLEU statistics, shape (K, N, 10)."""
+
+    def __init__(self, seed_sd_logit: float, seed: int = 0):
+        self.rng = np.random.default_rng(seed)
+        with gzip.open(REFERENCES, "rt", encoding="utf-8") as lines:
+            lengths = np.array([len(line.split()) for line in lines.read().splitlines()])
+        self.reference_length = self.rng.choice(lengths, size=POPULATION)
+        self.difficulty = self.rng.normal(0.0, DIFFICULTY_SD, size=POPULATION)
+        self.seed_sd_logit = seed_sd_logit
+
+    def test_set(self) -> np.ndarray:
+        return self.rng.integers(POPULATION, size=SENTENCES)
+
+    def system(self, quality: float, seeds: int, sentences: np.ndarray, seed_sd: float | None = None) -> np.ndarray:
+        spread = self.seed_sd_logit if seed_sd is None else seed_sd
+        offsets = self.rng.normal(0.0, spread, size=(seeds, 1))
+        strength = self.rng.normal(0.0, STRENGTH_SD, size=(1, len(sentences)))
+        logit = quality + offsets - self.difficulty[sentences][None, :] + strength + self.rng.normal(
+            0.0, NOISE_SD, size=(seeds, len(sentences)))
+        unigram = 1.0 / (1.0 + np.exp(-logit))
+        reference = np.broadcast_to(self.reference_length[sentences], (seeds, len(sentences)))
+        hypothesis = np.maximum(1, np.rint(reference * np.exp(self.rng.normal(0.0, 0.1, size=reference.shape))))
+        statistics = np.zeros((seeds, len(sentences), 10))
+        statistics[..., 0], statistics[..., 1] = hypothesis, reference
+        for n in range(1, 5):
+            total = np.maximum(hypothesis - n + 1, 0)
+            statistics[..., 5 + n] = total
+            statistics[..., 1 + n] = self.rng.binomial(total.astype(np.int64), unigram ** n)
+        return statistics
+
+
+def expected_score(simulator: Simulator, quality: float, draws: int, seed_sd: float | None = None) -> float:
+    """E[the corpus BLEU of one seed on a test set]: the value the intervals must cover."""
+    return float(np.mean([corpus_scores(METRIC, simulator.system(quality, 1, simulator.test_set(), seed_sd)
+                                        .sum(axis=1))[0] for _ in range(draws)]))
+
+
+def quality_for(simulator: Simulator, delta: float, base: float) -> float:
+    """The logit whose expected BLEU is ``delta`` above the baseline's (bisection, on the
+    whole population without seed offsets: the mean over seeds is the same)."""
+    everything = np.arange(POPULATION)
+    generator_state = simulator.rng.bit_generator.state
+
+    def bleu(quality: float) -> float:
+        simulator.rng.bit_generator.state = generator_state  # the same noise at every step
+        return float(corpus_scores(METRIC, simulator.system(quality, 1, everything, 0.0).sum(axis=1))[0])
+
+    target, low, high = bleu(QUALITY) + delta, QUALITY, QUALITY + 3.0
+    for _ in range(40):
+        middle = (low + high) / 2
+        low, high = (middle, high) if bleu(middle) < target else (low, middle)
+    simulator.rng.bit_generator.state = generator_state
+    simulator.rng.random()  # move on from the bisection's draws
+    return (low + high) / 2 - base
+
+
+def one_pair(simulator: Simulator, counts: np.ndarray, seeds: int, shift: float, seed_sd: float | None) -> dict:
+    sentences = simulator.test_set()
+    first = SeededSystem("a", tuple(range(seeds)), {"BLEU": simulator.system(QUALITY, seeds, sentences, seed_sd)})
+    second = SeededSystem("b", tuple(range(seeds)),
+                          {"BLEU": simulator.system(QUALITY + shift, seeds, sentences, seed_sd)})
+    first_scores, second_scores = first.seed_scores("BLEU", METRIC), second.seed_scores("BLEU", METRIC)
+    per_seed_first = resampled_seed_scores(first, "BLEU", METRIC, counts)
+    per_seed_second = resampled_seed_scores(second, "BLEU", METRIC, counts)
+    resampled_first, resampled_second = per_seed_first.mean(axis=1), per_seed_second.mean(axis=1)
+    noise_first, noise_second = own_sentence_noise(per_seed_first), own_sentence_noise(per_seed_second)
+    bootstrap = bootstrap_deltas(float(second_scores.mean() - first_scores.mean()), resampled_first, resampled_second)
+    test = t_test.delta_test(first_scores, second_scores, bootstrap["variance"], noise_first + noise_second,
+                             SENTENCES)
+    interval = t_test.system_interval(first_scores, float(np.var(resampled_first, ddof=1)), noise_first, SENTENCES)
+    return {"test": test, "bootstrap_p": bootstrap["p"], "bootstrap_error": math.sqrt(bootstrap["variance"]),
+            "interval": interval}
+
+
+def cell(simulator: Simulator, counts: np.ndarray, seeds: int, shift: float, simulations: int,
+         true_score: float, seed_sd: float | None = None, bar=None) -> dict:
+    """Rejection rates and coverages over ``simulations`` pairs."""
+    rejected = bootstrap_rejected = delta_covered = score_covered = 0
+    errors, degrees, bootstrap_errors = [], [], []
+    for _ in range(simulations):
+        result = one_pair(simulator, counts, seeds, shift, seed_sd)
+        test, interval = result["test"], result["interval"]
+        rejected += test["p"] < ALPHA
+        bootstrap_rejected += result["bootstrap_p"] < ALPHA
+        delta_covered += test["low"] <= 0.0 <= test["high"]  # used under the null only
+        score_covered += interval["low"] <= true_score <= interval["high"]
+        errors.append(test["standard_error"])
+        bootstrap_errors.append(result["bootstrap_error"])
+        degrees.append(test["df"])
+        if bar is not None:
+            bar.update(1)
+    error, df = float(np.mean(errors)), float(np.median(degrees))
+    return {"rejected": rejected / simulations, "bootstrap_rejected": bootstrap_rejected / simulations,
+            "delta_coverage": delta_covered / simulations, "score_coverage": score_covered / simulations,
+            "standard_error": error, "df": df, "bootstrap_error": float(np.mean(bootstrap_errors)), "detectable": detectable(error, df),
+            "detectable_holm": detectable(error, df, alpha=ALPHA / HOLM_FAMILY)}
+
+
+def seed_sd_logit_for(simulator: Simulator, target: float) -> float:
+    """The seed offset (logit) whose seeds' BLEU standard deviation on one test set is
+    ``target``: BLEU moves about linearly with the logit near the baseline."""
+    everything = np.arange(POPULATION)
+    state = simulator.rng.bit_generator.state
+    scores = []
+    for quality in (QUALITY - 0.05, QUALITY + 0.05):
+        simulator.rng.bit_generator.state = state
+        scores.append(float(corpus_scores(METRIC, simulator.system(quality, 1, everything, 0.0).sum(axis=1))[0]))
+    return target / ((scores[1] - scores[0]) / 0.1)
+
+
+def binomial_interval(rate: float, count: int) -> str:
+    """The rate with its Wilson 95% interval, as the table prints it."""
+    z = 1.96
+    centre = (rate + z * z / (2 * count)) / (1 + z * z / count)
+    half = z * math.sqrt(rate * (1 - rate) / count + z * z / (4 * count * count)) / (1 + z * z / count)
+    return f"{100 * rate:.1f}% [{100 * (centre - half):.1f}, {100 * (centre + half):.1f}]"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--simulations", type=int, default=1000, help="pairs per cell (default 1000)")
+    parser.add_argument("--seed-sd", type=float, default=0.7,
+                        help="the seeds' standard deviation of BLEU (default 0.7; the frontier study measured 0.1 "
+                             "to 1.4)")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    started = time.time()
+    probe = Simulator(0.0, args.seed)
+    simulator = Simulator(seed_sd_logit_for(probe, args.seed_sd), args.seed)
+    counts = bootstrap_counts(SENTENCES)
+    shifts = {delta: quality_for(simulator, delta, QUALITY) for delta in DELTAS}
+    true_score = expected_score(simulator, QUALITY, 4000)
+    true_network = expected_score(simulator, QUALITY, 4000, seed_sd=0.0)
+    cells = len(SEEDS) * (1 + len(DELTAS)) + 1
+    bar = tqdm(total=cells * args.simulations, desc="simulated pairs", unit="pair", file=sys.stderr)
+    results = {}
+    for seeds in SEEDS:
+        results[(seeds, 0.0)] = cell(simulator, counts, seeds, 0.0, args.simulations, true_score, bar=bar)
+        for delta in DELTAS:
+            results[(seeds, delta)] = cell(simulator, counts, seeds, shifts[delta], args.simulations, true_score,
+                                           bar=bar)
+    # One seed: the question it can answer, two fixed networks of equal expected score.
+    networks = cell(simulator, counts, 1, 0.0, args.simulations, true_network, seed_sd=0.0, bar=bar)
+    bar.close()
+    measured = results[(3, 0.0)]
+
+    print(f"Simulated pairs per cell: {args.simulations}; test sets of {SENTENCES} sentences drawn from "
+          f"{POPULATION:,}; {BOOTSTRAP_SAMPLES} bootstrap resamples; baseline about {true_score:.1f} BLEU; seeds' "
+          f"standard deviation {args.seed_sd} BLEU; a 3-seed delta's standard error: the test set's (paired "
+          f"bootstrap) {measured['bootstrap_error']:.2f} BLEU, the t test's (seeds and test set) "
+          f"{measured['standard_error']:.2f}. {platform.processor() or platform.machine()}, "
+          f"{time.time() - started:.0f} s.")
+    print()
+    print("| seeds a side | false positives, t test (target 3-7%) | false positives, bootstrap p alone "
+          "(test set only) | coverage of the delta's 95% interval | coverage of a system's 95% interval | "
+          + " | ".join(f"power at {delta:g} BLEU" for delta in DELTAS)
+          + " | detected with 80% power | the same, first of a Holm family of 6 |")
+    print("|---:|---|---|---|---|" + "---:|" * len(DELTAS) + "---:|---:|")
+    for seeds in SEEDS:
+        null = results[(seeds, 0.0)]
+        label = f"{seeds}" + (" (recipes: untestable)" if seeds == 1 else "")
+        print(f"| {label} | {binomial_interval(null['rejected'], args.simulations)} | "
+              f"{binomial_interval(null['bootstrap_rejected'], args.simulations)} | "
+              f"{binomial_interval(null['delta_coverage'], args.simulations)} | "
+              f"{binomial_interval(null['score_coverage'], args.simulations)} | "
+              + " | ".join(f"{100 * results[(seeds, delta)]['rejected']:.0f}%" for delta in DELTAS)
+              + f" | {null['detectable']:.2f} | {null['detectable_holm']:.2f} |")
+    print(f"| 1 (trained networks) | {binomial_interval(networks['rejected'], args.simulations)} | "
+          f"{binomial_interval(networks['bootstrap_rejected'], args.simulations)} | "
+          f"{binomial_interval(networks['delta_coverage'], args.simulations)} | "
+          f"{binomial_interval(networks['score_coverage'], args.simulations)} | "
+          + " | ".join("-" for _ in DELTAS) + f" | {networks['detectable']:.2f} | {networks['detectable_holm']:.2f} |")
+    print()
+    print(f"Rates with their Wilson 95% intervals. Power: the t test's rejection rate at alpha {ALPHA} when the "
+          "recipes differ by that much expected BLEU. Detected with 80% power: (t(0.975, df) + t(0.8, df)) x the "
+          "mean standard error at the median df, in BLEU; with Holm over 6 comparisons the smallest p is held "
+          f"to {ALPHA}/6. '1 (recipes)': one seed a side while the recipes' seeds vary, which no one-seed test can "
+          "answer; '1 (trained networks)': two fixed networks, no seed offset, the question a one-seed test "
+          "answers.")
+
+
+if __name__ == "__main__":
+    main()
