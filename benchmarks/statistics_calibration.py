@@ -12,7 +12,7 @@ score varies with the seeds and with the test set, as in the frontier study, and
 recipes of equal expected score still differ on any one test set.
 
 For K = 1, 2, 3 and 5 seeds a side, the report's own code (``stages/report``:
-``resampled_scores``, ``bootstrap_deltas``, ``t_test``) is run on each simulated pair,
+``resampled_scores``, ``bootstrap_deltas``, ``welch``) is run on each simulated pair,
 and the table gives:
 
 - the false-positive rate at alpha 0.05 with no difference between the recipes (target
@@ -26,6 +26,11 @@ and the table gives:
 Beside the t test, the paired bootstrap's p alone (the test set's variation only) under
 the same null, to show what ignoring the seeds does.
 
+A second table measures the laws' intervals (``scaling_laws.bootstrap``, seeds
+resampled within budgets): data sets drawn from a known saturating law of validation
+loss, seven budgets over 1.7 decades, three seeds a budget with 1% noise, and how often
+the 95% interval of the exponent alpha holds the true one.
+
     python benchmarks/statistics_calibration.py [--simulations 1000] [--seed-sd 0.7]
 """
 
@@ -34,7 +39,6 @@ from __future__ import annotations
 import argparse
 import gzip
 import math
-import os
 import platform
 import sys
 import time
@@ -45,11 +49,10 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from scipy import stats  # noqa: E402
 from sacrebleu.metrics import BLEU  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
-from stages.report import t_test  # noqa: E402
+from stages.report import scaling_laws, welch  # noqa: E402
 from stages.report.resampling import (  # noqa: E402
     BOOTSTRAP_SAMPLES,
     SeededSystem,
@@ -59,7 +62,7 @@ from stages.report.resampling import (  # noqa: E402
     own_sentence_noise,
     resampled_seed_scores,
 )
-from stages.report.significance import ALPHA, POWER, detectable  # noqa: E402
+from stages.report.significance import ALPHA, detectable  # noqa: E402
 
 REFERENCES = REPO / "tests" / "data" / "multi30k" / "test_2016_flickr.de.gz"
 SENTENCES = 1000  # the test set's size (Multi30k test2016)
@@ -142,9 +145,9 @@ def one_pair(simulator: Simulator, counts: np.ndarray, seeds: int, shift: float,
     resampled_first, resampled_second = per_seed_first.mean(axis=1), per_seed_second.mean(axis=1)
     noise_first, noise_second = own_sentence_noise(per_seed_first), own_sentence_noise(per_seed_second)
     bootstrap = bootstrap_deltas(float(second_scores.mean() - first_scores.mean()), resampled_first, resampled_second)
-    test = t_test.delta_test(first_scores, second_scores, bootstrap["variance"], noise_first + noise_second,
+    test = welch.delta_test(first_scores, second_scores, bootstrap["variance"], noise_first + noise_second,
                              SENTENCES)
-    interval = t_test.system_interval(first_scores, float(np.var(resampled_first, ddof=1)), noise_first, SENTENCES)
+    interval = welch.system_interval(first_scores, float(np.var(resampled_first, ddof=1)), noise_first, SENTENCES)
     return {"test": test, "bootstrap_p": bootstrap["p"], "bootstrap_error": math.sqrt(bootstrap["variance"]),
             "interval": interval}
 
@@ -185,6 +188,22 @@ def seed_sd_logit_for(simulator: Simulator, target: float) -> float:
     return target / ((scores[1] - scores[0]) / 0.1)
 
 
+def law_coverage(data_sets: int, draws: int, seed: int) -> dict:
+    """How often the seeds-within-budgets bootstrap's 95% interval of alpha holds the true
+    alpha, for loss = 1.8 + 4e6 x C^-0.5 with 1% noise, 7 budgets x 3 seeds."""
+    budgets = np.geomspace(1e12, 5e13, 7)
+    flops = np.repeat(budgets, 3)
+    rng = np.random.default_rng(seed)
+    held, widths = 0, []
+    for index in tqdm(range(data_sets), desc="law data sets", unit="set", file=sys.stderr):
+        loss = (1.8 + 4.0e6 * flops ** -0.5) * (1 + 0.01 * rng.standard_normal(len(flops)))
+        low, high = scaling_laws.interval([law.alpha for law in scaling_laws.bootstrap(flops, loss, draws=draws,
+                                                                                         seed=index)])
+        held += low <= 0.5 <= high
+        widths.append(high - low)
+    return {"coverage": held / data_sets, "width": float(np.median(widths))}
+
+
 def binomial_interval(rate: float, count: int) -> str:
     """The rate with its Wilson 95% interval, as the table prints it."""
     z = 1.96
@@ -200,6 +219,7 @@ def main() -> None:
                         help="the seeds' standard deviation of BLEU (default 0.7; the frontier study measured 0.1 "
                              "to 1.4)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--law-data-sets", type=int, default=100, help="data sets for the laws' table (default 100)")
     args = parser.parse_args()
     started = time.time()
     probe = Simulator(0.0, args.seed)
@@ -208,12 +228,12 @@ def main() -> None:
     shifts = {delta: quality_for(simulator, delta, QUALITY) for delta in DELTAS}
     true_score = expected_score(simulator, QUALITY, 4000)
     true_network = expected_score(simulator, QUALITY, 4000, seed_sd=0.0)
-    cells = len(SEEDS) * (1 + len(DELTAS)) + 1
+    cells = len(SEEDS) + (len(SEEDS) - 1) * len(DELTAS) + 1
     bar = tqdm(total=cells * args.simulations, desc="simulated pairs", unit="pair", file=sys.stderr)
     results = {}
     for seeds in SEEDS:
         results[(seeds, 0.0)] = cell(simulator, counts, seeds, 0.0, args.simulations, true_score, bar=bar)
-        for delta in DELTAS:
+        for delta in DELTAS if seeds > 1 else ():
             results[(seeds, delta)] = cell(simulator, counts, seeds, shifts[delta], args.simulations, true_score,
                                            bar=bar)
     # One seed: the question it can answer, two fixed networks of equal expected score.
@@ -236,12 +256,16 @@ def main() -> None:
     for seeds in SEEDS:
         null = results[(seeds, 0.0)]
         label = f"{seeds}" + (" (recipes: untestable)" if seeds == 1 else "")
+        # With one seed the test is not one of the recipes: its power and detectable
+        # difference would be a claim it cannot make.
+        power = (["-"] * len(DELTAS) if seeds == 1 else
+                 [f"{100 * results[(seeds, delta)]['rejected']:.0f}%" for delta in DELTAS])
+        detected = ["-", "-"] if seeds == 1 else [f"{null['detectable']:.2f}", f"{null['detectable_holm']:.2f}"]
         print(f"| {label} | {binomial_interval(null['rejected'], args.simulations)} | "
               f"{binomial_interval(null['bootstrap_rejected'], args.simulations)} | "
               f"{binomial_interval(null['delta_coverage'], args.simulations)} | "
               f"{binomial_interval(null['score_coverage'], args.simulations)} | "
-              + " | ".join(f"{100 * results[(seeds, delta)]['rejected']:.0f}%" for delta in DELTAS)
-              + f" | {null['detectable']:.2f} | {null['detectable_holm']:.2f} |")
+              + " | ".join(power) + f" | {' | '.join(detected)} |")
     print(f"| 1 (trained networks) | {binomial_interval(networks['rejected'], args.simulations)} | "
           f"{binomial_interval(networks['bootstrap_rejected'], args.simulations)} | "
           f"{binomial_interval(networks['delta_coverage'], args.simulations)} | "
@@ -254,6 +278,12 @@ def main() -> None:
           f"to {ALPHA}/6. '1 (recipes)': one seed a side while the recipes' seeds vary, which no one-seed test can "
           "answer; '1 (trained networks)': two fixed networks, no seed offset, the question a one-seed test "
           "answers.")
+    laws = law_coverage(args.law_data_sets, 200, args.seed)
+    print()
+    print("| law | budgets x seeds | noise | data sets | coverage of alpha's 95% interval | median width |")
+    print("|---|---|---:|---:|---|---:|")
+    print(f"| loss = 1.8 + 4e6 x C^-0.5 | 7 x 3 | 1% | {args.law_data_sets} | "
+          f"{binomial_interval(laws['coverage'], args.law_data_sets)} | {laws['width']:.3f} |")
 
 
 if __name__ == "__main__":

@@ -5,7 +5,7 @@ device-hours, training FLOPs counted three ways, achieved FLOP/s and MFU, best v
 perplexity, BLEU and chrF greedy and with the beam, decoding speed. Then the comparison
 (``comparison.py``): each model's seeds together (mean, standard deviation), 95%
 confidence intervals and paired significance tests that keep the seeds together
-(``significance.py``, ``t_test.py``, ``resampling.py``), verdicts on a declared family
+(``significance.py``, ``welch.py``, ``resampling.py``), verdicts on a declared family
 of primary comparisons (``primary.py``), and with four or more budgets, each family's
 best size per budget and the laws that predict it (``compute_laws.py``). Written as
 ``report.md``, ``report.html``, ``report.csv`` and ``report.json`` (which also holds

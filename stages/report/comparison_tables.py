@@ -115,7 +115,7 @@ def _intervals(comparison: dict) -> Section:
                    "Score (the mean of the seeds' corpus scores) and its 95% interval: the seeds' variance over "
                    f"their number plus the test set's ({BOOTSTRAP_SAMPLES} bootstrap resamples of the test "
                    "sentences, each drawn sentence with every seed's output of it), Student's t with "
-                   "Welch-Satterthwaite degrees of freedom. "
+                   "Welch-Satterthwaite degrees of freedom, cut at 0 and 100. "
                    + (f"With one seed ({', '.join(one_seed)}) the interval holds the test set's variation only: "
                       "another seed could move the score beyond it." if one_seed else ""))
 
@@ -253,8 +253,7 @@ def _parameter(fitted: dict, key: str, digits: str) -> str:
     return said + (f" [{format(bounds[0], digits)}, {format(bounds[1], digits)}]" if bounds else "")
 
 
-def _law_verdict(kind: str, fitted: dict) -> str:
-    left_out = fitted["leave_one_out"]
+def _law_verdict(fitted: dict) -> str:
     said = ["predicts" if fitted["predicts"] else
             "does not predict: no better than a straight line in log compute or the next budget"]
     choice = fitted.get("choice")
@@ -279,7 +278,7 @@ def _laws(comparison: dict) -> Section:
                 rows.append([entry["family"], metric, kind, "-" if kind == "power" else _parameter(fitted, "E", ".3g"),
                              _parameter(fitted, "alpha", ".3f"), f"{left_out['mean_absolute_error']:.3f}",
                              f"{left_out['line_mean_absolute_error']:.3f}",
-                             f"{left_out['naive_mean_absolute_error']:.3f}", _law_verdict(kind, fitted)])
+                             f"{left_out['naive_mean_absolute_error']:.3f}", _law_verdict(fitted)])
     table = pd.DataFrame(rows, columns=["family", "value", "law", "E [95%]", "alpha [95%]", "left-out error",
                                         "line error", "next-budget error", "verdict"])
     crossings = []

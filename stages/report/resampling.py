@@ -12,7 +12,7 @@ and word n-gram order). Its score is the mean over seeds of each seed's corpus s
   corpus scores on it. A second seed is therefore never counted as a second test set,
   and a seed given twice leaves every resample's score as it was. The bootstrap measures
   the test set's variation only; how much the seeds vary is measured by their spread,
-  and ``t_test`` adds the two.
+  and ``welch`` adds the two.
 - Approximate randomization swaps a sentence's outputs between the two systems with one
   coin per sentence, every seed's output of it at once (seed k of one with seed k of the
   other): as in the bootstrap, a copy of a seed adds no evidence.
@@ -210,7 +210,7 @@ def own_sentence_noise(per_seed: np.ndarray) -> float:
     """Of the bootstrap variance of the seeds' mean (``per_seed``: (samples, K)), the
     part that is each seed's own sentence-by-sentence variation, independent between
     seeds: (mean of the seeds' bootstrap variances - the mean's) / (K - 1). The seeds'
-    spread on the test set already holds it, so ``t_test`` counts it once. 0 for one
+    spread on the test set already holds it, so ``welch`` counts it once. 0 for one
     seed (it cannot be told apart from the test set's)."""
     seeds = per_seed.shape[1]
     if seeds < 2:
@@ -224,7 +224,7 @@ def sacrebleu_interval(resampled: np.ndarray) -> dict:
     """What ``sacrebleu --confidence`` prints from a system's resampled scores
     (``resampled_scores``): their mean and half the distance between the 2.5th and 97.5th
     percentile resamples; the test set's variation only (the report's interval,
-    ``t_test.system_interval``, adds the seeds')."""
+    ``welch.system_interval``, adds the seeds')."""
     mean, half_width = estimate_ci(resampled)
     return {"mean": mean, "ci": half_width}
 
@@ -241,7 +241,7 @@ def paired_bootstrap(first: SeededSystem, second: SeededSystem, metric_name: str
 def bootstrap_deltas(observed: float, first: np.ndarray, second: np.ndarray) -> dict:
     """The paired bootstrap from the two systems' scores on the same resamples.
     ``variance``: the resampled deltas' variance, the test set's share of the delta's
-    (``t_test`` adds the seeds'). ``p``: two-sided, the share of resampled deltas,
+    (``welch`` adds the seeds'). ``p``: two-sided, the share of resampled deltas,
     centred on their mean, at least as far from 0 as the observed one (Koehn 2004;
     Berg-Kirkpatrick et al. 2012): a test of the test set's variation alone, never below
     1/(samples + 1). ``p_sacrebleu``: what ``--paired-bs`` prints.

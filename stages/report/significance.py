@@ -4,7 +4,7 @@ at one budget a test whose variance has both its sources, the seeds and the test
 A system is one configured model at one budget, with all its seeds
 (``resampling.SeededSystem``); its score is the mean of its seeds' corpus scores.
 
-- **The interval and the test** (``t_test``): the seeds' spread plus the test set's
+- **The interval and the test** (``welch``): the seeds' spread plus the test set's
   variation (the bootstrap of the seeds' mean, or of the pair's delta), Student's t with
   Welch-Satterthwaite degrees of freedom. With one seed, the test set's alone, and the
   row says the seeds' variance was not measured.
@@ -32,7 +32,7 @@ from scipy import stats
 from sacrebleu.metrics import BLEU, CHRF
 from sacrebleu.metrics.base import Metric
 
-from stages.report import resampling, t_test
+from stages.report import resampling, welch
 from stages.report.resampling import RANDOMIZATION_TRIALS, SeededSystem
 
 ALPHA = 0.05
@@ -75,18 +75,22 @@ def human_agreement(metric: str, delta: float) -> dict:
 PRIMARY, SECONDARY, EXPLORATORY = "primary", "secondary", "exploratory"
 PRIMARY_METRIC = "BLEU"
 POWER = 0.8  # the power at which the report states the difference a test would detect
+SCORE_RANGE = (0.0, 100.0)  # BLEU, chrF and chrF++
 
 
 def confidence_intervals(system: SeededSystem, counts: np.ndarray) -> dict[str, dict]:
-    """Per metric: the score with its 95% interval (``t_test.system_interval``: seeds and
+    """Per metric: the score with its 95% interval (``welch.system_interval``: seeds and
     test set), and sacreBLEU's ``--confidence`` of the seeds' mean (the test set's)."""
     found = {}
     for name, metric in metrics().items():
         per_seed = resampling.resampled_seed_scores(system, name, metric, counts)
         resampled = per_seed.mean(axis=1)
-        found[name] = {**t_test.system_interval(system.seed_scores(name, metric), float(np.var(resampled, ddof=1)),
-                                                resampling.own_sentence_noise(per_seed), len(counts[0])),
-                       "seeds": len(system.seeds), "sacrebleu": resampling.sacrebleu_interval(resampled)}
+        interval = welch.system_interval(system.seed_scores(name, metric), float(np.var(resampled, ddof=1)),
+                                          resampling.own_sentence_noise(per_seed), len(counts[0]))
+        # Every metric here scores from 0 to 100: an interval past either end is cut
+        # there (it still holds the true score whenever the uncut one did).
+        interval.update(low=max(SCORE_RANGE[0], interval["low"]), high=min(SCORE_RANGE[1], interval["high"]))
+        found[name] = {**interval, "seeds": len(system.seeds), "sacrebleu": resampling.sacrebleu_interval(resampled)}
     return found
 
 
@@ -117,7 +121,7 @@ def paired_tests(pairs: list[tuple[SeededSystem, SeededSystem, str]], counts: np
                                                                                 resampled(second, name))
             bootstrap = resampling.bootstrap_deltas(float(second_scores.mean() - first_scores.mean()),
                                                     first_resampled, second_resampled)
-            test = t_test.delta_test(first_scores, second_scores, bootstrap["variance"], first_noise + second_noise,
+            test = welch.delta_test(first_scores, second_scores, bootstrap["variance"], first_noise + second_noise,
                                      len(counts[0]))
             randomization = resampling.paired_randomization(first, second, name, metric, randomization_trials)
             row = {"a": first.name, "b": second.name, "metric": name,

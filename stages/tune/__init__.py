@@ -45,7 +45,7 @@ KEPT = ("metrics.jsonl", "train_report.json")  # of each trial's output
 def worker_resources(config: TuneStageConfig) -> dict[str, float]:
     """Every trial's workers at once: the stage starts once they are free, or alone
     when the cluster is smaller (pipeline/admission.py)."""
-    training, trials = config.train, len(config.tune.learning_rates)
+    trials = len(config.tune.learning_rates)
     return {kind: trials * amount for kind, amount in _trial_resources(config).items()}
 
 

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from stages.report import t_test
+from stages.report import welch
 from stages.report.comparison_tables import findings
 from stages.report.resampling import bootstrap_counts, seeded_system
 from stages.report.significance import (
@@ -89,14 +89,14 @@ def test_a_far_apart_pair_with_three_seeds_is_significant(references):
 
 def test_the_delta_test_is_welchs_t_when_the_test_set_adds_nothing():
     first, second = np.array([20.1, 21.3, 19.8]), np.array([22.0, 23.5, 22.4, 21.9])
-    ours = t_test.delta_test(first, second, test_variance=0.0, own_noise=0.0, sentences=1000)
-    welch = stats.ttest_ind(second, first, equal_var=False)
-    assert ours["p"] == pytest.approx(welch.pvalue) and ours["delta"] == pytest.approx(second.mean() - first.mean())
+    ours = welch.delta_test(first, second, test_variance=0.0, own_noise=0.0, sentences=1000)
+    scipys = stats.ttest_ind(second, first, equal_var=False)
+    assert ours["p"] == pytest.approx(scipys.pvalue) and ours["delta"] == pytest.approx(second.mean() - first.mean())
     # The test set's variance widens it; the seeds' own sentence noise is not counted twice.
-    wider = t_test.delta_test(first, second, test_variance=0.5, own_noise=0.0, sentences=1000)
-    same = t_test.delta_test(first, second, test_variance=0.5, own_noise=0.5, sentences=1000)
+    wider = welch.delta_test(first, second, test_variance=0.5, own_noise=0.0, sentences=1000)
+    same = welch.delta_test(first, second, test_variance=0.5, own_noise=0.5, sentences=1000)
     assert wider["p"] > ours["p"] and same["p"] == pytest.approx(ours["p"])
-    assert t_test.welch_satterthwaite([(1.0, 2.0), (1.0, 2.0)]) == pytest.approx(4.0)
+    assert welch.welch_satterthwaite([(1.0, 2.0), (1.0, 2.0)]) == pytest.approx(4.0)
 
 
 def test_a_report_with_1200_rows_still_finds_a_20_bleu_gap(references):

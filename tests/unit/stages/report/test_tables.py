@@ -103,6 +103,18 @@ def test_the_report_shows_each_tuned_size_s_rates_its_losses_and_the_choice(tmp_
     assert [line.split("|")[2].strip() for line in lines] == ["0.001", "0.003", "30"]
     assert "yes" in lines[1] and "no finite loss" in lines[2] and "stopped" in lines[2]
     assert json.loads((tmp_path / "report.json").read_text())["comparison"]["tuning"] == tuning
+    assert "Every chosen rate is inside the rates tried." in text
+    # A size whose best is still the top rate after an extension: flagged in the table and the note.
+    edge = [{"model": "t.w32", "lr": 4e-3, "budget": 2e12, "trials": [
+        {"lr": 1e-3, "best_valid_loss": 5.4, "validations": 7, "train_flops": 2e12, "stopped_early": False},
+        {"lr": 2e-3, "best_valid_loss": 5.3, "validations": 7, "train_flops": 2e12, "stopped_early": False},
+        {"lr": 4e-3, "best_valid_loss": 5.2, "validations": 7, "train_flops": 2e12, "stopped_early": False,
+         "extension": True}]}]
+    write_report([row("t.w32.2e12")], {}, tmp_path / "edge", "title", tuning=edge)
+    text = (tmp_path / "edge" / "report.md").read_text()
+    top = next(line for line in text.splitlines() if line.startswith("| t.w32 ") and "0.004" in line)
+    assert "extension" in top and "yes, at the grid's edge" in top
+    assert "t.w32 chose the highest rate it tried (0.004): its best rate may lie beyond" in text
     without = write_report([row("t.w64.2e12")], {}, tmp_path / "plain", "title")
     assert "Tuned learning rates" not in (tmp_path / "plain" / "report.md").read_text()
     assert tmp_path / "plain" / "lr_sensitivity.png" not in without
