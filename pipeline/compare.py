@@ -1,5 +1,6 @@
 """Models gathered for ``nmt report`` from configs (their cached artifacts) or from
-MLflow runs (the files each stage's run keeps), for one table across experiments."""
+MLflow runs (the files each stage's run keeps), for one table across experiments, with
+each evaluation's outputs, so that the report's intervals and tests run on them too."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from mlflow.tracking import MlflowClient
 from pipeline.core.artifacts import ArtifactState, ArtifactStore
 from pipeline.config import ExperimentConfig
 from stages.shared.names import evaluate_stage, train_stage, trained_model
-from stages.report.artifact import model_row
+from stages.report.artifact import OUTPUT_FILES, evaluation_outputs, model_row
 from stages.train.artifact import CURVE_FILE, parse_curve, read_curve
 
 
@@ -23,6 +24,10 @@ class Gathered:
     rows: list[dict] = field(default_factory=list)
     curves: dict[str, list[dict]] = field(default_factory=dict)
     skipped: list[str] = field(default_factory=list)  # why a model is not in the table
+    # Run name -> (hypotheses, references) of its evaluation, where it has them.
+    outputs: dict[str, tuple[list[str], list[str]]] = field(default_factory=dict)
+    # The config's report.primary_comparisons ([] from MLflow: the default family).
+    primary_comparisons: list[list[str]] = field(default_factory=list)
 
 
 def from_config(config: ExperimentConfig, store: ArtifactStore) -> Gathered:
@@ -30,7 +35,7 @@ def from_config(config: ExperimentConfig, store: ArtifactStore) -> Gathered:
     from pipeline.graph import find_stage, plan
 
     planned = plan(config, store)
-    gathered = Gathered(config.name)
+    gathered = Gathered(config.name, primary_comparisons=config.report.primary_comparisons)
     for model in config.trained_models():
         trained = find_stage(planned, train_stage(model.name))
         evaluation = find_stage(planned, evaluate_stage(model.name))
@@ -41,6 +46,9 @@ def from_config(config: ExperimentConfig, store: ArtifactStore) -> Gathered:
                                if evaluation.status.state == ArtifactState.CACHED else None)
         if evaluation_manifest is None:
             gathered.skipped.append(f"{config.name}/{model.name}: not evaluated; BLEU columns left empty")
+        elif (outputs := evaluation_outputs(store.read_files(evaluation.stage.name, evaluation.key,
+                                                             OUTPUT_FILES))) is not None:
+            gathered.outputs[model.name] = outputs
         # The train artifact's checkpoints are not needed: read only its small files.
         history = store.read_files(trained.stage.name, trained.key, (CURVE_FILE,))[CURVE_FILE]
         record, curve = model_row(model.name, store.read_manifest(trained.stage.name, trained.key),
@@ -77,6 +85,9 @@ def from_mlflow(client: MlflowClient, run_id: str) -> Gathered:
                 eval_dir = client.download_artifacts(evaluation.info.run_id, "stage_report.json",
                                                      f"{scratch}/evaluate-{name}")
                 eval_report = json.loads(Path(eval_dir).read_text())
+                outputs = _mlflow_outputs(client, evaluation.info.run_id, Path(scratch) / f"outputs-{name}")
+                if outputs is not None:
+                    gathered.outputs[name] = outputs
             else:
                 gathered.skipped.append(f"{gathered.label}/{name}: not evaluated; BLEU columns left empty")
             record, curve = model_row(
@@ -89,14 +100,23 @@ def from_mlflow(client: MlflowClient, run_id: str) -> Gathered:
     return gathered
 
 
-def merge(sources: list[Gathered]) -> tuple[list[dict], dict[str, list[dict]]]:
-    """All rows in one table; names that repeat across sources get their source's label
-    (and a number if that repeats too)."""
+def _mlflow_outputs(client: MlflowClient, run_id: str, directory: Path) -> tuple[list[str], list[str]] | None:
+    """An evaluate run's logged hypotheses and references; None where it has not both."""
+    logged = {entry.path for entry in client.list_artifacts(run_id)}
+    if not all(name in logged for name in OUTPUT_FILES):
+        return None
+    return evaluation_outputs({name: Path(client.download_artifacts(run_id, name, str(directory))).read_bytes()
+                               for name in OUTPUT_FILES})
+
+
+def merge(sources: list[Gathered]) -> tuple[list[dict], dict[str, list[dict]], dict[str, tuple]]:
+    """All rows in one table, their curves and their evaluations' outputs; names that
+    repeat across sources get their source's label (and a number if that repeats too)."""
     counts: dict[str, int] = {}
     for source in sources:
         for row in source.rows:
             counts[row["name"]] = counts.get(row["name"], 0) + 1
-    rows, curves = [], {}
+    rows, curves, outputs = [], {}, {}
     for source in sources:
         for row in source.rows:
             name = base = row["name"] if counts[row["name"]] == 1 else f"{source.label}/{row['name']}"
@@ -108,5 +128,7 @@ def merge(sources: list[Gathered]) -> tuple[list[dict], dict[str, list[dict]]]:
             model = row.get("model") or row["name"]
             rows.append({**row, "name": name, "model": model if name == row["name"] else f"{source.label}/{model}"})
             curves[name] = source.curves.get(row["name"], [])
-    return rows, curves
+            if row["name"] in source.outputs:
+                outputs[name] = source.outputs[row["name"]]
+    return rows, curves, outputs
 

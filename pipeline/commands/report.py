@@ -40,9 +40,13 @@ def compare_sources(sources: list[str], output: Path, title: str | None, artifac
     for source in gathered:
         for reason in source.skipped:
             log.warning(reason)
-    rows, curves = merge(gathered)
+    rows, curves, outputs = merge(gathered)
     if not rows:
         fail("no trained models found in " + ", ".join(sources), 1)
-    written = write_report(rows, curves, output, title or " vs ".join(source.label for source in gathered))
+    # One config's declared comparisons hold for its own models; across sources the
+    # default family (each family's best size against each other's) is declared.
+    primary = gathered[0].primary_comparisons if len(gathered) == 1 else []
+    written = write_report(rows, curves, output, title or " vs ".join(source.label for source in gathered), outputs,
+                           primary_comparisons=primary)
     print_report(read_report(output))
     console.print("wrote " + ", ".join(str(path) for path in written))

@@ -23,6 +23,7 @@ from pipeline.core.context import StageContext
 from stages.shared.names import EVALUATE, TRAIN, TUNE, evaluate_stage, train_stage
 from stages.tune.artifact import read_choice
 from stages.report import records
+from stages.report.artifact import OUTPUT_FILES, evaluation_outputs
 from stages.report.config import ReportStageConfig
 
 # 5: seeds, confidence intervals, paired significance tests and the compute frontier;
@@ -45,7 +46,7 @@ from stages.report.config import ReportStageConfig
 VERSION = 15
 # The files of each upstream artifact the report reads (besides its manifest): never
 # the train stage's checkpoints; of an evaluation, what the significance tests score.
-READS = {TRAIN: ("metrics.jsonl",), EVALUATE: ("hypotheses.txt", "reference.txt"), TUNE: ("choice.json",)}
+READS = {TRAIN: ("metrics.jsonl",), EVALUATE: OUTPUT_FILES, TUNE: ("choice.json",)}
 MLFLOW_FILES = ("report.*", "*.png")
 
 
@@ -57,7 +58,7 @@ def run(inputs: dict[str, Path], config: ReportStageConfig, output: Path, ctx: S
         rows.append(record)
         curves[name] = curve
         if evaluation is not None:
-            outputs[name] = (_lines(evaluation / "hypotheses.txt"), _lines(evaluation / "reference.txt"))
+            outputs[name] = evaluation_outputs({file: (evaluation / file).read_bytes() for file in OUTPUT_FILES})
     tuning = [{"model": stage.partition("/")[2], **read_choice(inputs[stage])} for stage in config.tuned]
     write_report(rows, curves, output, config.experiment, outputs, tuning, config.primary_comparisons)
     return {"models": len(rows)}
@@ -86,10 +87,3 @@ def write_report(rows: list[dict], curves: dict[str, list[dict]], output: Path, 
     (output / "report.md").write_text(tables.markdown(rows, title, plots, comparison), encoding="utf-8")
     (output / "report.html").write_text(tables.html_page(rows, title, plots, comparison), encoding="utf-8")
     return [output / name for name in ("report.md", "report.html", "report.csv", "report.json", *plots)]
-
-
-def _lines(path: Path) -> list[str]:
-    # One sentence per "\n"-ended line (evaluate writes them so); not splitlines, which
-    # would also cut at the Unicode line separators a sentence may hold.
-    text = path.read_text(encoding="utf-8")
-    return text[:-1].split("\n") if text else []

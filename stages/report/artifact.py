@@ -1,6 +1,7 @@
 """What the orchestration reads of the report stage: a report artifact and its summary
 table (``nmt run`` and ``nmt report`` print it), and the report's row for one model from
-its train and evaluate reports (``nmt report`` across experiments)."""
+its train and evaluate reports, with the evaluation's outputs the tests score (``nmt
+report`` across experiments)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,23 @@ if TYPE_CHECKING:
     import pandas as pd
 
 REPORT_JSON = "report.json"  # the rows, the curves and the title (tables.write_json)
+# An evaluation's files the intervals and tests score: its beam outputs and the references.
+OUTPUT_FILES = ("hypotheses.txt", "reference.txt")
+
+
+def sentence_lines(text: str) -> list[str]:
+    """One sentence per "\n"-ended line (evaluate writes them so); not splitlines, which
+    would also cut at the Unicode line separators a sentence may hold."""
+    return text[:-1].split("\n") if text else []
+
+
+def evaluation_outputs(files: dict[str, bytes]) -> tuple[list[str], list[str]] | None:
+    """(hypotheses, references) from an evaluation's ``OUTPUT_FILES``; None if one is
+    missing."""
+    if not all(name in files for name in OUTPUT_FILES):
+        return None
+    hypotheses, references = (sentence_lines(files[name].decode("utf-8")) for name in OUTPUT_FILES)
+    return hypotheses, references
 
 
 def parse_report(text: str | bytes) -> dict:

@@ -270,6 +270,11 @@ def test_nmt_report_compares_configs_and_mlflow_runs(pipeline_run, tmp_path):
     by_mlflow = json.loads((tmp_path / "mlflow" / "report.json").read_text())
     assert by_mlflow["models"] == by_config["models"]
     assert by_mlflow["curves"] == by_config["curves"]
+    # Both read the evaluations' outputs, so the intervals and tests are the report stage's.
+    stage_report = json.loads((artifact(run, "report") / "report.json").read_text())
+    tests = stage_report["comparison"]["tests"]
+    assert tests and by_config["comparison"]["tests"] == tests == by_mlflow["comparison"]["tests"]
+    assert by_config["comparison"]["intervals"] == stage_report["comparison"]["intervals"]
 
     both = CliRunner().invoke(app, ["report", str(run.config), parents[1].info.run_id, "-o", str(tmp_path / "both")])
     assert both.exit_code == 0, both.output

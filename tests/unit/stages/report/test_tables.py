@@ -54,12 +54,12 @@ def row(name: str, bleu: float | None = 20.0, **fields) -> dict:
 def test_merge_keeps_unique_names_and_labels_names_that_repeat():
     first = Gathered("multi30k", rows=[row("rnn"), row("transformer")], curves={"rnn": [{"step": 1}]})
     second = Gathered("smoke", rows=[row("transformer"), row("decoder_only")], curves={"transformer": [{"step": 2}]})
-    rows, curves = merge([first, second])
+    rows, curves, _ = merge([first, second])
     assert [r["name"] for r in rows] == ["rnn", "multi30k/transformer", "smoke/transformer", "decoder_only"]
     assert curves == {"rnn": [{"step": 1}], "multi30k/transformer": [], "smoke/transformer": [{"step": 2}],
                       "decoder_only": []}
     # The same source given twice: every row still has a name of its own.
-    twice, _ = merge([first, first])
+    twice, _, _ = merge([first, first])
     assert [r["name"] for r in twice] == ["multi30k/rnn", "multi30k/transformer", "multi30k/rnn#2",
                                           "multi30k/transformer#2"]
 
