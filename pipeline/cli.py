@@ -107,7 +107,7 @@ def report(
     tracking_uri: Optional[str] = typer.Option(None, "--tracking-uri", envvar="MLFLOW_TRACKING_URI",
                                                help="MLflow tracking URI for run ids; default: sqlite:///./mlflow.db."),
 ) -> None:
-    """One comparison table and plots over the models of several configs or MLflow runs."""
+    """One comparison over the models of several configs or MLflow runs: the table, plots, intervals and tests."""
     from pipeline.commands.report import compare_sources
 
     compare_sources(sources, output, title, artifact_root, tracking_uri)

@@ -198,10 +198,12 @@ def _primary(comparison: dict) -> Section:
                    "error, whose variance is the seeds' (each system's sample variance over its number of seeds) "
                    "plus the test set's common to the seeds (the paired bootstrap's variance of delta, less the "
                    "seeds' own sentence noise), against Student's t with Welch-Satterthwaite degrees of freedom "
-                   "(df; the seeds' terms together at the smaller side's seeds - 1); two-sided. Holm-Bonferroni over "
-                   f"the {family} primary comparisons with two or more seeds a side; a verdict is given on those "
-                   f"alone, at {comparison['alpha']}. With one seed a side the seeds' variance is not measured: "
-                   "the verdict is untestable, and p is the test set's alone. Beside them, for comparability and "
+                   "(df; the seeds' terms together at the smaller side's seeds - 1); two-sided. "
+                   + (f"Holm-Bonferroni over the {family} primary comparisons with two or more seeds a side; a "
+                      f"verdict is given on those alone, at {comparison['alpha']}. " if family else
+                      "No primary comparison has two or more seeds a side, so none gets a verdict. ")
+                   + "With one seed a side the seeds' variance is not measured: the verdict is untestable, and p is "
+                   "the test set's alone. Beside them, for comparability and "
                    f"deciding nothing: the paired bootstrap ({BOOTSTRAP_SAMPLES} resamples) and approximate "
                    f"randomization ({RANDOMIZATION_TRIALS} trials, one coin per sentence for all its seeds), "
                    "which measure the test set's variation only, and what sacreBLEU's --paired-bs and "

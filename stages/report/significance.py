@@ -5,10 +5,10 @@ A system is one configured model at one budget, with all its seeds
 (``resampling.SeededSystem``); its score is the mean of its seeds' corpus scores.
 
 - **The interval and the test** (``welch``): the seeds' spread plus the test set's
-  variation (the bootstrap of the seeds' mean, or of the pair's delta), Student's t with
-  Welch-Satterthwaite degrees of freedom. With one seed, the test set's alone, and the
-  row says the seeds' variance was not measured.
-- **A declared family of comparisons** (``ROLES``): the primary comparisons (by default
+  variation common to the seeds (the bootstrap of the seeds' mean, or of the pair's
+  delta), Student's t with Welch-Satterthwaite degrees of freedom. With one seed, the
+  test set's alone, and the row says the seeds' variance was not measured.
+- **A declared family of comparisons** (``PRIMARY`` and the rest): the primary comparisons (by default
   each family's best size by validation loss against each other family's, at each
   budget, on BLEU; chosen in ``comparison.py`` before any test is run) are the only rows
   with a verdict, Holm-Bonferroni adjusted over the testable primary rows alone

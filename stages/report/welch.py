@@ -27,10 +27,11 @@ of that sum, the test set's term counting N - 1. For a delta, the two seed terms
 together, with min(K_A, K_B) - 1 degrees of freedom: the conservative bound of Welch's
 test (Hsu's), since with two or three seeds each side's variance is known so poorly that
 Satterthwaite's estimate of the degrees of freedom, made from those same variances, runs
-high when a variance happens to come out small. Counting each seed term with its own
-K - 1, two seeds a side rejected 7.3% of true nulls at alpha 0.05 in the calibration
-below, and up to 12% in a normal simulation where one system's seeds spread seven times
-as much as the other's. With few seeds the degrees of freedom are few and the interval
+high when a variance happens to come out small. In the calibration's normal simulation
+(below), two seeds a side with equal spreads rejected up to 6.4% of true nulls at alpha
+0.05 counting each seed term with its own K - 1, up to 5.5% counted together; neither
+rule holds 5% where one system's seeds spread seven times the other's (11.9% and 10.9%
+with two seeds, 7.7% and 7.1% with three). With few seeds the degrees of freedom are few and the interval
 is wide. p is the t distribution's, so it has no Monte Carlo floor and can be as small
 as the data make it, whatever the number of resamples.
 
