@@ -71,7 +71,8 @@ class ExperimentConfig(Section):
     seeds: list[int] = []
     # Train every model at each of these budgets of counted training FLOPs
     # (train.max_train_flops), each run named after the model and budget (rnn_tiny.3e13);
-    # the report fits quality against compute per family. []: the train section's budget.
+    # with four or more, the report fits laws of quality against compute to each
+    # family's envelope. []: the train section's budget.
     budgets: list[float] = []
     # More seeds at some budgets only (say three seeds at two budgets of a sweep whose
     # other budgets train one): each named seed also trains at each named budget.

@@ -33,7 +33,7 @@ class ReportStageConfig(Section):
     experiment: str
     models: list[str]  # the trained runs, as train/<name> and evaluate/<name> name them
     # A run's configured model, for runs made by the experiment's seeds or budgets: the
-    # report groups the seeds of one model and draws one line per family over budgets.
+    # report groups the seeds of one model, and the sizes of a family at each budget.
     run_of: dict[str, str] = {}
     # The tune stages whose chosen learning rates the report shows (tune/<model size>).
     tuned: list[str] = []
