@@ -61,7 +61,10 @@ def compare(records: list[dict], outputs: dict[str, tuple[list[str], list[str]]]
     tests = significance.adjust(tests)
 
     family_laws = compute_laws.family_laws(summaries)
+    # Seeds whose outputs were another seed's, line for line: counted once (resampling.seeded_system).
+    repeated = {label: system.repeated for label, (_, system) in systems.items() if system.repeated}
     return {"groups": summaries, "intervals": intervals, "tests": tests, "primary": primary_said,
+            "repeated_seeds": repeated,
             "alpha": significance.ALPHA, "agreement": significance.AGREEMENT,
             "laws": family_laws, "law_crossovers": compute_laws.crossovers(family_laws, summaries)}
 

@@ -111,13 +111,16 @@ def _intervals(comparison: dict) -> Section:
     table = pd.DataFrame(rows, columns=["model", *names, "seeds"])
     one_seed = [label for label, metrics in comparison["intervals"].items()
                 if not next(iter(metrics.values()))["seed_variance_measured"]]
+    repeated = [f"{label}: seed {seed}'s outputs are seed {kept}'s, line for line, so it counts once"
+                for label, seeds in comparison.get("repeated_seeds", {}).items() for seed, kept in seeds.items()]
     return Section("95% confidence intervals", table,
                    "Score (the mean of the seeds' corpus scores) and its 95% interval: the seeds' variance over "
                    f"their number plus the test set's ({BOOTSTRAP_SAMPLES} bootstrap resamples of the test "
                    "sentences, each drawn sentence with every seed's output of it), Student's t with "
                    "Welch-Satterthwaite degrees of freedom, cut at 0 and 100. "
                    + (f"With one seed ({', '.join(one_seed)}) the interval holds the test set's variation only: "
-                      "another seed could move the score beyond it." if one_seed else ""))
+                      "another seed could move the score beyond it. " if one_seed else "")
+                   + ("; ".join(repeated) + "." if repeated else ""))
 
 
 def _agreement(estimate: dict) -> str:

@@ -140,3 +140,21 @@ def test_the_primary_family_is_each_familys_best_size_by_validation_loss_and_a_c
     markdown = (tmp_path / "report.md").read_text()
     exploratory = markdown.split("## Secondary and exploratory comparisons")[1]
     assert "exploratory" in exploratory and "significant" not in exploratory.split("Secondary:")[0]
+
+
+def test_a_seed_that_repeats_another_is_counted_once_and_the_report_says_so(tmp_path):
+    rows, outputs = [], {}
+    for model, family, rate in (("t", "transformer", 0.2), ("r", "rnn", 0.4)):
+        for seed in (1, 2):
+            record = run(model, family, seed, 1e12, 10.0)
+            rows.append(record)
+            # The Transformer's seed 2 wrote exactly what seed 1 wrote.
+            outputs[record["name"]] = output(rate, 1 if model == "t" else seed)
+    comparison = compare(rows, outputs)
+    assert comparison["repeated_seeds"] == {"t": {2: 1}}
+    (primary, *_) = comparison["tests"]
+    assert primary["seeds"] == [1, 2] and not primary["seed_variance_measured"]
+    write_report(rows, {}, tmp_path, "repeated", outputs)
+    markdown = (tmp_path / "report.md").read_text()
+    assert "t: seed 2's outputs are seed 1's, line for line, so it counts once." in markdown
+    assert "untestable with 1 seed" in markdown
