@@ -180,7 +180,8 @@ def cell(simulator: Simulator, counts: np.ndarray, seeds: int, shift: float, sim
     error, df = float(np.mean(errors)), float(np.median(degrees))
     return {"rejected": rejected / simulations, "bootstrap_rejected": bootstrap_rejected / simulations,
             "delta_coverage": delta_covered / simulations, "score_coverage": score_covered / simulations,
-            "standard_error": error, "df": df, "bootstrap_error": float(np.mean(bootstrap_errors)), "detectable": detectable(error, df),
+            "standard_error": error, "df": df, "bootstrap_error": float(np.mean(bootstrap_errors)),
+            "detectable": detectable(error, df),
             "detectable_holm": detectable(error, df, alpha=ALPHA / HOLM_FAMILY)}
 
 

@@ -260,8 +260,12 @@ def _parameter(fitted: dict, key: str, digits: str) -> str:
 
 
 def _law_verdict(fitted: dict) -> str:
-    said = ["predicts" if fitted["predicts"] else
-            "does not predict: no better than a straight line in log compute or the next budget"]
+    left_out = fitted["leave_one_out"]
+    error = left_out["mean_absolute_error"]
+    beaten_by = [name for name, baseline in (("a straight line in log compute", "line_mean_absolute_error"),
+                                             ("the next budget's measurement", "naive_mean_absolute_error"))
+                 if left_out[baseline] <= error]
+    said = ["predicts" if fitted["predicts"] else "does not predict: no better than " + " nor ".join(beaten_by)]
     choice = fitted.get("choice")
     if choice == "kept":
         said.append("kept: predicts as well as the saturating law")
@@ -304,10 +308,10 @@ def _laws(comparison: dict) -> Section:
                    "Fitted through every seed's value on each family's envelope: saturating, value = E + A x "
                    "FLOPs^-alpha (for BLEU, E - A x FLOPs^-alpha, E at most 100); power, value = A x FLOPs^-alpha. "
                    "E is searched between its bounds (a loss's floor from 0 to the lowest loss measured, BLEU's "
-                   "ceiling up to 100); where the fit puts it on one, E is not determined, and the saturating law "
-                   "is the power law. Intervals: the laws refitted on the seeds resampled within each budget (a "
-                   "budget with one seed gets the pooled spread of the budgets with several; budgets are never "
-                   "drawn, as branched budgets share one run)"
+                   "ceiling up to 100); where the fit puts it on an edge of that range, E is not determined (and a "
+                   "loss's floor at 0 makes the saturating law the power law). Intervals: the laws refitted on the "
+                   "seeds resampled within each budget (a budget with one seed gets the pooled spread of the "
+                   "budgets with several; budgets are never drawn, as branched budgets share one run)"
                    + ("; with one seed at every budget there are none" if undetermined else "") + ". "
                    "Left-out error: mean absolute error predicting each budget from a fit without it; line error: "
                    "that of a straight line in log FLOPs fitted to the same budgets; next-budget error: that of "

@@ -7,8 +7,9 @@ power law, and beam BLEU the same two ways, its ceiling at most 100. Each law co
 its leave-one-budget-out error against two baselines (a straight line in log compute and
 the nearest other budget's measurement) and is said to predict only if it beats both;
 intervals on its parameters come from the seeds resampled within budgets, and a
-parameter the fit left on its bound is "not determined", with no interval. Where E is at
-its bound the saturating law is the power law, and no choice between them is made.
+parameter the fit left on its bound is "not determined", with no interval. Where a
+loss's floor E is at its bound 0 the saturating law is the power law, and no choice
+between them is made.
 Crossovers of two families' loss laws are stated only inside both measured ranges, with
 an interval only where the draws determine it (``DETERMINED`` of them cross there).
 
@@ -119,7 +120,10 @@ def _laws(flops: list[float], values: list[float], rising: bool, bound: float, d
             "predicts": left_out.predicts,
         }
     if "error" not in result["power"] and "error" not in result["saturating"]:
-        if result["saturating"]["E_at_bound"]:
+        # A loss's floor on its bound 0 makes the saturating law the power law itself:
+        # there is nothing to choose. (BLEU's ceiling at 100 is not the power law's 0.)
+        if result["saturating"]["E_at_bound"] and not rising and abs(result["saturating"]["E"]) <= 1e-9 + 1e-3 * abs(
+                min(values)):
             result["power"]["choice"] = "same law: E at its bound"
         else:
             better = (result["power"]["leave_one_out"]["mean_absolute_error"]
