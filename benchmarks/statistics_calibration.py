@@ -174,7 +174,7 @@ def cell(simulator: Simulator, counts: np.ndarray, seeds: int, shift: float, sim
         score_covered += interval["low"] <= true_score <= interval["high"]
         errors.append(test["standard_error"])
         bootstrap_errors.append(result["bootstrap_error"])
-        degrees.append(test["df"])
+        degrees.append(test["df"] or math.inf)
         if bar is not None:
             bar.update(1)
     error, df = float(np.mean(errors)), float(np.median(degrees))

@@ -178,7 +178,7 @@ def findings(comparison: dict) -> list[str]:
 def _test_row(test: dict) -> list[str]:
     return [f"{test['b']} vs {test['a']}", test["metric"], "/".join(map(str, test["seeds"])),
             f"{test['delta']:+.2f} [{test['delta_low']:+.2f}, {test['delta_high']:+.2f}]",
-            f"{test['df']:.1f}" if test["df"] != float("inf") else "∞", _p(test["p"])]
+            "∞" if test["df"] is None else f"{test['df']:.1f}", _p(test["p"])]
 
 
 def _sentence_level(test: dict) -> list[str]:

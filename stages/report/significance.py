@@ -27,6 +27,8 @@ A system is one configured model at one budget, with all its seeds
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from scipy import stats
 from sacrebleu.metrics import BLEU, CHRF
@@ -145,9 +147,10 @@ def paired_tests(pairs: list[tuple[SeededSystem, SeededSystem, str]], counts: np
     return rows
 
 
-def detectable(standard_error: float, df: float, alpha: float = ALPHA, power: float = POWER) -> float:
+def detectable(standard_error: float, df: float | None, alpha: float = ALPHA, power: float = POWER) -> float:
     """The difference a two-sided t test at ``alpha`` with this standard error and degrees
     of freedom detects with probability ``power`` (unadjusted for multiplicity)."""
+    df = math.inf if df is None else df
     return float((stats.t.ppf(1 - alpha / 2, df) + stats.t.ppf(power, df)) * standard_error)
 
 

@@ -74,7 +74,9 @@ def _t(estimate: float, components: list[tuple[float, float]], level: float = LE
     variance = sum(v for v, _ in components)
     df = welch_satterthwaite(components)
     half = float(stats.t.ppf(0.5 + level / 2, df)) * math.sqrt(variance) if variance > 0 else 0.0
-    return {"standard_error": math.sqrt(variance), "df": df, "low": estimate - half, "high": estimate + half}
+    # JSON has no infinity: df is None where no term varies (identical outputs).
+    return {"standard_error": math.sqrt(variance), "df": df if math.isfinite(df) else None,
+            "low": estimate - half, "high": estimate + half}
 
 
 def system_interval(seed_scores: np.ndarray, test_variance: float, own_noise: float, sentences: int,
@@ -112,7 +114,7 @@ def delta_test(first_scores: np.ndarray, second_scores: np.ndarray, test_varianc
     result = _t(delta, components, level)
     error = result["standard_error"]
     if error > 0:
-        p = float(2 * stats.t.sf(abs(delta) / error, result["df"]))
+        p = float(2 * stats.t.sf(abs(delta) / error, result["df"] or math.inf))
     else:  # identical outputs: no variation at all
         p = 1.0 if delta == 0 else 0.0
     return {"delta": delta, "p": p, "seed_variance_measured": measured,
