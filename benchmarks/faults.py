@@ -432,7 +432,7 @@ def main(argv: list[str] | None = None) -> int:
     work.mkdir(parents=True, exist_ok=True)
     multi30k = os.environ.get("NMT_MIRROR")
     if not multi30k:
-        raise SystemExit("set NMT_MIRROR to a directory with the Multi30k files (../shared/corpora/multi30k)")
+        raise SystemExit("set NMT_MIRROR to a directory with the Multi30k files (docs/running.md: the offline corpus directory)")
     matrix = Matrix(work, args.seed)
     started = time.time()
     try:

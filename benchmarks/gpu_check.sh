@@ -98,9 +98,9 @@ nmt=("$python" -m pipeline)
 
 # One step: its output in $work/logs/NAME.log, its status and seconds in steps.tsv, the
 # logs so far in logs.tar.gz (a command stopped at its limit still returns them). No
-# step runs past the command's deadline: GPU_CHECK_SECONDS from the start (default 570
-# a phase, three times that for all).
-deadline=${GPU_CHECK_SECONDS:-$([ "$phase" = all ] && echo 1710 || echo 570)}
+# step runs past the command's deadline: GPU_CHECK_SECONDS from the start (default an
+# hour a phase, three hours for all; set it under a batch job's time limit).
+deadline=${GPU_CHECK_SECONDS:-$([ "$phase" = all ] && echo 10800 || echo 3600)}
 steps=$results/steps.tsv
 printf 'phase\tstep\tstatus\tseconds\n' > "$steps"
 step() {

@@ -251,8 +251,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--dest", type=Path, default=ROOT / ".gpu_carry")
     parser.add_argument("--python-version", default="3.12", help="the GPU image's Python (default 3.12)")
-    parser.add_argument("--corpora", type=Path, default=Path(os.environ.get("NMT_CORPORA") or ROOT.parent / "shared" / "corpora"),
-                        help="the folder holding multi30k/ (default: $NMT_CORPORA, else ../shared/corpora, as the tests)")
+    parser.add_argument("--corpora", type=Path, default=Path(os.environ.get("NMT_CORPORA") or ROOT / "corpora"),
+                        help="the folder holding multi30k/ (default: $NMT_CORPORA, else corpora/ in the "
+                             "repository, as the tests)")
     parser.add_argument("--model", type=Path, default=None,
                         help="a train artifact directory for the decode table (default: the newest "
                              "Transformer in ./artifacts, if any)")

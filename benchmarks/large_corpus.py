@@ -14,10 +14,11 @@ normalization, BPE and encoding cost what they cost on real text.
 from __future__ import annotations
 
 import argparse
+import os
 import gzip
 from pathlib import Path
 
-DEFAULT_MULTI30K = Path(__file__).resolve().parents[2] / "shared" / "corpora" / "multi30k"
+DEFAULT_MULTI30K = Path(os.environ.get("NMT_CORPORA") or Path(__file__).resolve().parents[1] / "corpora") / "multi30k"
 
 
 def read_gzip_lines(path: Path) -> list[str]:

@@ -129,7 +129,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=12, help="updates of the run")
     args = parser.parse_args()
     args.root.mkdir(parents=True, exist_ok=True)
-    mirror = os.environ.get("NMT_MIRROR") or str(Path(os.environ.get("NMT_CORPORA", REPO.parent / "shared" / "corpora"))
+    mirror = os.environ.get("NMT_MIRROR") or str(Path(os.environ.get("NMT_CORPORA") or REPO / "corpora")
                                                  / "multi30k")
     env = {**os.environ, "NMT_MIRROR": mirror,
            "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}

@@ -38,7 +38,7 @@ from stages.report.resampling import (  # noqa: E402
 )
 from stages.report.significance import confidence_intervals, metrics  # noqa: E402
 
-CORPUS = Path(os.environ.get("NMT_CORPORA", REPO.parent / "shared" / "corpora")) / "multi30k"
+CORPUS = Path(os.environ.get("NMT_CORPORA") or REPO / "corpora") / "multi30k"
 
 
 def degraded(references: list[str], rate: float, seed: int) -> list[str]:

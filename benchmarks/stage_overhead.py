@@ -230,7 +230,7 @@ def main() -> None:
                         help="train stages timed one after another (0: none, only the memory rows and the sweep)")
     args = parser.parse_args()
     args.root.mkdir(parents=True, exist_ok=True)
-    mirror = os.environ.get("NMT_MIRROR") or str(Path(os.environ.get("NMT_CORPORA", REPO.parent / "shared" / "corpora"))
+    mirror = os.environ.get("NMT_MIRROR") or str(Path(os.environ.get("NMT_CORPORA") or REPO / "corpora")
                                                  / "multi30k")
     # This checkout's code, whatever an installed copy points at.
     env = {**os.environ, "NMT_MIRROR": mirror, "MLFLOW_TRACKING_URI": f"sqlite:///{args.root / 'mlflow.db'}",

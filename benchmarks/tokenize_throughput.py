@@ -1,7 +1,7 @@
 """Tokenize-stage throughput on the full Multi30k train set, against a single-process
 SentencePiece encode of the same text, and the wall time of a fully cached re-run.
 
-    NMT_MIRROR=../shared/corpora/multi30k python benchmarks/tokenize_throughput.py
+    NMT_MIRROR=/path/to/multi30k python benchmarks/tokenize_throughput.py
 
 The data stages before tokenize run once (cached in a temporary store). The tokenize
 stage is then forced at several shard counts on a local Ray instance; its time is the

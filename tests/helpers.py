@@ -11,9 +11,9 @@ from pathlib import Path
 import yaml
 
 REPO = Path(__file__).resolve().parents[1]
-# The shared corpus sits beside the checkout (../shared/corpora/multi30k); CI clones
-# the repository with shared/ beside it too. NMT_CORPORA points elsewhere if needed.
-CORPORA = Path(os.environ.get("NMT_CORPORA", REPO.parent / "shared" / "corpora"))
+# The directory holding multi30k/ (docs/running.md, the offline corpus directory):
+# NMT_CORPORA, else corpora/ in the repository (ignored by git).
+CORPORA = Path(os.environ.get("NMT_CORPORA") or REPO / "corpora")
 MULTI30K = CORPORA / "multi30k"
 # The first lines of it, checked in (tests/data/multi30k/README.md): what unit tests read.
 MULTI30K_SAMPLE = REPO / "tests" / "data" / "multi30k"
