@@ -10,6 +10,7 @@ import pandas as pd
 from stages.report.compute_laws import DETERMINED
 from stages.report.resampling import BOOTSTRAP_SAMPLES, RANDOMIZATION_TRIALS
 from stages.report.significance import POWER, PRIMARY, verdict
+from stages.tune.artifact import grid_edge
 
 
 @dataclass(frozen=True)
@@ -39,21 +40,13 @@ def sections(comparison: dict) -> list[Section]:
     return found
 
 
-def rate_edge(entry: dict) -> str | None:
-    """"lowest" or "highest" when a tune stage's chosen rate is the lowest or highest it
-    tried (after any extensions of its grid): the best rate may lie beyond it."""
-    rates = sorted(trial["lr"] for trial in entry["trials"])
-    if entry["lr"] == rates[0]:
-        return "lowest"
-    return "highest" if entry["lr"] == rates[-1] else None
-
-
 def _tuning(comparison: dict) -> Section:
     """Each tuned model size's chosen rate, and the best validation loss of every rate
     its tune stage tried (lr_sensitivity.png draws them)."""
     rows, edges = [], []
     for entry in comparison["tuning"]:
-        edge = rate_edge(entry)
+        # From the rates tried, not choice.json's at_edge: choices made before it have none.
+        edge = grid_edge(entry["lr"], sorted(trial["lr"] for trial in entry["trials"]))
         if edge:
             edges.append(f"{entry['model']} chose the {edge} rate it tried ({entry['lr']:g})")
         for trial in entry["trials"]:

@@ -27,7 +27,7 @@ import shutil
 from pathlib import Path
 
 from pipeline.core.context import StageContext
-from stages.tune.artifact import CHOICE_FILE, read_choice
+from stages.tune.artifact import CHOICE_FILE, grid_edge, read_choice
 from stages.tune.config import TuneStageConfig
 
 __all__ = ["VERSION", "TASK_CPUS", "MLFLOW_FILES", "run", "worker_resources", "concurrent_trials", "read_choice",
@@ -122,13 +122,6 @@ def run(inputs: dict[str, Path], config: TuneStageConfig, output: Path, ctx: Sta
     return {"lr": chosen["lr"], "best_valid_loss": chosen["best_valid_loss"], "trials": len(rows),
             "stopped_early": sum(row["stopped_early"] for row in rows), "extensions": extensions,
             "at_edge": edge or "inside"}
-
-
-def grid_edge(rate: float, tried: list[float]) -> str | None:
-    """"lowest" or "highest" when ``rate`` is that end of the sorted rates ``tried``."""
-    if rate == tried[0]:
-        return "lowest"
-    return "highest" if rate == tried[-1] else None
 
 
 def beyond(tried: list[float], edge: str) -> float:

@@ -11,3 +11,11 @@ CHOICE_FILE = "choice.json"  # {"lr": the chosen rate, "trials": one row per rat
 
 def read_choice(artifact: Path) -> dict:
     return json.loads((Path(artifact) / CHOICE_FILE).read_text())
+
+
+def grid_edge(rate: float, tried: list[float]) -> str | None:
+    """"lowest" or "highest" when ``rate`` is that end of the sorted rates ``tried``: the
+    best rate may lie beyond them."""
+    if rate == tried[0]:
+        return "lowest"
+    return "highest" if rate == tried[-1] else None

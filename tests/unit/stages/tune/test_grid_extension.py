@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from stages.tune import beyond, grid_edge
+from stages.tune import beyond, grid_edge  # grid_edge: stages/tune/artifact.py, the report's too
 from stages.tune.config import TuneConfig
 
 
