@@ -94,6 +94,7 @@ class ExperimentConfig(Section):
             raise ValueError("'models' are listed but there is no 'train' section with a budget")
         if self.extra_seeds is not None:
             self._check_extra_seeds()
+        self._check_size_budgets()
         if self.branch_budgets:
             self._check_branching()
         for sized in self.tuned_sizes():
@@ -118,6 +119,16 @@ class ExperimentConfig(Section):
             if unknown:
                 raise ValueError(f"report.primary_comparisons: {', '.join(map(repr, unknown))} is not a configured "
                                  f"model; the models (and sizes) are {', '.join(sizes)}")
+
+    def _check_size_budgets(self) -> None:
+        for model in self.models:
+            for size, budgets in model.size_budgets.items():
+                missing = [budget for budget in budgets if budget not in self.budgets]
+                if missing or not budgets:
+                    raise ValueError(f"model {model.name!r}: size_budgets.{size}: "
+                                     + (f"{', '.join(map(budget_label, missing))} not among 'budgets' "
+                                        f"({', '.join(map(budget_label, self.budgets))})" if missing
+                                        else "list at least one budget"))
 
     def _check_extra_seeds(self) -> None:
         extra = self.extra_seeds
@@ -183,13 +194,20 @@ class ExperimentConfig(Section):
         for sized in self._sizes():
             for seed in self.seeds + (self.extra_seeds.seeds if self.extra_seeds else []) or [None]:
                 before = None
-                for budget in (budget for budget in sorted(self.budgets) if seed in self.seeds_at(budget)):
+                for budget in (b for b in sorted(self.budgets_of(sized)) if seed in self.seeds_at(b)):
                     run = self._run(sized, budget, seed)
                     segment = run.model_copy(update={"name": f"{run.name}.stable", "start_from": before,
                                                      "until_decay": True})
                     segments.append(segment)
                     before = train_stage(segment.name)
         return segments
+
+    def budgets_of(self, sized: ModelSpec) -> list[float]:
+        """The budgets one size (``<model>.<size>``) trains at: its model's
+        ``size_budgets`` for it, else every one."""
+        windows = {f"{model.name}.{size}": budgets for model in self.models
+                   for size, budgets in model.size_budgets.items()}
+        return windows.get(sized.name, self.budgets)
 
     def seeds_at(self, budget: float | None) -> list[int | None]:
         """The seeds trained at ``budget``: ``seeds``, and ``extra_seeds`` where it names
@@ -208,7 +226,7 @@ class ExperimentConfig(Section):
         runs already trained under other names untouched."""
         runs = []
         for sized in self._sizes():
-            for budget in self.budgets or [None]:
+            for budget in self.budgets_of(sized) or [None]:
                 for seed in self.seeds_at(budget):
                     run = self._run(sized, budget, seed)
                     if self.branch_budgets:  # decays from its stable-phase segment

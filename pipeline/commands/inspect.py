@@ -46,7 +46,7 @@ def inspect_models(config: Path, overrides: list[str], artifact_root: str | None
             cost = cost_summary(spec.family, config, src_vocab, tgt_vocab, src_len, tgt_len)
         except ValueError as error:
             fail(f"model {spec.name!r}: {error}", 2)
-        table.add_row(spec.name, spec.family, spec.preset, *(f"{cost[k] / 1e6:,.2f}M" for k in
+        table.add_row(spec.name, spec.family, spec.preset, *(_count(cost[k]) for k in
                       ("total", "embedding", "non_embedding", "forward_flops_per_tgt_token",
                        "train_flops_per_tgt_token", "six_nd_per_tgt_token")))
     table_console().print(table)
@@ -54,3 +54,8 @@ def inspect_models(config: Path, overrides: list[str], artifact_root: str | None
                           "training = 3 x forward; 6ND = Kaplan et al. (2020)'s 6 x parameters x tokens, side by side: "
                           "encoder x source, decoder x target (both for decoder-only), output projection x target; "
                           "per target token here.")
+
+
+def _count(value: float) -> str:
+    """Millions, or thousands below a million (the frontier's w8 has 5k non-embedding parameters)."""
+    return f"{value / 1e6:,.2f}M" if value >= 1e6 else f"{value / 1e3:,.1f}k"

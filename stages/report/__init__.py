@@ -80,7 +80,9 @@ def write_report(rows: list[dict], curves: dict[str, list[dict]], output: Path, 
     output.mkdir(parents=True, exist_ok=True)
     comparison = compare(rows, outputs or {}, primary_comparisons)
     if tuning:
-        comparison["tuning"] = tuning
+        families = {row["model"]: row["family"] for row in rows}
+        comparison["tuning"] = [{**entry, "family": families.get(entry["model"], entry["model"].split(".")[0])}
+                                for entry in tuning]
     plots = write_plots(rows, curves, output, title, comparison)
     tables.write_json(rows, curves, output / "report.json", title, comparison)
     tables.write_csv(rows, output / "report.csv")

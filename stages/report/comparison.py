@@ -2,7 +2,8 @@
 model's seeds taken together, confidence intervals and paired tests between models
 trained at the same budget (``significance.py``), verdicts on a declared family of
 primary comparisons (``primary.py``), and, with enough budgets, each family's envelope
-and the laws that predict it (``compute_laws.py``).
+and the laws that predict it (``compute_laws.py``) and, with enough sizes, its IsoFLOP
+profiles and how the compute-optimal size grows with compute (``isoflop.py``).
 
 Everything here is plain data (JSON-ready): ``report.json`` holds it as ``comparison``,
 and the tables and the figures are drawn from it.
@@ -12,7 +13,7 @@ from __future__ import annotations
 
 from itertools import combinations
 
-from stages.report import compute_laws, resampling, significance
+from stages.report import compute_laws, isoflop, resampling, significance
 from stages.report.primary import primary_pairs
 from stages.report.seeds import ModelAtBudget, group_runs
 
@@ -66,7 +67,8 @@ def compare(records: list[dict], outputs: dict[str, tuple[list[str], list[str]]]
     return {"groups": summaries, "intervals": intervals, "tests": tests, "primary": primary_said,
             "repeated_seeds": repeated,
             "alpha": significance.ALPHA, "agreement": significance.AGREEMENT,
-            "laws": family_laws, "law_crossovers": compute_laws.crossovers(family_laws, summaries)}
+            "laws": family_laws, "law_crossovers": compute_laws.crossovers(family_laws, summaries),
+            "isoflop": isoflop.profiles(summaries)}
 
 
 def _label(group: ModelAtBudget, several_budgets: bool) -> str:

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from stages.report import isoflop
 from stages.report.compute_laws import DETERMINED
 from stages.report.resampling import BOOTSTRAP_SAMPLES, RANDOMIZATION_TRIALS
 from stages.report.significance import POWER, PRIMARY, verdict
@@ -33,6 +34,8 @@ def sections(comparison: dict) -> list[Section]:
         found.append(_primary(comparison))
     if any(test["role"] != PRIMARY for test in comparison["tests"]):
         found.append(_other_tests(comparison))
+    if comparison.get("isoflop"):
+        found += [_isoflop_profiles(comparison), _isoflop_exponents(comparison)]
     if comparison.get("laws"):
         found += [_envelope(comparison), _laws(comparison)]
     if comparison.get("tuning"):
@@ -42,13 +45,13 @@ def sections(comparison: dict) -> list[Section]:
 
 def _tuning(comparison: dict) -> Section:
     """Each tuned model size's chosen rate, and the best validation loss of every rate
-    its tune stage tried (lr_sensitivity.png draws them)."""
-    rows, edges = [], []
+    its tune stage tried (lr_sensitivity.png draws them, a panel per family), and a
+    sentence per family on whether its chosen rates are inside the rates tried."""
+    rows, edges = [], {}
     for entry in comparison["tuning"]:
         # From the rates tried, not choice.json's at_edge: choices made before it have none.
         edge = grid_edge(entry["lr"], sorted(trial["lr"] for trial in entry["trials"]))
-        if edge:
-            edges.append(f"{entry['model']} chose the {edge} rate it tried ({entry['lr']:g})")
+        edges.setdefault(entry.get("family", entry["model"]), []).append((entry, edge))
         for trial in entry["trials"]:
             loss = trial["best_valid_loss"]
             chosen = trial["lr"] == entry["lr"]
@@ -64,9 +67,20 @@ def _tuning(comparison: dict) -> Section:
                    f"the weak trials) as the rate whose trial reached the lowest validation loss, each trial trained "
                    f"as the train stage trains, to {', '.join(f'{b:.3g}' for b in budgets)} counted FLOPs; its "
                    "train runs used it. Where the best rate was at an edge of the grid, the stage tried the next "
-                   "rate beyond it (grid: extension), up to tune.max_extensions times. "
-                   + ("; ".join(edges) + ": its best rate may lie beyond the rates tried." if edges
-                      else "Every chosen rate is inside the rates tried."), text_columns=2)
+                   "rate beyond it (grid: extension), up to tune.max_extensions times. A rate chosen at an edge of "
+                   "the rates tried may be beaten by one beyond them, and a family compared at such a rate may be "
+                   "compared at a worse recipe than the others: the learning rate is part of what a comparison "
+                   "of families compares. " + " ".join(_tuning_sentence(family, chosen)
+                                                        for family, chosen in edges.items()), text_columns=2)
+
+
+def _tuning_sentence(family: str, chosen: list[tuple[dict, str | None]]) -> str:
+    inside = [entry["model"] for entry, edge in chosen if edge is None]
+    at_edge = [f"{entry['model']} ({entry['lr']:g}, the {edge} tried)" for entry, edge in chosen if edge]
+    if not at_edge:
+        return f"{family}: every chosen rate is inside the rates tried ({len(inside)} of {len(chosen)} sizes)."
+    return (f"{family}: {len(inside)} of {len(chosen)} chosen rates inside the rates tried; at an edge: "
+            + ", ".join(at_edge) + ".")
 
 
 def _mean_std(summary: dict) -> str:
@@ -242,6 +256,97 @@ def _envelope(comparison: dict) -> Section:
                    + (f"In {edges} of {cells} cells the best size is the smallest or largest tried: there the "
                       "compute-optimal size was not found, only bounded on one side." if edges else ""),
                    text_columns=3)
+
+
+def _count(value: float) -> str:
+    return f"{value / 1e6:.2f}M" if value >= 1e6 else f"{value / 1e3:.1f}k"
+
+
+def _optimum(profile: dict) -> tuple[str, str, str]:
+    """Optimal non-embedding parameters and tokens, each with its interval, and where."""
+    optimum = profile["optimum"]
+    if optimum is None:
+        where = profile["where"] + (f": add {profile['add']}" if profile.get("add") else "")
+        return "-", "-", where
+    parameters, tokens = _count(optimum["parameters"]), "-"
+    if optimum.get("interval"):
+        parameters += f" [{_count(optimum['interval'][0])}, {_count(optimum['interval'][1])}]"
+    if optimum.get("tokens"):
+        tokens = _count(optimum["tokens"])
+        if optimum.get("tokens_interval"):
+            tokens += f" [{_count(optimum['tokens_interval'][0])}, {_count(optimum['tokens_interval'][1])}]"
+    where = "interior"
+    if not optimum.get("interval"):
+        where += (" (no interval: nothing measures the noise)" if profile["noise"]["sd"] is None else
+                  f" (no interval: {1 - optimum['found_in']:.0%} of the draws have no minimum inside)")
+    return parameters, tokens, where
+
+
+def _isoflop_profiles(comparison: dict) -> Section:
+    rows = []
+    for entry in comparison["isoflop"]:
+        for profile in entry["profiles"]:
+            sizes = profile["sizes"]
+            best = min(sizes, key=lambda size: size["valid_loss"])
+            rows.append([entry["family"], f"{profile['budget']:.2g}",
+                         f"{sizes[0]['preset']} to {sizes[-1]['preset']} ({len(sizes)})",
+                         f"{best['preset']} ({best['valid_loss']:.3f})", *_optimum(profile)])
+    table = pd.DataFrame(rows, columns=["family", "budget", "sizes tried", "lowest mean loss",
+                                        "N_opt, non-embedding [95%]", "D_opt, tokens [95%]", "minimum"])
+    flagged = [f"{entry['family']} at {profile['budget']:.2g}" for entry in comparison["isoflop"]
+               for profile in entry["profiles"] if profile["optimum"] is None]
+    sources = sorted({profile["noise"]["source"] for entry in comparison["isoflop"] for profile in entry["profiles"]
+                      if profile.get("noise") and profile["noise"]["source"]})
+    return Section("IsoFLOP profiles", table,
+                   "At each budget, every size of a family trained to the same counted FLOPs; a parabola fitted "
+                   "to each seed's final validation loss against log10 non-embedding parameters (Hoffmann et al. "
+                   "2022, approach 2). N_opt is its minimum, counted in non-embedding parameters (the embeddings "
+                   "hold most parameters at these widths and cost little per token); D_opt is the training tokens "
+                   "at N_opt, interpolated in log-log between the sizes' runs. A minimum is interior when the "
+                   "parabola opens upward, its minimum lies between the smallest and the largest size, and the "
+                   "size with the lowest mean loss is neither of them. Intervals: the sizes' mean losses redrawn "
+                   f"{isoflop.DRAWS} times with the seeds' spread"
+                   + (f" ({'; '.join(sources)})" if sources else "") + ", each parabola refitted. "
+                   + ("No interior minimum at: " + "; ".join(flagged) + ". These budgets stay out of the exponents."
+                      if flagged else "Every budget's minimum is interior."), text_columns=3)
+
+
+# What each exponent row fits, and the count it uses.
+EXPONENTS = (("parameters", "N_opt ~ C^a, non-embedding parameters"),
+             ("total_parameters", "N_opt ~ C^a, all parameters"), ("tokens", "D_opt ~ C^b, tokens"))
+
+
+def _exponents_row(entry: dict, what: str, law: str) -> list[str]:
+    fitted = entry[what]
+    if fitted["exponent"] is None:
+        return [entry["family"], law, "-", str(len(fitted["budgets"])), "-",
+                f"{len(fitted['budgets'])} interior budgets: an exponent needs {isoflop.MIN_BUDGETS}"]
+    said = f"{fitted['exponent']:.2f}"
+    if fitted["interval"]:
+        low, high = fitted["interval"]
+        said += f" [{low:.2f}, {high:.2f}]"
+        against = "inside the interval" if low <= fitted["reference"] <= high else "outside the interval"
+    else:
+        against = "no interval to compare with"
+    span = max(fitted["budgets"]) / min(fitted["budgets"])
+    return [entry["family"], law, said, str(len(fitted["budgets"])), f"{span:.3g}x",
+            f"{fitted['reference']:.2f}: {against}"]
+
+
+def _isoflop_exponents(comparison: dict) -> Section:
+    rows = [_exponents_row(entry, what, law) for entry in comparison["isoflop"] for what, law in EXPONENTS]
+    table = pd.DataFrame(rows, columns=["family", "law", "exponent [95%]", "interior budgets", "compute span",
+                                        "Hoffmann et al."])
+    return Section("How the compute-optimal size grows", table,
+                   "A straight line through log10 N_opt (non-embedding parameters, and the same optimum counted "
+                   "in all parameters) and log10 D_opt (training tokens) against log10 counted FLOPs, over the "
+                   "budgets whose minimum is interior; the interval from the same draws as the profiles', the line "
+                   "refitted through each draw's minima (draws where a budget's minimum left the sizes tried are "
+                   "left out, and with more than 5% of them so, no interval). Hoffmann et al. (2022, table 2, "
+                   f"approach 2) measured {isoflop.HOFFMANN_A} for N_opt and {isoflop.HOFFMANN_B} for D_opt for "
+                   "decoder-only language models at 6e18 to 3e21 FLOPs, counting all parameters: a different "
+                   "task, scale and count, so the last column says whether their value lies inside this interval, "
+                   "not which is right.", text_columns=2)
 
 
 def _parameter(fitted: dict, key: str, digits: str) -> str:

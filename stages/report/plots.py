@@ -16,6 +16,7 @@ LOSS_VS_FLOPS = "valid_loss_vs_flops.png"
 LOSS_VS_TIME = "valid_loss_vs_time.png"
 BLEU_CURVES = "bleu_curves.png"
 ISOFLOP = "isoflop.png"
+OPTIMAL_SIZE = "optimal_size.png"
 ENVELOPE = "envelope.png"
 LR_SENSITIVITY = "lr_sensitivity.png"
 
@@ -28,10 +29,13 @@ def write_plots(records: list[dict], curves: dict[str, list[dict]], directory: P
     if evaluated:
         _bleu_vs_flops(evaluated, directory / BLEU_VS_FLOPS, title)
         written.append(BLEU_VS_FLOPS)
-    if comparison and comparison.get("laws"):
+    if comparison and comparison.get("isoflop"):
         _save(isoflop_figure(comparison, title), directory / ISOFLOP)
+        _save(optimal_size_figure(comparison, title), directory / OPTIMAL_SIZE)
+        written += [ISOFLOP, OPTIMAL_SIZE]
+    if comparison and comparison.get("laws"):
         _save(envelope_figure(comparison, title), directory / ENVELOPE)
-        written += [ISOFLOP, ENVELOPE]
+        written.append(ENVELOPE)
     if comparison and comparison.get("tuning"):
         _save(lr_sensitivity_figure(comparison, title), directory / LR_SENSITIVITY)
         written.append(LR_SENSITIVITY)
@@ -46,35 +50,81 @@ def write_plots(records: list[dict], curves: dict[str, list[dict]], directory: P
 
 
 def isoflop_figure(comparison: dict, title: str):
-    """One column per family with laws: validation loss (top) and BLEU (bottom) against
-    parameters, one curve per budget through its sizes' means over seeds; the envelope's
-    size at each budget ringed."""
-    families = [entry["family"] for entry in comparison["laws"]]
-    figure, grid = plt.subplots(2, len(families), figsize=(4.2 * len(families), 7.4), squeeze=False,
+    """One column per family with IsoFLOP profiles: validation loss (top) and BLEU
+    (bottom) against non-embedding parameters, one curve per budget through its sizes'
+    means over seeds; on the loss panels each budget's fitted parabola and, where it is
+    interior, its minimum (a star)."""
+    import numpy as np
+
+    entries = comparison["isoflop"]
+    figure, grid = plt.subplots(2, len(entries), figsize=(4.2 * len(entries), 7.4), squeeze=False,
                                 layout="constrained")
-    for column, entry in enumerate(comparison["laws"]):
-        chosen = {(point["budget"], point["model"]) for point in entry["envelope"]}
-        groups = [group for group in comparison["groups"] if group["family"] == entry["family"] and group["budget"]]
-        for row, field in enumerate(("valid_loss", "bleu")):
+    groups = {(group["model"], group["budget"]): group for group in comparison["groups"]}
+    for column, entry in enumerate(entries):
+        for profile in entry["profiles"]:
+            sizes = profile["sizes"]
+            x = [size["non_embedding_parameters"] for size in sizes]
+            axes = grid[0][column]
+            (line,) = axes.plot(x, [size["valid_loss"] for size in sizes], marker=marker_of(entry["family"]),
+                                markersize=4, linestyle="none", label=f"{profile['budget']:.2g} FLOPs")
+            if profile.get("coefficients"):
+                smooth = np.geomspace(min(x), max(x), 60)
+                axes.plot(smooth, np.polyval(profile["coefficients"], np.log10(smooth)), color=line.get_color(),
+                          linewidth=1)
+            if profile["optimum"]:
+                best = profile["optimum"]["parameters"]
+                axes.plot([best], [np.polyval(profile["coefficients"], np.log10(best))], marker="*", markersize=12,
+                          color=line.get_color())
+            bleu = [groups[(size["model"], profile["budget"])]["bleu"]["mean"] for size in sizes]
+            if any(value is not None for value in bleu):
+                grid[1][column].plot(x, [np.nan if value is None else value for value in bleu],
+                                     marker=marker_of(entry["family"]), markersize=4, color=line.get_color())
+        for row, label in enumerate(("validation loss (nats per target token)", "BLEU (beam)")):
             axes = grid[row][column]
-            for budget in sorted({group["budget"] for group in groups}):
-                sizes = sorted((group for group in groups if group["budget"] == budget
-                                and group[field]["mean"] is not None), key=lambda group: group["parameters"])
-                (line,) = axes.plot([g["parameters"] for g in sizes], [g[field]["mean"] for g in sizes],
-                                    marker=marker_of(entry["family"]), markersize=4, label=f"{budget:.2g} FLOPs")
-                best = [g for g in sizes if (budget, g["model"]) in chosen]
-                axes.scatter([g["parameters"] for g in best], [g[field]["mean"] for g in best], s=120,
-                             facecolors="none", edgecolors=line.get_color())
             axes.set_xscale("log")
-            axes.set_xlabel("parameters")
-            axes.set_ylabel("validation loss (nats per target token)" if field == "valid_loss" else "BLEU (beam)")
+            axes.set_xlabel("non-embedding parameters")
+            axes.set_ylabel(label)
             axes.grid(True, which="both", alpha=0.3)
-            if row == 0:
-                axes.set_title(entry["family"])
+        grid[0][column].set_title(entry["family"])
     # One legend for every panel, below them: the budgets take the same colours in each.
     handles, labels = grid[0][0].get_legend_handles_labels()
     figure.legend(handles, labels, loc="outside lower center", ncol=len(labels), fontsize=8)
-    figure.suptitle(f"{title}: IsoFLOP curves (ringed: the best size at each budget)")
+    figure.suptitle(f"{title}: IsoFLOP profiles (lines: parabolas in log parameters; stars: interior minima)")
+    return figure
+
+
+def optimal_size_figure(comparison: dict, title: str):
+    """N_opt (non-embedding parameters) and D_opt (tokens) against counted FLOPs: each
+    family's interior minima with their intervals and the fitted power law."""
+    import numpy as np
+
+    figure, grid = plt.subplots(1, 2, figsize=(10, 4.2), layout="constrained")
+    for entry in comparison["isoflop"]:
+        for axes, what, interval in ((grid[0], "parameters", "interval"), (grid[1], "tokens", "tokens_interval")):
+            points = [(p["budget"], p["optimum"]) for p in entry["profiles"] if p["optimum"] and p["optimum"].get(what)]
+            if not points:
+                continue
+            budgets = [budget for budget, _ in points]
+            values = [optimum[what] for _, optimum in points]
+            low = [value - optimum.get(interval, [value, value])[0] for value, (_, optimum) in zip(values, points)]
+            high = [optimum.get(interval, [value, value])[1] - value for value, (_, optimum) in zip(values, points)]
+            (line,) = axes.plot([], [])
+            axes.errorbar(budgets, values, yerr=[low, high], fmt=marker_of(entry["family"]), color=line.get_color(),
+                          capsize=2)
+            fitted = entry[what]
+            if fitted["exponent"] is not None:
+                span = np.geomspace(min(fitted["budgets"]), max(fitted["budgets"]), 20)
+                line.set_data(span, fitted["coefficient"] * span ** fitted["exponent"])
+                line.set_label(f"{entry['family']}: exponent {fitted['exponent']:.2f}")
+    for axes, label in ((grid[0], "N_opt, non-embedding parameters"), (grid[1], "D_opt, training tokens")):
+        axes.set_xscale("log")
+        axes.set_yscale("log")
+        axes.set_xlabel("training FLOPs (counted)")
+        axes.set_ylabel(label)
+        axes.grid(True, which="both", alpha=0.3)
+        if axes.get_legend_handles_labels()[0]:
+            axes.legend(fontsize=8)
+    figure.suptitle(f"{title}: compute-optimal size and tokens (bars: 95% intervals)")
     return figure
 
 
@@ -187,23 +237,29 @@ def _bleu_curves(records: list[dict], curves: dict[str, list[dict]], path: Path,
 
 
 def lr_sensitivity_figure(comparison: dict, title: str):
-    """Best validation loss against the learning rate, one line per tuned model size, the
-    chosen rate ringed; rates without a finite loss are left out of the line."""
-    figure, axes = plt.subplots(figsize=(7, 4.5))
-    for entry in comparison["tuning"]:
-        points = [(trial["lr"], trial["best_valid_loss"]) for trial in entry["trials"]
-                  if trial["best_valid_loss"] is not None]
-        if not points:
-            continue
-        line, = axes.plot(*zip(*points), marker="o", label=entry["model"])
-        chosen = [loss for rate, loss in points if rate == entry["lr"]]
-        axes.scatter([entry["lr"]] * len(chosen), chosen, s=160, facecolors="none", edgecolors=line.get_color())
-    axes.set_xscale("log")
-    axes.set_yscale("log")
-    axes.set_xlabel("peak learning rate")
-    axes.set_ylabel("best validation loss (tuning budget)")
-    axes.set_title(f"{title}: learning rate, chosen rate ringed")
-    axes.legend(fontsize="small")
+    """Per family, best validation loss against the learning rate, one line per tuned
+    model size, the chosen rate ringed; rates without a finite loss are left out."""
+    families = list(dict.fromkeys(entry.get("family", entry["model"]) for entry in comparison["tuning"]))
+    figure, grid = plt.subplots(1, len(families), figsize=(4.4 * len(families), 4.2), squeeze=False,
+                                layout="constrained")
+    for axes, family_name in zip(grid[0], families):
+        for entry in comparison["tuning"]:
+            if entry.get("family", entry["model"]) != family_name:
+                continue
+            points = sorted((trial["lr"], trial["best_valid_loss"]) for trial in entry["trials"]
+                            if trial["best_valid_loss"] is not None)
+            if not points:
+                continue
+            line, = axes.plot(*zip(*points), marker="o", markersize=4, label=entry["model"].rpartition(".")[2])
+            chosen = [loss for rate, loss in points if rate == entry["lr"]]
+            axes.scatter([entry["lr"]] * len(chosen), chosen, s=140, facecolors="none", edgecolors=line.get_color())
+        axes.set_xscale("log")
+        axes.set_xlabel("peak learning rate")
+        axes.set_title(family_name)
+        axes.grid(True, which="both", alpha=0.3)
+        axes.legend(fontsize="small")
+    grid[0][0].set_ylabel("best validation loss (tuning budget)")
+    figure.suptitle(f"{title}: learning rate per size, chosen rate ringed")
     return figure
 
 

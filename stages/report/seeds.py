@@ -19,13 +19,16 @@ class ModelAtBudget:
 
     def summary(self) -> dict:
         """Per scored field: mean, sample standard deviation (None for one seed) and each
-        seed's value; the mean training FLOPs the runs used; and the runs that stopped
+        seed's value; the mean training FLOPs and tokens the runs used; and the runs that stopped
         before their FLOPs budget (a wall time, say), which put the group short of the
         compute its label names."""
         row = {"model": self.model, "family": self.family, "budget": self.budget,
                "preset": self.runs[0].get("preset"), "parameters": self.runs[0].get("parameters"),
+               "non_embedding_parameters": self.runs[0].get("non_embedding_parameters"),
                "seeds": [run.get("seed") for run in self.runs],
                "train_flops": statistics.fmean(run["train_flops"] for run in self.runs),
+               "train_tokens": (statistics.fmean(run["train_tokens"] for run in self.runs)
+                                if all(run.get("train_tokens") for run in self.runs) else None),
                "short_of_budget": [{"seed": run.get("seed"), "train_flops": run["train_flops"],
                                     "stop_reason": run.get("stop_reason")}
                                    for run in self.runs

@@ -26,6 +26,11 @@ class ModelSpec(Section):
     # report draws each family's frontier across them (docs/comparing.md). Left out of
     # keys: every run is of one size, which its preset names.
     sizes: list[str] = Field(default=[], exclude=True)
+    # With budgets, the budgets some sizes train at, where not every one: an IsoFLOP
+    # study's window of sizes around each budget's optimum (Hoffmann et al. 2022,
+    # approach 2), so that a small size need not train to the largest budget nor a large
+    # one at the smallest. A size left out trains at every budget. Left out of keys.
+    size_budgets: dict[str, list[float]] = Field(default={}, exclude=True)
     settings: dict[str, Any] = {}  # hyperparameters over the preset's (d_model, layers, dropout, ...)
     train: dict[str, Any] = {}  # train keys for this model only (lr, warmup_steps, ...)
     # Set by the experiment's seeds and budgets, not in a config: the configured model
@@ -45,8 +50,13 @@ class ModelSpec(Section):
     @model_validator(mode="after")
     def _preset_and_settings_exist(self) -> ModelSpec:
         if not self.sizes:
+            if self.size_budgets:
+                raise ValueError("size_budgets restricts the budgets of sizes: list the sizes")
             family(self.family).resolve(self.preset, self.settings)  # torch-free
             return self
+        unknown = [size for size in self.size_budgets if size not in self.sizes]
+        if unknown:
+            raise ValueError(f"size_budgets names {unknown}, which are not among sizes {self.sizes}")
         if "preset" in self.model_fields_set:
             raise ValueError("name the preset or the sizes, not both: sizes are presets, one run each")
         if len(set(self.sizes)) != len(self.sizes):
@@ -67,5 +77,5 @@ class ModelSpec(Section):
 
     def at_sizes(self) -> list[ModelSpec]:
         """One spec per size (named ``<name>.<size>``, with that preset), or this one."""
-        return [self.model_copy(update={"name": f"{self.name}.{size}", "preset": size, "sizes": []})
+        return [self.model_copy(update={"name": f"{self.name}.{size}", "preset": size, "sizes": [], "size_budgets": {}})
                 for size in self.sizes] or [self]

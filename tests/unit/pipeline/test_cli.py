@@ -45,7 +45,10 @@ def test_inspect_gives_a_row_per_size_of_a_model_with_sizes(tmp_path, monkeypatc
     assert result.exit_code == 0, result.output
     rows = {line.split("│")[1].strip(): line.split("│") for line in result.output.splitlines() if line.startswith("│")}
     assert set(rows) == {"t.w64", "t.w256"} and rows["t.w256"][3].strip() == "w256"
-    non_embedding = {name: float(row[6].strip().rstrip("M")) for name, row in rows.items()}
+    # Millions, or thousands below a million.
+    unit = {"M": 1e6, "k": 1e3}
+    non_embedding = {name: float(row[6].strip()[:-1]) * unit[row[6].strip()[-1]] for name, row in rows.items()}
+    assert rows["t.w64"][6].strip().endswith("k") and rows["t.w256"][6].strip().endswith("M")
     assert 12 < non_embedding["t.w256"] / non_embedding["t.w64"] < 20  # twice the width twice: about 16x
 
 

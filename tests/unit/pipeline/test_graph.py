@@ -214,3 +214,34 @@ def test_extra_seeds_refuse_what_they_cannot_add(change, message):
     settings = [s for s in base if s.split("=")[0] not in {c.split("=")[0] for c in change}] + change
     with pytest.raises(ConfigError, match=message):
         load_config(SMOKE, settings)
+
+
+WINDOWED = [s for s in BRANCHED if not s.startswith("models")] + [
+    'models=[{name: t, family: transformer, sizes: [w16, w32, w64], size_budgets: {w16: [1e11, 2e11], w64: [4e11]}}]']
+
+
+def test_size_budgets_train_each_size_at_its_window_of_budgets_only(store):
+    config = load_config(SMOKE, WINDOWED)
+    assert [run.name for run in config.trained_models()] == [
+        "t.w16.1e11.s1", "t.w16.2e11.s1", "t.w32.1e11.s1", "t.w32.2e11.s1", "t.w32.4e11.s1", "t.w64.4e11.s1"]
+    segments = {segment.name: segment.start_from for segment in config.stable_segments()}
+    # The small size's chain stops at its largest budget; the large one's starts at its smallest.
+    assert "t.w16.4e11.s1.stable" not in segments and segments["t.w64.4e11.s1.stable"] is None
+    # The window is not in the runs' keys: a size trained at a budget keeps its artifact when the window moves.
+    planned = {item.stage.name: item for item in plan(config, store)}
+    again = {item.stage.name: item for item in plan(load_config(SMOKE, [s for s in BRANCHED if not s.startswith("models")] + [
+        'models=[{name: t, family: transformer, sizes: [w16, w32, w64]}]']), store)}
+    assert planned["train/t.w32.2e11.s1"].key == again["train/t.w32.2e11.s1"].key
+
+
+@pytest.mark.parametrize("window, message", [
+    ("{w24: [1e11]}", r"size_budgets names \['w24'\], which are not among sizes"),
+    ("{w16: [3e11]}", r"size_budgets.w16: 3e11 not among 'budgets' \(1e11, 2e11, 4e11\)"),
+    ("{w16: []}", r"size_budgets.w16: list at least one budget"),
+])
+def test_size_budgets_refuse_sizes_and_budgets_the_experiment_lacks(window, message):
+    from pipeline.config import ConfigError
+
+    with pytest.raises(ConfigError, match=message):
+        load_config(SMOKE, [s for s in BRANCHED if not s.startswith("models")] + [
+            f'models=[{{name: t, family: transformer, sizes: [w16, w32], size_budgets: {window}}}]'])

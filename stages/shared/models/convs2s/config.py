@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from stages.shared.models.widths import FRONTIER_WIDTHS
+
 
 @dataclass(frozen=True)
 class ConvS2SConfig:
@@ -43,5 +45,5 @@ PRESETS = {
     # blocks a side (section 5.2 varies widths at a fixed depth too); 0.26M, 1.0M and 3.95M
     # parameters outside the embeddings.
     **{f"w{width}": ConvS2SConfig(embed_dim=width, hidden=width, out_embed_dim=width, encoder_layers=4,
-                                  decoder_layers=4, dropout=0.1, share_embeddings=True) for width in (32, 64, 128, 256)},
+                                  decoder_layers=4, dropout=0.1, share_embeddings=True) for width in FRONTIER_WIDTHS},
 }

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from stages.shared.models.widths import FRONTIER_WIDTHS
+
 
 @dataclass(frozen=True)
 class DecoderOnlyConfig:
@@ -51,6 +53,6 @@ PRESETS = {
     # The compute frontier's sizes (a model's ``sizes:``): the width doubles at a fixed
     # depth of 10 layers, which holds as many parameters as the Transformer's 4 + 4 at
     # each width (0.34M, 1.33M and 5.27M outside the embeddings).
-    **{f"w{width}": DecoderOnlyConfig(d_model=width, heads=width // 32, ff_dim=2 * width, layers=10, dropout=0.1)
-       for width in (32, 64, 128, 256)},
+    **{f"w{width}": DecoderOnlyConfig(d_model=width, heads=max(1, width // 32), ff_dim=2 * width, layers=10,
+                                      dropout=0.1) for width in FRONTIER_WIDTHS},
 }

@@ -8,6 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from stages.shared.models.widths import FRONTIER_WIDTHS
+
 
 @dataclass(frozen=True)
 class RnnConfig:
@@ -47,5 +49,5 @@ PRESETS = {
     # parameters outside the embeddings. The width grows, as from Luong et al.'s 500 to
     # 1000 units. GRU: oneDNN has no bf16 LSTM on CPUs without native bf16.
     **{f"w{width}": RnnConfig(cell="gru", embed_dim=width, hidden=2 * width, encoder_layers=1, decoder_layers=1,
-                              dropout=0.1, attentional_dim=width, tie_embeddings=True) for width in (32, 64, 128, 256)},
+                              dropout=0.1, attentional_dim=width, tie_embeddings=True) for width in FRONTIER_WIDTHS},
 }

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from stages.shared.models.widths import FRONTIER_WIDTHS
+
 
 @dataclass(frozen=True)
 class TransformerConfig:
@@ -40,6 +42,6 @@ PRESETS = {
     # the next at a fixed depth, with 32-wide heads, as base grows into big (table 3).
     # 0.34M, 1.33M and 5.27M parameters outside the embeddings. ff_dim is 2 x d_model,
     # not the paper's 4 x, which trained better on Multi30k (docs/models.md).
-    **{f"w{width}": TransformerConfig(d_model=width, heads=width // 32, ff_dim=2 * width, encoder_layers=4,
-                                      decoder_layers=4, dropout=0.1) for width in (32, 64, 128, 256)},
+    **{f"w{width}": TransformerConfig(d_model=width, heads=max(1, width // 32), ff_dim=2 * width, encoder_layers=4,
+                                      decoder_layers=4, dropout=0.1) for width in FRONTIER_WIDTHS},
 }

@@ -34,7 +34,9 @@ def records(families=("transformer", "rnn"), seeds=(1, 2)) -> list[dict]:
                     loss = loss_of(family, parameters, budget) * (1 + 0.003 * rng.standard_normal())
                     found.append({"name": f"{family}.{size}.{budget:.2g}.s{seed}", "model": f"{family}.{size}",
                                   "seed": seed, "budget": float(budget), "family": family, "preset": size,
-                                  "parameters": parameters, "train_flops": float(budget), "stop_reason": "max_train_flops",
+                                  "parameters": parameters, "non_embedding_parameters": 0.8 * parameters,
+                                  "train_tokens": float(budget) / (6 * parameters),
+                                  "train_flops": float(budget), "stop_reason": "max_train_flops",
                                   "best_valid_ppl": math.exp(loss), "bleu": 80.0 - 12.0 * loss, "chrf": 50.0})
     return found
 
@@ -88,16 +90,20 @@ def test_fewer_than_four_budgets_fit_no_law():
 
 
 def test_the_isoflop_and_envelope_figures_have_a_curve_per_budget_and_a_law_per_family(comparison, tmp_path):
-    from stages.report.plots import ENVELOPE, ISOFLOP, envelope_figure, isoflop_figure, write_plots
+    from stages.report.plots import ENVELOPE, ISOFLOP, OPTIMAL_SIZE, envelope_figure, isoflop_figure, write_plots
 
     isoflop = isoflop_figure(comparison, "frontier")
     loss_axes = isoflop.axes[0]
+    # Per budget: its sizes' means and its parabola; a star where the minimum is interior.
     assert len([line for line in loss_axes.get_lines() if len(line.get_xdata()) == len(SIZES)]) == len(BUDGETS)
+    assert len([line for line in loss_axes.get_lines() if len(line.get_xdata()) == 60]) == len(BUDGETS)
+    interior = sum(profile["optimum"] is not None for profile in comparison["isoflop"][0]["profiles"])
+    assert len([line for line in loss_axes.get_lines() if line.get_marker() == "*"]) == interior
     assert loss_axes.get_xscale() == "log"
     envelope = envelope_figure(comparison, "frontier").axes[0]
     labels = [line.get_label() for line in envelope.get_lines() if not line.get_label().startswith("_")]
     assert [label.split(":")[0] for label in labels] == ["transformer", "rnn"]
-    assert {ISOFLOP, ENVELOPE} <= set(write_plots(records(), {}, tmp_path, "frontier", comparison))
+    assert {ISOFLOP, OPTIMAL_SIZE, ENVELOPE} <= set(write_plots(records(), {}, tmp_path, "frontier", comparison))
 
 
 def test_a_size_that_diverged_after_its_best_validation_is_judged_by_the_weights_it_ended_with():

@@ -95,15 +95,17 @@ def test_the_report_shows_each_tuned_size_s_rates_its_losses_and_the_choice(tmp_
         {"lr": 1e-3, "best_valid_loss": 5.38, "validations": 7, "train_flops": 2e12, "stopped_early": False},
         {"lr": 3e-3, "best_valid_loss": 5.25, "validations": 7, "train_flops": 2e12, "stopped_early": False},
         {"lr": 30.0, "best_valid_loss": None, "validations": 2, "train_flops": 3e11, "stopped_early": True}]}]
-    written = write_report([row("t.w64.2e12")], {}, tmp_path, "title", tuning=tuning)
+    written = write_report([row("t.w64.2e12", model="t.w64")], {}, tmp_path, "title", tuning=tuning)
     assert tmp_path / "lr_sensitivity.png" in written and (tmp_path / "lr_sensitivity.png").stat().st_size > 0
     text = (tmp_path / "report.md").read_text()
     assert "## Tuned learning rates" in text
     lines = [line for line in text.splitlines() if line.startswith("| t.w64 ")]
     assert [line.split("|")[2].strip() for line in lines] == ["0.001", "0.003", "30"]
     assert "yes" in lines[1] and "no finite loss" in lines[2] and "stopped" in lines[2]
-    assert json.loads((tmp_path / "report.json").read_text())["comparison"]["tuning"] == tuning
-    assert "Every chosen rate is inside the rates tried." in text
+    # Each size's choice, with its family (read from the runs' records).
+    assert json.loads((tmp_path / "report.json").read_text())["comparison"]["tuning"] == [
+        {**tuning[0], "family": "transformer"}]
+    assert "transformer: every chosen rate is inside the rates tried (1 of 1 sizes)." in text
     # A size whose best is still the top rate after an extension: flagged in the table and the note.
     edge = [{"model": "t.w32", "lr": 4e-3, "budget": 2e12, "trials": [
         {"lr": 1e-3, "best_valid_loss": 5.4, "validations": 7, "train_flops": 2e12, "stopped_early": False},
@@ -114,7 +116,7 @@ def test_the_report_shows_each_tuned_size_s_rates_its_losses_and_the_choice(tmp_
     text = (tmp_path / "edge" / "report.md").read_text()
     top = next(line for line in text.splitlines() if line.startswith("| t.w32 ") and "0.004" in line)
     assert "extension" in top and "yes, at the grid's edge" in top
-    assert "t.w32 chose the highest rate it tried (0.004): its best rate may lie beyond" in text
+    assert "0 of 1 chosen rates inside the rates tried; at an edge: t.w32 (0.004, the highest tried)." in text
     without = write_report([row("t.w64.2e12")], {}, tmp_path / "plain", "title")
     assert "Tuned learning rates" not in (tmp_path / "plain" / "report.md").read_text()
     assert tmp_path / "plain" / "lr_sensitivity.png" not in without

@@ -232,6 +232,23 @@ def test_each_family_has_frontier_sizes_growing_in_parameters_over_4x(family_rec
     assert all(3 < larger / smaller < 5 for smaller, larger in zip(non_embedding, non_embedding[1:]))
 
 
+@pytest.mark.parametrize("family_record", FAMILIES, ids=NAMES)
+def test_the_isoflop_study_s_sizes_vary_non_embedding_parameters_over_16x(family_record):
+    """configs/multi30k_frontier.yaml's sizes (w8 to w64) with its 1,000-piece joint
+    vocabulary: non-embedding parameters (what the sizes scale) grow with every size and
+    span at least 16x, so a budget's window of sizes brackets its optimum in what scales."""
+    from pipeline.config import load_config
+    from tests.helpers import REPO
+
+    config = load_config(REPO / "configs" / "multi30k_frontier.yaml")
+    (model,) = [model for model in config.models if model.family == family_record.name]
+    vocab = config.bpe.vocab_size
+    tags = {"en": SRC_TAG, "de": TGT_TAG}
+    counts = [parameter_counts(family_record.build(family_record.resolve(size, model.settings), vocab, vocab, tags,
+                                                   PAD))["non_embedding"] for size in model.sizes]
+    assert counts == sorted(counts) and counts[-1] >= 16 * counts[0]
+
+
 def test_preset_overrides_are_validated():
     assert family("transformer").resolve("base", {"pre_norm": True}).pre_norm is True
     with pytest.raises(ValueError, match="unknown transformer preset 'huge'"):

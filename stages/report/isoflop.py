@@ -1,0 +1,210 @@
+"""IsoFLOP profiles (Hoffmann et al. 2022, "Training compute-optimal large language
+models", approach 2): at each budget, a family's sizes trained to the same counted FLOPs,
+a parabola fitted to validation loss against log parameters, its minimum the
+compute-optimal size at that budget; then N_opt = k x C^a fitted across the budgets whose
+minimum lies inside the sizes tried, and the same for the optimum counted in all parameters
+and for the tokens D_opt seen at it.
+
+Sizes are counted in **non-embedding parameters**: at these widths the embedding tables
+hold most of a model's parameters and cost nearly nothing per token, so they are not what
+grows when a model is made larger (Kaplan et al. 2020, section 2.1). The tokens at the
+optimum are read off the runs themselves: log tokens interpolated linearly in log
+parameters between the sizes tried at that budget.
+
+A minimum counts as **interior** only if the parabola opens upward, its minimum lies
+strictly between the smallest and largest size tried, and the size with the lowest mean
+loss is neither of them. Otherwise the profile is flagged with where the optimum lies and
+the frontier preset to add (``widths.FRONTIER_WIDTHS``); flagged budgets stay out of the
+exponent.
+
+Intervals come from a parametric bootstrap of the measurement noise: each size's mean loss
+redrawn with the seeds' standard deviation (pooled over that budget's sizes with two or
+more seeds, else over the family's, else the parabola's residuals where four or more sizes
+leave some), every parabola refitted and the exponent refitted through the redrawn optima.
+With one seed per size and three sizes, nothing measures the noise and no interval is
+given.
+
+Plain data (JSON-ready): ``report.json`` holds it as ``comparison["isoflop"]``.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+import numpy as np
+
+from stages.shared.models.widths import FRONTIER_WIDTHS
+
+MIN_SIZES = 3  # a parabola through fewer has no residual and, with two, no curvature
+MIN_BUDGETS = 2  # interior optima an exponent is fitted through
+DRAWS = 2000
+LEVEL = 0.95
+# Hoffmann et al. (2022), table 2, approach 2: N_opt proportional to C^0.49 and D_opt to C^0.51.
+HOFFMANN_A, HOFFMANN_B = 0.49, 0.51
+
+
+def fit_parabola(x: np.ndarray, y: np.ndarray) -> tuple[float, float, float]:
+    """Least squares y = c2 x^2 + c1 x + c0."""
+    c2, c1, c0 = np.polyfit(np.asarray(x, float), np.asarray(y, float), 2)
+    return float(c2), float(c1), float(c0)
+
+
+def minimum(coefficients: tuple[float, float, float]) -> float | None:
+    """Where the parabola is lowest; None if it does not open upward."""
+    c2, c1, _ = coefficients
+    return -c1 / (2 * c2) if c2 > 0 else None
+
+
+def locate(sizes: np.ndarray, means: np.ndarray, x_min: float | None) -> str | None:
+    """None for an interior minimum; else where the optimum lies: "below the smallest
+    size", "above the largest size" or "no minimum" (the profile does not curve up)."""
+    best = int(np.argmin(means))
+    if x_min is None:
+        return "no minimum"
+    if best == 0 or x_min <= sizes[0]:
+        return "below the smallest size"
+    if best == len(sizes) - 1 or x_min >= sizes[-1]:
+        return "above the largest size"
+    return None
+
+
+def size_to_add(preset: str, where: str) -> str | None:
+    """The frontier preset one step beyond ``preset`` (``w16`` below: ``w12``), or None."""
+    match = re.fullmatch(r"w(\d+)", preset or "")
+    if not match or int(match.group(1)) not in FRONTIER_WIDTHS:
+        return None
+    index = FRONTIER_WIDTHS.index(int(match.group(1))) + (-1 if where.startswith("below") else 1)
+    return f"w{FRONTIER_WIDTHS[index]}" if 0 <= index < len(FRONTIER_WIDTHS) else None
+
+
+def profiles(groups: list[dict], draws: int = DRAWS, seed: int = 0) -> list[dict]:
+    """Per family with sizes at two or more budgets: each budget's profile, and the
+    exponents of N_opt and D_opt where enough minima are interior (module docstring).
+    ``groups``: the report's summaries of each model at each budget."""
+    found = []
+    for family in dict.fromkeys(group["family"] for group in groups):
+        members = [g for g in groups if g["family"] == family and g["budget"] and g["valid_loss"]["mean"] is not None
+                   and g.get("non_embedding_parameters")]
+        budgets = sorted({g["budget"] for g in members})
+        if len(budgets) < MIN_BUDGETS or max(_count_sizes(members, b) for b in budgets) < MIN_SIZES:
+            continue
+        found.append(_family(family, members, budgets, draws, seed))
+    return found
+
+
+def _count_sizes(members: list[dict], budget: float) -> int:
+    return len({g["non_embedding_parameters"] for g in members if g["budget"] == budget})
+
+
+def _family(family: str, members: list[dict], budgets: list[float], draws: int, seed: int) -> dict:
+    rng = np.random.default_rng(seed)
+    family_sd = _pooled_sd(members)
+    entries, draws_of = [], {}
+    for budget in budgets:
+        at = sorted((g for g in members if g["budget"] == budget), key=lambda g: g["non_embedding_parameters"])
+        entry, optima = _profile(budget, at, family_sd, draws, rng)
+        entries.append(entry)
+        if optima is not None:
+            draws_of[budget] = optima
+    return {"family": family, "count": "non_embedding", "profiles": entries,
+            "parameters": _exponent(entries, draws_of, "parameters", HOFFMANN_A),
+            "total_parameters": _exponent(entries, draws_of, "total_parameters", HOFFMANN_A),
+            "tokens": _exponent(entries, draws_of, "tokens", HOFFMANN_B)}
+
+
+def _profile(budget: float, at: list[dict], family_sd: float | None, draws: int,
+             rng: np.random.Generator) -> tuple[dict, dict | None]:
+    x = np.log10([g["non_embedding_parameters"] for g in at])
+    means = np.array([g["valid_loss"]["mean"] for g in at])
+    # What the optimum is read off as besides non-embedding parameters, each interpolated
+    # in log-log between the sizes tried: all parameters (Hoffmann et al.'s count) and tokens.
+    read_off = {field: np.log10([g[source] for g in at]) for field, source in
+                (("total_parameters", "parameters"), ("tokens", "train_tokens")) if all(g.get(source) for g in at)}
+    entry = {"budget": budget,
+             "sizes": [{"model": g["model"], "preset": g["preset"], "parameters": g["parameters"],
+                        "non_embedding_parameters": g["non_embedding_parameters"],
+                        "train_tokens": g.get("train_tokens"), "valid_loss": g["valid_loss"]["mean"],
+                        "seeds": len(g["valid_loss"]["each"])} for g in at],
+             "optimum": None, "where": None, "add": None, "noise": None}
+    if len(at) < MIN_SIZES:
+        entry["where"] = f"{len(at)} sizes tried: a parabola needs {MIN_SIZES}"
+        return entry, None
+    # Every seed's loss is a point: a size with more seeds weighs more.
+    xs = np.concatenate([[xi] * len(g["valid_loss"]["each"]) for xi, g in zip(x, at)])
+    ys = np.concatenate([g["valid_loss"]["each"] for g in at])
+    coefficients = fit_parabola(xs, ys)
+    x_min = minimum(coefficients)
+    entry["coefficients"] = list(coefficients)
+    entry["where"] = locate(x, means, x_min)
+    if entry["where"] is not None:
+        edge = at[0] if entry["where"].startswith("below") else at[-1]
+        entry["add"] = size_to_add(edge["preset"], entry["where"]) if entry["where"] != "no minimum" else None
+        return entry, None
+    entry["optimum"] = {"parameters": 10 ** x_min,
+                        **{field: 10 ** float(np.interp(x_min, x, values)) for field, values in read_off.items()}}
+    sd, source = _noise(at, family_sd, xs, ys, coefficients)
+    entry["noise"] = {"sd": sd, "source": source}
+    if sd is None:
+        return entry, None
+    seeds = np.array([len(g["valid_loss"]["each"]) for g in at])
+    redrawn = means + rng.normal(size=(draws, len(at))) * sd / np.sqrt(seeds)
+    # Each draw's parabola through the sizes' means, weighted by their seeds: the point
+    # fit through every seed's loss is the same least-squares problem.
+    c2, c1, _ = np.polyfit(x, redrawn.T, 2, w=np.sqrt(seeds))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        optima = np.where(c2 > 0, -c1 / (2 * c2), np.nan)
+    optima[(optima <= x[0]) | (optima >= x[-1])] = np.nan
+    entry["optimum"]["found_in"] = float(np.mean(~np.isnan(optima)))
+    if np.isnan(optima).mean() <= 1 - LEVEL:
+        bounds = np.nanquantile(optima, [(1 - LEVEL) / 2, (1 + LEVEL) / 2])
+        entry["optimum"]["interval"] = [float(10 ** v) for v in bounds]
+        for field, values in read_off.items():  # tokens fall as the size grows: sorted
+            entry["optimum"][f"{field}_interval"] = sorted(float(10 ** np.interp(v, x, values)) for v in bounds)
+    return entry, {"parameters": optima,
+                   **{field: np.where(np.isnan(optima), np.nan, np.interp(optima, x, values))
+                      for field, values in read_off.items()}}
+
+
+def _pooled_sd(groups: list[dict]) -> float | None:
+    """The seeds' standard deviation pooled over the groups with two or more seeds."""
+    squares, df = 0.0, 0
+    for group in groups:
+        each = group["valid_loss"]["each"]
+        if len(each) > 1:
+            squares += float(np.var(each, ddof=1)) * (len(each) - 1)
+            df += len(each) - 1
+    return math.sqrt(squares / df) if df else None
+
+
+def _noise(at: list[dict], family_sd: float | None, xs, ys, coefficients) -> tuple[float | None, str | None]:
+    if (sd := _pooled_sd(at)) is not None:
+        return sd, "seeds at this budget"
+    if family_sd is not None:
+        return family_sd, "seeds at the family's other budgets"
+    if len(at) > MIN_SIZES:
+        residuals = ys - np.polyval(coefficients, xs)
+        return float(math.sqrt(np.sum(residuals ** 2) / (len(ys) - 3))), "residuals of the parabola"
+    return None, None
+
+
+def _exponent(entries: list[dict], draws_of: dict, what: str, reference: float) -> dict:
+    """log10(optimum) = a log10(C) + k through the interior budgets; the interval from
+    the draws (each budget's redrawn optimum, draws where one was lost left out)."""
+    interior = [e for e in entries if e["optimum"] and e["optimum"].get(what)]
+    result = {"budgets": [e["budget"] for e in interior], "exponent": None, "interval": None,
+              "reference": reference}
+    if len(interior) < MIN_BUDGETS:
+        return result
+    log_c = np.log10([e["budget"] for e in interior])
+    log_opt = np.log10([e["optimum"][what] for e in interior])
+    slope, intercept = np.polyfit(log_c, log_opt, 1)
+    result.update(exponent=float(slope), coefficient=float(10 ** intercept))
+    if all(draws_of.get(e["budget"], {}).get(what) is not None for e in interior):
+        stacked = np.stack([draws_of[e["budget"]][what] for e in interior], axis=1)
+        kept = stacked[~np.isnan(stacked).any(axis=1)]
+        result["draws_kept"] = float(len(kept) / len(stacked))
+        if len(kept) >= LEVEL * len(stacked):
+            slopes = np.polyfit(log_c, kept.T, 1)[0]
+            result["interval"] = [float(v) for v in np.quantile(slopes, [(1 - LEVEL) / 2, (1 + LEVEL) / 2])]
+    return result

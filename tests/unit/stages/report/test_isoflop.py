@@ -1,0 +1,121 @@
+"""IsoFLOP profiles (stages/report/isoflop.py): a parabola's minimum where it is, an
+optimum outside the sizes tried flagged with the preset to add, and the exponent of
+N_opt against compute recovered, within its interval, from noisy profiles with a known one."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from stages.report import isoflop
+from stages.report.comparison import compare
+from stages.report.comparison_tables import sections
+
+WIDTHS = (8, 12, 16, 24, 32, 48, 64, 96)
+
+
+def group(budget: float, width: int, losses: list[float], family: str = "transformer") -> dict:
+    """A report summary of one size at one budget: non-embedding parameters 80 x width^2
+    (the Transformer's), tokens from 6ND."""
+    parameters = 80 * width ** 2
+    return {"family": family, "budget": budget, "model": f"{family}.w{width}", "preset": f"w{width}",
+            "parameters": parameters + 1000 * width, "non_embedding_parameters": parameters,
+            "train_tokens": budget / (6 * parameters), "train_flops": budget,
+            "valid_loss": {"mean": float(np.mean(losses)), "std": float(np.std(losses, ddof=1)) if len(losses) > 1
+                           else None, "each": list(losses)}}
+
+
+def profile_groups(a: float, budgets, widths_of, noise: float = 0.0, seeds: int = 1, rng=None) -> list[dict]:
+    """Loss = 2 + 0.8 (log10 N - log10 N_opt(C))^2 + noise, N_opt = 3e4 (C / 1e11)^a."""
+    found = []
+    for budget in budgets:
+        log_opt = math.log10(3e4) + a * math.log10(budget / 1e11)
+        for width in widths_of(budget):
+            x = math.log10(80 * width ** 2)
+            mean = 2.0 + 0.8 * (x - log_opt) ** 2
+            losses = [mean + noise * rng.standard_normal() if noise else mean for _ in range(seeds)]
+            found.append(group(budget, width, losses))
+    return found
+
+
+def test_the_parabola_minimum_is_the_known_one():
+    x = np.log10([1e4, 3e4, 1e5, 3e5])
+    loss = 2.0 + 0.5 * (x - math.log10(5e4)) ** 2
+    assert 10 ** isoflop.minimum(isoflop.fit_parabola(x, loss)) == pytest.approx(5e4, rel=1e-9)
+    assert isoflop.minimum(isoflop.fit_parabola(x, -loss)) is None  # opens downward: no minimum
+
+
+def test_an_interior_minimum_is_found_at_its_size_with_an_interval_from_the_seeds():
+    rng = np.random.default_rng(1)
+    groups = profile_groups(0.5, [1e11, 1e12], lambda budget: (12, 16, 24, 32, 48) if budget == 1e11
+                            else (24, 32, 48, 64, 96), noise=0.01, seeds=3, rng=rng)
+    (entry,) = isoflop.profiles(groups, draws=500)
+    first = entry["profiles"][0]
+    assert first["where"] is None and first["add"] is None
+    assert first["optimum"]["parameters"] == pytest.approx(3e4, rel=0.15)
+    low, high = first["optimum"]["interval"]
+    assert low < first["optimum"]["parameters"] < high and high / low < 2
+    assert first["noise"]["source"] == "seeds at this budget"
+    # Tokens at the optimum come from the runs: 6ND here, so C / (6 N_opt).
+    assert first["optimum"]["tokens"] == pytest.approx(1e11 / (6 * first["optimum"]["parameters"]), rel=0.2)
+
+
+def test_an_optimum_beyond_the_sizes_tried_is_flagged_with_the_preset_to_add():
+    groups = profile_groups(0.5, [1e9, 1e11, 1e13], lambda budget: (12, 24, 48))
+    (entry,) = isoflop.profiles(groups, draws=100)
+    low, middle, high = entry["profiles"]
+    # N_opt(1e11) = 3e4, about w19: inside w12-w48. N_opt(1e9) = 3e3 (w6) is below w12;
+    # N_opt(1e13) = 3e5 (w61) above w48.
+    assert middle["where"] is None
+    assert low["where"] == "below the smallest size" and low["add"] == "w8" and low["optimum"] is None
+    assert high["where"] == "above the largest size" and high["add"] == "w64" and high["optimum"] is None
+    # One interior budget: no exponent.
+    assert entry["parameters"]["exponent"] is None
+
+
+def test_the_exponent_is_recovered_within_its_interval():
+    rng = np.random.default_rng(7)
+    budgets = [1e11, 3e11, 1e12, 3e12]
+
+    def widths(budget):  # five sizes around each budget's optimum
+        centre = math.sqrt(3e4 * (budget / 1e11) ** 0.6 / 80)
+        return [w for w in WIDTHS if centre / 2.2 < w < centre * 2.2]
+
+    groups = profile_groups(0.6, budgets, widths, noise=0.02, seeds=2, rng=rng)
+    (entry,) = isoflop.profiles(groups, draws=1000)
+    assert all(profile["where"] is None for profile in entry["profiles"])
+    fitted = entry["parameters"]
+    low, high = fitted["interval"]
+    assert low < 0.6 < high and high - low < 0.4
+    assert fitted["exponent"] == pytest.approx(0.6, abs=0.1)
+    # Tokens: D = C / 6N, so D_opt grows as C^(1 - a).
+    assert entry["tokens"]["exponent"] == pytest.approx(0.4, abs=0.1)
+
+
+def test_one_seed_and_three_sizes_give_an_optimum_but_no_interval():
+    groups = profile_groups(0.5, [1e11, 1e12], lambda budget: (12, 24, 48) if budget == 1e11 else (24, 48, 96))
+    (entry,) = isoflop.profiles(groups, draws=100)
+    assert entry["profiles"][0]["optimum"]["parameters"] == pytest.approx(3e4, rel=1e-6)
+    assert "interval" not in entry["profiles"][0]["optimum"] and entry["profiles"][0]["noise"]["sd"] is None
+    assert entry["parameters"]["exponent"] == pytest.approx(0.5, abs=1e-6) and entry["parameters"]["interval"] is None
+
+
+def test_the_report_prints_the_profiles_and_the_exponent():
+    rng = np.random.default_rng(3)
+    records = []
+    for g in profile_groups(0.5, [1e11, 1e12, 1e13], lambda budget: (8, 16, 32, 64, 96) if budget < 1e13
+                            else (32, 48, 64, 96), noise=0.01, seeds=2, rng=rng):
+        for seed, loss in enumerate(g["valid_loss"]["each"], 1):
+            records.append({"name": f"{g['model']}.{g['budget']:.2g}.s{seed}", "model": g["model"], "seed": seed,
+                            "budget": g["budget"], "family": g["family"], "preset": g["preset"],
+                            "parameters": g["parameters"], "non_embedding_parameters": g["non_embedding_parameters"],
+                            "train_tokens": g["train_tokens"], "train_flops": g["budget"],
+                            "stop_reason": "max_train_flops", "final_valid_loss": loss, "bleu": 20.0, "chrf": 40.0})
+    comparison = compare(records, {})
+    text = "\n".join(f"{s.title}\n{s.table}\n{s.note}" for s in sections(comparison))
+    assert "IsoFLOP profiles" in text and "non-embedding" in text
+    # At 1e13 the optimum (3e5, about w61) is inside w32-w96; all three budgets interior.
+    assert "N_opt" in text and "0.49" in text
+    assert comparison["isoflop"][0]["parameters"]["exponent"] == pytest.approx(0.5, abs=0.1)
