@@ -43,7 +43,10 @@ from stages.report.config import ReportStageConfig
 # without verdicts, randomization with one coin per sentence, laws with undetermined
 # bounds said so, judged against a line in log compute, seed-resampled intervals; the
 # all-sizes BLEU law and its frontier figure gone; grid edges flagged
-VERSION = 15
+# 16: IsoFLOP profiles (a parabola per budget in log non-embedding parameters, N_opt and
+# D_opt against compute with intervals; isoflop.png redrawn, optimal_size.png); a
+# sentence per family on its tuned rates, lr_sensitivity.png a panel per family
+VERSION = 16
 # The files of each upstream artifact the report reads (besides its manifest): never
 # the train stage's checkpoints; of an evaluation, what the significance tests score.
 READS = {TRAIN: ("metrics.jsonl",), EVALUATE: OUTPUT_FILES, TUNE: ("choice.json",)}
