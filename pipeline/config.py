@@ -123,12 +123,13 @@ class ExperimentConfig(Section):
     def _check_size_budgets(self) -> None:
         for model in self.models:
             for size, budgets in model.size_budgets.items():
+                if not budgets:
+                    raise ValueError(f"model {model.name!r}: size_budgets.{size}: list at least one budget")
                 missing = [budget for budget in budgets if budget not in self.budgets]
-                if missing or not budgets:
+                if missing:
                     raise ValueError(f"model {model.name!r}: size_budgets.{size}: "
-                                     + (f"{', '.join(map(budget_label, missing))} not among 'budgets' "
-                                        f"({', '.join(map(budget_label, self.budgets))})" if missing
-                                        else "list at least one budget"))
+                                     f"{', '.join(map(budget_label, missing))} not among 'budgets' "
+                                     f"({', '.join(map(budget_label, self.budgets))})")
 
     def _check_extra_seeds(self) -> None:
         extra = self.extra_seeds

@@ -292,7 +292,7 @@ def _isoflop_profiles(comparison: dict) -> Section:
                          f"{sizes[0]['preset']} to {sizes[-1]['preset']} ({len(sizes)})",
                          f"{best['preset']} ({best['valid_loss']:.3f})", *_optimum(profile)])
     table = pd.DataFrame(rows, columns=["family", "budget", "sizes tried", "lowest mean loss",
-                                        "N_opt, non-embedding [95%]", "D_opt, tokens [95%]", "minimum"])
+                                        "N_opt, non-embedding [95%]", "D_opt, target tokens [95%]", "minimum"])
     flagged = [f"{entry['family']} at {profile['budget']:.2g}" for entry in comparison["isoflop"]
                for profile in entry["profiles"] if profile["optimum"] is None]
     sources = sorted({profile["noise"]["source"] for entry in comparison["isoflop"] for profile in entry["profiles"]
@@ -301,8 +301,8 @@ def _isoflop_profiles(comparison: dict) -> Section:
                    "At each budget, every size of a family trained to the same counted FLOPs; a parabola fitted "
                    "to each seed's final validation loss against log10 non-embedding parameters (Hoffmann et al. "
                    "2022, approach 2). N_opt is its minimum, counted in non-embedding parameters (the embeddings "
-                   "hold most parameters at these widths and cost little per token); D_opt is the training tokens "
-                   "at N_opt, interpolated in log-log between the sizes' runs. A minimum is interior when the "
+                   "hold most parameters at these widths and cost little per token); D_opt is the training "
+                   "target tokens at N_opt, interpolated in log-log between the sizes' runs. A minimum is interior when the "
                    "parabola opens upward, its minimum lies between the smallest and the largest size, and the "
                    "size with the lowest mean loss is neither of them. Intervals: the sizes' mean losses redrawn "
                    f"{isoflop.DRAWS} times with the seeds' spread"
@@ -313,7 +313,7 @@ def _isoflop_profiles(comparison: dict) -> Section:
 
 # What each exponent row fits, and the count it uses.
 EXPONENTS = (("parameters", "N_opt ~ C^a, non-embedding parameters"),
-             ("total_parameters", "N_opt ~ C^a, all parameters"), ("tokens", "D_opt ~ C^b, tokens"))
+             ("total_parameters", "N_opt ~ C^a, all parameters"), ("tokens", "D_opt ~ C^b, target tokens"))
 
 
 def _exponents_row(entry: dict, what: str, law: str) -> list[str]:
@@ -339,7 +339,7 @@ def _isoflop_exponents(comparison: dict) -> Section:
                                         "Hoffmann et al."])
     return Section("How the compute-optimal size grows", table,
                    "A straight line through log10 N_opt (non-embedding parameters, and the same optimum counted "
-                   "in all parameters) and log10 D_opt (training tokens) against log10 counted FLOPs, over the "
+                   "in all parameters) and log10 D_opt (training target tokens) against log10 counted FLOPs, over the "
                    "budgets whose minimum is interior; the interval from the same draws as the profiles', the line "
                    "refitted through each draw's minima (draws where a budget's minimum left the sizes tried are "
                    "left out, and with more than 5% of them so, no interval). Hoffmann et al. (2022, table 2, "

@@ -8,8 +8,9 @@ and for the tokens D_opt seen at it.
 Sizes are counted in **non-embedding parameters**: at these widths the embedding tables
 hold most of a model's parameters and cost nearly nothing per token, so they are not what
 grows when a model is made larger (Kaplan et al. 2020, section 2.1). The tokens at the
-optimum are read off the runs themselves: log tokens interpolated linearly in log
-parameters between the sizes tried at that budget.
+optimum (target tokens, as the train stage counts them) are read off the runs
+themselves: log tokens interpolated linearly in log parameters between the sizes tried
+at that budget.
 
 A minimum counts as **interior** only if the parabola opens upward, its minimum lies
 strictly between the smallest and largest size tried, and the size with the lowest mean
