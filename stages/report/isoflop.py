@@ -148,14 +148,7 @@ def _profile(budget: float, at: list[dict], family_sd: float | None, draws: int,
     entry["noise"] = {"sd": sd, "source": source}
     if sd is None:
         return entry, None
-    seeds = np.array([len(g["valid_loss"]["each"]) for g in at])
-    redrawn = means + rng.normal(size=(draws, len(at))) * sd / np.sqrt(seeds)
-    # Each draw's parabola through the sizes' means, weighted by their seeds: the point
-    # fit through every seed's loss is the same least-squares problem.
-    c2, c1, _ = np.polyfit(x, redrawn.T, 2, w=np.sqrt(seeds))
-    with np.errstate(divide="ignore", invalid="ignore"):
-        optima = np.where(c2 > 0, -c1 / (2 * c2), np.nan)
-    optima[(optima <= x[0]) | (optima >= x[-1])] = np.nan
+    optima = redrawn_optima(x, means, np.array([len(g["valid_loss"]["each"]) for g in at]), sd, draws, rng)
     entry["optimum"]["found_in"] = float(np.mean(~np.isnan(optima)))
     if np.isnan(optima).mean() <= 1 - LEVEL:
         bounds = np.nanquantile(optima, [(1 - LEVEL) / 2, (1 + LEVEL) / 2])
@@ -165,6 +158,21 @@ def _profile(budget: float, at: list[dict], family_sd: float | None, draws: int,
     return entry, {"parameters": optima,
                    **{field: np.where(np.isnan(optima), np.nan, np.interp(optima, x, values))
                       for field, values in read_off.items()}}
+
+
+def redrawn_optima(x: np.ndarray, means: np.ndarray, seeds: np.ndarray, sd: float, draws: int,
+                   rng: np.random.Generator) -> np.ndarray:
+    """The parabola's minimum (log10 parameters) for each of ``draws`` redrawings of the
+    sizes' mean losses (each with sd / sqrt(its seeds)); NaN where a draw's parabola has
+    no minimum between the smallest and largest size."""
+    redrawn = means + rng.normal(size=(draws, len(means))) * sd / np.sqrt(seeds)
+    # Each draw's parabola through the sizes' means, weighted by their seeds: the point
+    # fit through every seed's loss is the same least-squares problem.
+    c2, c1, _ = np.polyfit(x, redrawn.T, 2, w=np.sqrt(seeds))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        optima = np.where(c2 > 0, -c1 / (2 * c2), np.nan)
+    optima[(optima <= x[0]) | (optima >= x[-1])] = np.nan
+    return optima
 
 
 def _pooled_sd(groups: list[dict]) -> float | None:
