@@ -306,7 +306,10 @@ def _isoflop_profiles(comparison: dict) -> Section:
                    "parabola opens upward, its minimum lies between the smallest and the largest size, and the "
                    "size with the lowest mean loss is neither of them. Intervals: the sizes' mean losses redrawn "
                    f"{isoflop.DRAWS} times with the seeds' spread"
-                   + (f" ({'; '.join(sources)})" if sources else "") + ", each parabola refitted. "
+                   + (f" ({'; '.join(sources)})" if sources else "") + ", each parabola refitted; in simulated "
+                   "studies these 95% intervals held the true optimum in 80% to 92% of cases "
+                   "(benchmarks/isoflop_calibration.py): narrower than they say. A run that diverged (its final "
+                   "loss far above its best) sits in its profile as measured: check the runs' table. "
                    + ("No interior minimum at: " + "; ".join(flagged) + ". These budgets stay out of the exponents."
                       if flagged else "Every budget's minimum is interior."), text_columns=3)
 
