@@ -46,7 +46,9 @@ from stages.report.config import ReportStageConfig
 # 16: IsoFLOP profiles (a parabola per budget in log non-embedding parameters, N_opt and
 # D_opt against compute with intervals; isoflop.png redrawn, optimal_size.png); a
 # sentence per family on its tuned rates, lr_sensitivity.png a panel per family
-VERSION = 16
+# 17: a size whose run diverged (final validation loss over 1.1 times its best) left out
+# of its IsoFLOP profile and named; the profiles' note gives the intervals' coverage
+VERSION = 17
 # The files of each upstream artifact the report reads (besides its manifest): never
 # the train stage's checkpoints; of an evaluation, what the significance tests score.
 READS = {TRAIN: ("metrics.jsonl",), EVALUATE: OUTPUT_FILES, TUNE: ("choice.json",)}

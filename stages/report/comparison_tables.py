@@ -265,9 +265,10 @@ def _count(value: float) -> str:
 def _optimum(profile: dict) -> tuple[str, str, str]:
     """Optimal non-embedding parameters and tokens, each with its interval, and where."""
     optimum = profile["optimum"]
+    diverged = (f"; left out, diverged: {', '.join(profile['diverged'])}" if profile.get("diverged") else "")
     if optimum is None:
         where = profile["where"] + (f": add {profile['add']}" if profile.get("add") else "")
-        return "-", "-", where
+        return "-", "-", where + diverged
     parameters, tokens = _count(optimum["parameters"]), "-"
     if optimum.get("interval"):
         parameters += f" [{_count(optimum['interval'][0])}, {_count(optimum['interval'][1])}]"
@@ -279,7 +280,7 @@ def _optimum(profile: dict) -> tuple[str, str, str]:
     if not optimum.get("interval"):
         where += (" (no interval: nothing measures the noise)" if profile["noise"]["sd"] is None else
                   f" (no interval: {1 - optimum['found_in']:.0%} of the draws have no minimum inside)")
-    return parameters, tokens, where
+    return parameters, tokens, where + diverged
 
 
 def _isoflop_profiles(comparison: dict) -> Section:
@@ -287,6 +288,9 @@ def _isoflop_profiles(comparison: dict) -> Section:
     for entry in comparison["isoflop"]:
         for profile in entry["profiles"]:
             sizes = profile["sizes"]
+            if not sizes:  # every size's run diverged
+                rows.append([entry["family"], f"{profile['budget']:.2g}", "-", "-", *_optimum(profile)])
+                continue
             best = min(sizes, key=lambda size: size["valid_loss"])
             rows.append([entry["family"], f"{profile['budget']:.2g}",
                          f"{sizes[0]['preset']} to {sizes[-1]['preset']} ({len(sizes)})",
@@ -308,8 +312,8 @@ def _isoflop_profiles(comparison: dict) -> Section:
                    f"{isoflop.DRAWS} times with the seeds' spread"
                    + (f" ({'; '.join(sources)})" if sources else "") + ", each parabola refitted; in simulated "
                    "studies these 95% intervals held the true optimum in 80% to 92% of cases "
-                   "(benchmarks/isoflop_calibration.py): narrower than they say. A run that diverged (its final "
-                   "loss far above its best) sits in its profile as measured: check the runs' table. "
+                   "(benchmarks/isoflop_calibration.py): narrower than they say. A size whose run diverged (a final "
+                   "validation loss over 1.1 times its best) is left out of its profile and named. "
                    + ("No interior minimum at: " + "; ".join(flagged) + ". These budgets stay out of the exponents."
                       if flagged else "Every budget's minimum is interior."), text_columns=3)
 

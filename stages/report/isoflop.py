@@ -16,7 +16,8 @@ A minimum counts as **interior** only if the parabola opens upward, its minimum 
 strictly between the smallest and largest size tried, and the size with the lowest mean
 loss is neither of them. Otherwise the profile is flagged with where the optimum lies and
 the frontier preset to add (``widths.FRONTIER_WIDTHS``); flagged budgets stay out of the
-exponent.
+exponent. A size whose run diverged (``seeds.diverged``) is left out of its profile and
+named.
 
 Intervals come from a parametric bootstrap of the measurement noise: each size's mean loss
 redrawn with the seeds' standard deviation (pooled over that budget's sizes with two or
@@ -104,7 +105,11 @@ def _family(family: str, members: list[dict], budgets: list[float], draws: int, 
     entries, draws_of = [], {}
     for budget in budgets:
         at = sorted((g for g in members if g["budget"] == budget), key=lambda g: g["non_embedding_parameters"])
-        entry, optima = _profile(budget, at, family_sd, draws, rng)
+        # A size whose run diverged is not a point on the profile: its loss measures the
+        # divergence, not the size. Left out and named.
+        diverged = [g["model"] for g in at if g.get("diverged_seeds")]
+        entry, optima = _profile(budget, [g for g in at if not g.get("diverged_seeds")], family_sd, draws, rng)
+        entry["diverged"] = diverged
         entries.append(entry)
         if optima is not None:
             draws_of[budget] = optima

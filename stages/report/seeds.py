@@ -40,7 +40,20 @@ class ModelAtBudget:
         # budget, whose curve holds its stable phase's) would count a loss its model no
         # longer has. Records from before the field existed: the best, from its perplexity.
         row["valid_loss"] = _spread([loss for run in self.runs if (loss := _final_loss(run)) is not None])
+        row["diverged_seeds"] = [run.get("seed") for run in self.runs if diverged(run)]
         return row
+
+
+# A run whose final validation loss is this much above its best had diverged by the end.
+DIVERGED = 1.1
+
+
+def diverged(run: dict) -> bool:
+    """Whether the run ended with a validation loss over ``DIVERGED`` times its best (its
+    weights no longer the model it had been): the RNN w16 at 3e11 in the frontier
+    study's partial run ended at 6.67 nats after a best of 3.78."""
+    final = run.get("final_valid_loss")
+    return bool(final is not None and run.get("best_valid_ppl") and final > DIVERGED * math.log(run["best_valid_ppl"]))
 
 
 def _final_loss(run: dict) -> float | None:

@@ -119,3 +119,26 @@ def test_the_report_prints_the_profiles_and_the_exponent():
     # At 1e13 the optimum (3e5, about w61) is inside w32-w96; all three budgets interior.
     assert "N_opt" in text and "0.49" in text
     assert comparison["isoflop"][0]["parameters"]["exponent"] == pytest.approx(0.5, abs=0.1)
+
+
+def test_a_size_whose_run_diverged_is_left_out_of_its_profile_and_named():
+    """The frontier study's partial run: the RNN w16 at 3e11 ended at 6.67 nats after a
+    best of 3.78, which made a parabola through it look interior."""
+    from stages.report.seeds import diverged
+
+    assert diverged({"final_valid_loss": 6.67, "best_valid_ppl": math.exp(3.78)})
+    assert not diverged({"final_valid_loss": 3.80, "best_valid_ppl": math.exp(3.78)})
+    groups = profile_groups(0.5, [1e11, 1e12], lambda budget: (12, 16, 24, 32))
+    for g in groups:
+        g["diverged_seeds"] = []
+    blown = next(g for g in groups if g["budget"] == 1e11 and g["preset"] == "w16")
+    blown["valid_loss"] = {"mean": 6.67, "std": None, "each": [6.67]}
+    blown["diverged_seeds"] = [1]
+    (entry,) = isoflop.profiles(groups, draws=100)
+    first = entry["profiles"][0]
+    assert first["diverged"] == ["transformer.w16"]
+    assert [size["preset"] for size in first["sizes"]] == ["w12", "w24", "w32"]
+    assert first["optimum"]["parameters"] == pytest.approx(3e4, rel=1e-6)  # the three others' parabola
+    text = "\n".join(s.table.to_csv() for s in sections({"groups": [], "intervals": {}, "tests": [],
+                                                                 "isoflop": [entry]}))
+    assert "left out, diverged: transformer.w16" in text
