@@ -5,9 +5,10 @@ compute-optimal size at that budget; then N_opt = k x C^a fitted across the budg
 minimum lies inside the sizes tried, and the same for the optimum counted in all parameters
 and for the tokens D_opt seen at it.
 
-Sizes are counted in **non-embedding parameters**: at these widths the embedding tables
-hold most of a model's parameters and cost nearly nothing per token, so they are not what
-grows when a model is made larger (Kaplan et al. 2020, section 2.1). The tokens at the
+Sizes are counted in **non-embedding parameters** (Kaplan et al. 2020, section 2.1): the
+token and position tables are looked up, not multiplied, and grow with the vocabulary
+rather than with the model; a tied output projection counts with them, though it costs
+FLOPs, so the all-parameters figure is given beside it. The tokens at the
 optimum (target tokens, as the train stage counts them) are read off the runs
 themselves: log tokens interpolated linearly in log parameters between the sizes tried
 at that budget.
