@@ -117,7 +117,12 @@ def test_the_report_prints_the_profiles_and_the_exponent():
     text = "\n".join(f"{s.title}\n{s.table}\n{s.note}" for s in sections(comparison))
     assert "IsoFLOP profiles" in text and "non-embedding" in text
     # At 1e13 the optimum (3e5, about w61) is inside w32-w96; all three budgets interior.
-    assert "N_opt" in text and "0.49" in text
+    assert "Every budget's minimum is interior." in text
+    # The exponents' table: each law's row gives its exponent with an interval, over 3 budgets.
+    (grows,) = [section.table for section in sections(comparison) if section.title.startswith("How the")]
+    row = grows[grows["law"] == "N_opt ~ C^a, non-embedding parameters"].iloc[0]
+    assert row["exponent [95%]"].startswith("0.") and "[" in row["exponent [95%]"]
+    assert row["interior budgets"] == "3"
     assert comparison["isoflop"][0]["parameters"]["exponent"] == pytest.approx(0.5, abs=0.1)
 
 
