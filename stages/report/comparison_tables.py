@@ -258,8 +258,12 @@ def _envelope(comparison: dict) -> Section:
                    text_columns=3)
 
 
-def _count(value: float) -> str:
-    return f"{value / 1e6:.2f}M" if value >= 1e6 else f"{value / 1e3:.1f}k"
+def count(value: float) -> str:
+    """A count in billions, millions or thousands (the runs' table and the profiles')."""
+    for scale, suffix in ((1e9, "B"), (1e6, "M"), (1e3, "k")):
+        if abs(value) >= scale:
+            return f"{value / scale:.2f}{suffix}"
+    return f"{value:.0f}"
 
 
 def _optimum(profile: dict) -> tuple[str, str, str]:
@@ -269,13 +273,13 @@ def _optimum(profile: dict) -> tuple[str, str, str]:
     if optimum is None:
         where = profile["where"] + (f": add {profile['add']}" if profile.get("add") else "")
         return "-", "-", where + diverged
-    parameters, tokens = _count(optimum["parameters"]), "-"
+    parameters, tokens = count(optimum["parameters"]), "-"
     if optimum.get("interval"):
-        parameters += f" [{_count(optimum['interval'][0])}, {_count(optimum['interval'][1])}]"
+        parameters += f" [{count(optimum['interval'][0])}, {count(optimum['interval'][1])}]"
     if optimum.get("tokens"):
-        tokens = _count(optimum["tokens"])
+        tokens = count(optimum["tokens"])
         if optimum.get("tokens_interval"):
-            tokens += f" [{_count(optimum['tokens_interval'][0])}, {_count(optimum['tokens_interval'][1])}]"
+            tokens += f" [{count(optimum['tokens_interval'][0])}, {count(optimum['tokens_interval'][1])}]"
     where = "interior"
     if not optimum.get("interval"):
         where += (" (no interval: nothing measures the noise)" if profile["noise"]["sd"] is None else

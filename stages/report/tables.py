@@ -12,15 +12,8 @@ from typing import Callable
 
 import pandas as pd
 
-from stages.report.comparison_tables import sections
+from stages.report.comparison_tables import count, sections
 from stages.report.records import FIELDS
-
-
-def _count(value: float) -> str:
-    for scale, suffix in ((1e9, "B"), (1e6, "M"), (1e3, "k")):
-        if abs(value) >= scale:
-            return f"{value / scale:.2f}{suffix}"
-    return f"{value:.0f}"
 
 
 def _duration(seconds: float) -> str:
@@ -38,11 +31,11 @@ COLUMNS: tuple[tuple[str, str, Callable], ...] = (
     ("model", "name", str),
     ("family", "family", str),
     ("precision", "precision", str),
-    ("params", "parameters", _count),
-    ("non-emb params", "non_embedding_parameters", _count),
+    ("params", "parameters", count),
+    ("non-emb params", "non_embedding_parameters", count),
     ("updates", "steps", str),
     ("stopped by", "stop_reason", str),
-    ("train tokens", "train_tokens", _count),
+    ("train tokens", "train_tokens", count),
     ("time", "train_seconds", _duration),
     ("device-h", "device_hours", _fixed(3)),
     ("FLOPs counted", "train_flops", "{:.2e}".format),
