@@ -254,7 +254,8 @@ def run_pipeline(config: ExperimentConfig, planned: list[PlannedStage], store: A
         for item in list(waiting):
             if any(name in upstream_names and name not in refs for name in item.stage.upstream):
                 continue
-            claim = item.stage.worker_resources(item.stage.config_of(config)) if item.stage.worker_resources else None
+            claim = (item.stage.worker_resources(item.stage.config_of(config), admission.capacity)
+                     if item.stage.worker_resources else None)
             if claim is not None:
                 # It waits for its upstream stages to end, not only to start: one that
                 # continues another train stage (a branched budget) would hold its claim idle.

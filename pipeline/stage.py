@@ -72,10 +72,11 @@ class Stage:
     preflight: Preflight | None = None
     # The type of ``ctx.resources`` the stage uses (``pipeline.core.context``), if any.
     resources: type | None = None
-    # section -> the Ray resources the stage's workers hold while it runs ({"CPU": 2}),
-    # for a stage whose own task holds none: the runner starts such a stage only once
-    # the cluster has them free (pipeline/admission.py). None: Ray's task_cpus decide.
-    worker_resources: Callable[[Any], dict[str, float]] | None = None
+    # (section, the cluster's resources) -> the Ray resources the stage's workers hold
+    # while it runs ({"CPU": 2}), for a stage whose own task holds none: the runner starts
+    # such a stage only once the cluster has them free (pipeline/admission.py). None:
+    # Ray's task_cpus decide.
+    worker_resources: Callable[[Any, dict[str, float]], dict[str, float]] | None = None
 
     @property
     def group(self) -> str:

@@ -54,9 +54,10 @@ READS = {"tune": ("choice.json",)}
 RESOURCES = TrainingPlacement  # checkpoints on the object store, the order of starting
 
 
-def worker_resources(config: TrainStageConfig) -> dict[str, float]:
-    """What the stage's Ray Train workers hold, all together: the runner starts the
-    stage once they are free, so that a queued stage holds no process and no actor."""
+def worker_resources(config: TrainStageConfig, cluster: dict[str, float]) -> dict[str, float]:
+    """What the stage's Ray Train workers hold, all together, whatever the ``cluster``:
+    the runner starts the stage once they are free, so that a queued stage holds no
+    process and no actor."""
     training = config.train
     return {"CPU": float(training.workers * training.cpus_per_worker),
             **({"GPU": float(training.workers)} if training.use_gpu else {})}

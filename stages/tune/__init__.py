@@ -1,8 +1,8 @@
 """tune: one model size's peak learning rate, chosen by Ray Tune on validation loss.
 
 One trial per rate of ``tune.learning_rates`` (a grid search), each the train stage
-itself at that rate and the tuning budget (``trials.py``), as many at once as the
-cluster has CPUs (or GPUs) for, in the grid's order; ASHA (asynchronous successive halving, Li et
+itself at that rate and the tuning budget (``trials.py``), all at once where the
+cluster holds them, else one at a time in the grid's order (``concurrent_trials``); ASHA (asynchronous successive halving, Li et
 al. 2020) compares the trials' best validation loss after ``grace_validations``
 validations and at every rung after, and stops all but the best 1/``reduction_factor``
 there. The rate whose trial reached the lowest validation loss is chosen; a trial that
@@ -42,10 +42,10 @@ TRIALS = "trials"
 KEPT = ("metrics.jsonl", "train_report.json")  # of each trial's output
 
 
-def worker_resources(config: TuneStageConfig) -> dict[str, float]:
-    """Every trial's workers at once: the stage starts once they are free, or alone
-    when the cluster is smaller (pipeline/admission.py)."""
-    trials = len(config.tune.learning_rates)
+def worker_resources(config: TuneStageConfig, cluster: dict[str, float]) -> dict[str, float]:
+    """The workers of the trials it runs at once (``concurrent_trials``): the stage
+    starts once they are free beside the stages running now (pipeline/admission.py)."""
+    trials = concurrent_trials(config, cluster)
     return {kind: trials * amount for kind, amount in _trial_resources(config).items()}
 
 
@@ -56,12 +56,18 @@ def _trial_resources(config: TuneStageConfig) -> dict[str, float]:
 
 
 def concurrent_trials(config: TuneStageConfig, cluster: dict[str, float]) -> int:
-    """How many trials run at once: as many as the cluster (``ray.cluster_resources()``)
-    holds the workers of, at least one. A trial started beyond that would create its Ray
-    Train controller and worker processes only to wait for CPUs; started later, it also
-    meets ASHA's rungs already set by the trials before it, which can stop it early."""
+    """How many trials run at once: the whole grid where the cluster
+    (``ray.cluster_resources()``) holds every trial's workers, else one at a time.
+
+    A stage that ran as many as fit (two of three trials on two CPUs) would hold the whole
+    cluster, and its third trial and each extension of the grid would run alone beside an
+    idle CPU while every other stage waited: in a study with one tune stage per size that
+    left half of a 2-core machine idle for most of the tuning. One trial at a time lets
+    tune stages and train stages fill the cluster side by side; a later trial also meets
+    ASHA's rungs set by the trials before it, which can stop it early."""
     fits = min(int(cluster.get(kind, 0.0) // amount) for kind, amount in _trial_resources(config).items() if amount)
-    return max(1, min(len(config.tune.learning_rates), fits))
+    trials = len(config.tune.learning_rates)
+    return trials if fits >= trials else 1
 
 
 def run(inputs: dict[str, Path], config: TuneStageConfig, output: Path, ctx: StageContext) -> dict:

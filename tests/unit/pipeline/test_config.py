@@ -234,3 +234,34 @@ def test_the_frontier_study_s_windows_bracket_its_measured_optima():
             window = [record.parameter_layout(record.resolve(sized.preset, sized.settings), vocab, vocab)
                       .counts()["non_embedding"] for sized in model.at_sizes() if budget in config.budgets_of(sized)]
             assert min(window) < optimum < max(window), f"{model.name} at {budget:g}: {optimum:.3g} outside {window}"
+
+
+def test_the_default_comparison_uses_the_study_s_recipe():
+    """configs/multi30k_en_de.yaml: the four families at one budget the study profiled,
+    each size's rate tuned, three seeds a run (the report's tests then have power), the
+    study's vocabulary and schedule, and where the study measured an interior optimum at
+    that budget a size within 1.5x of it in non-embedding parameters."""
+    from pipeline.config import load_config
+    from stages.shared.models.families import family
+    from tests.helpers import REPO
+
+    default = load_config(REPO / "configs" / "multi30k_en_de.yaml")
+    study = load_config(REPO / "configs" / "multi30k_frontier.yaml")
+    assert sorted(model.family for model in default.models) == ["convs2s", "decoder_only", "rnn", "transformer"]
+    assert len(default.budgets) == 1 and default.budgets[0] in study.budgets
+    (budget,) = default.budgets
+    assert len(default.tuned_sizes()) == len(default.models)
+    assert len(default.seeds_at(budget)) == 3
+    assert default.bpe.vocab_size == study.bpe.vocab_size and default.train.schedule == study.train.schedule
+    vocab = default.bpe.vocab_size
+    compared = 0
+    for model in default.models:
+        optimum = MEASURED_OPTIMA.get(model.family, {}).get(budget)
+        if optimum is None:
+            continue
+        record = family(model.family)
+        for sized in model.at_sizes():
+            size = record.parameter_layout(record.resolve(sized.preset, sized.settings), vocab, vocab).counts()
+            assert optimum / 1.5 < size["non_embedding"] < optimum * 1.5, (sized.name, size, optimum)
+            compared += 1
+    assert compared >= 1

@@ -15,7 +15,9 @@ from stages.train import plan
 from stages.train.config import TrainConfig, TrainStageConfig
 from stages.train.data import TokenizedSplit
 
-DEFAULT_JOB = Path(__file__).parents[4] / "configs" / "multi30k_en_de.yaml"
+# A shipped config whose warmup, checkpoints, averaging and decoder-only loss schedule are
+# all shares of each run: the sweep.
+FRACTIONS_JOB = Path(__file__).parents[4] / "configs" / "multi30k_sweep.yaml"
 
 
 def test_the_first_budget_to_run_out_plans_the_run(tokenized):
@@ -77,7 +79,7 @@ def test_average_fraction_averages_the_checkpoints_of_the_runs_last_share():
 def test_bad_fractions_name_the_key_and_the_rule(tmp_path, settings, message):
     from pipeline.config import ConfigError
 
-    text = DEFAULT_JOB.read_text(encoding="utf-8")
+    text = FRACTIONS_JOB.read_text(encoding="utf-8")
     for key in ("warmup_fraction", "checkpoint_fraction", "average_fraction", "keep_checkpoints"):
         text = "\n".join(line for line in text.splitlines() if not line.strip().startswith(f"{key}:"))
     for key, value in settings.items():
@@ -91,7 +93,7 @@ def test_bad_fractions_name_the_key_and_the_rule(tmp_path, settings, message):
 def test_an_ae_fraction_without_a_budget_to_plan_names_the_setting(tmp_path):
     from pipeline.config import ConfigError
 
-    text = DEFAULT_JOB.read_text(encoding="utf-8")
+    text = FRACTIONS_JOB.read_text(encoding="utf-8")
     text = "\n".join(line for line in text.splitlines()
                      if not line.strip().startswith(("warmup_fraction:", "checkpoint_fraction:", "average_fraction:",
                                                      "max_train_flops:", "budgets:", "schedule:", "lr:")))
@@ -101,10 +103,10 @@ def test_an_ae_fraction_without_a_budget_to_plan_names_the_setting(tmp_path):
         load_config(path)
 
 
-def test_each_budget_of_the_default_job_warms_up_and_averages_where_it_should(tokenized):
-    """The default job's fractions on the test corpus's batches: warmup a tenth of each
+def test_each_budget_of_the_sweep_warms_up_and_averages_where_it_should(tokenized):
+    """The sweep's fractions on the test corpus's batches: warmup a tenth of each
     run, and the averaged checkpoints all after the warmup, in the run's last fifth."""
-    experiment = load_config(DEFAULT_JOB)
+    experiment = load_config(FRACTIONS_JOB)
     train = TokenizedSplit(tokenized, "train")
     facts = vocabulary_facts(tokenized, train.vocab)
     checked = 0
@@ -129,7 +131,7 @@ def test_each_budget_of_the_default_job_warms_up_and_averages_where_it_should(to
         if config.model.family == "decoder_only":
             assert resolved.model.settings["ae_steps"] < updates  # its L_AE ends within the run
         checked += 1
-    assert checked == 9  # three families x three budgets
+    assert checked == 24  # three families x four budgets x two seeds
 
 
 def test_a_decoder_only_run_plans_the_cheaper_updates_after_its_reconstruction_loss():

@@ -12,19 +12,24 @@ def stage(rates=(1e-3, 2e-3, 4e-3, 8e-3), **train) -> TuneStageConfig:
                            tune=TuneConfig(learning_rates=list(rates), budget=1e9))
 
 
-def test_as_many_trials_at_once_as_the_cluster_has_cpus_for():
-    assert concurrent_trials(stage(workers=1, cpus_per_worker=1), {"CPU": 2.0}) == 2
+def test_the_whole_grid_at_once_where_the_cluster_holds_it():
     assert concurrent_trials(stage(workers=2, cpus_per_worker=2), {"CPU": 16.0}) == 4  # the grid's size
-    assert concurrent_trials(stage(workers=1, cpus_per_worker=1), {"CPU": 7.0}) == 4
-    assert concurrent_trials(stage(rates=(1e-3, 1e-2), workers=1, cpus_per_worker=1), {"CPU": 7.0}) == 2
+    assert concurrent_trials(stage(rates=(1e-3, 1e-2), workers=1, cpus_per_worker=1), {"CPU": 2.0}) == 2
+    assert worker_resources(stage(workers=2, cpus_per_worker=2), {"CPU": 16.0}) == {"CPU": 16.0}
 
 
-def test_a_cluster_smaller_than_one_trial_still_runs_one_at_a_time():
-    assert concurrent_trials(stage(workers=2, cpus_per_worker=2), {"CPU": 2.0}) == 1
+def test_a_cluster_smaller_than_the_grid_runs_one_trial_at_a_time_and_claims_one():
+    """Two of three trials on two CPUs would hold the whole cluster, and the third would
+    run alone beside an idle CPU; one at a time lets another stage use the second."""
+    assert concurrent_trials(stage(rates=(1e-3, 2e-3, 4e-3), workers=1, cpus_per_worker=1), {"CPU": 2.0}) == 1
+    assert worker_resources(stage(rates=(1e-3, 2e-3, 4e-3), workers=1, cpus_per_worker=1), {"CPU": 2.0}) == {"CPU": 1.0}
+    assert concurrent_trials(stage(workers=1, cpus_per_worker=1), {"CPU": 3.0}) == 1  # 3 of 4 would fit
+    assert concurrent_trials(stage(workers=2, cpus_per_worker=2), {"CPU": 2.0}) == 1  # smaller than one trial
 
 
 def test_gpu_trials_are_counted_by_gpus():
     config = stage(workers=1, cpus_per_worker=1, use_gpu=True)
     assert concurrent_trials(config, {"CPU": 16.0, "GPU": 1.0}) == 1
-    assert concurrent_trials(config, {"CPU": 16.0, "GPU": 3.0}) == 3
-    assert worker_resources(config) == {"CPU": 4.0, "GPU": 4.0}
+    assert concurrent_trials(config, {"CPU": 16.0, "GPU": 4.0}) == 4
+    assert worker_resources(config, {"CPU": 16.0, "GPU": 4.0}) == {"CPU": 4.0, "GPU": 4.0}
+    assert worker_resources(config, {"CPU": 16.0, "GPU": 3.0}) == {"CPU": 1.0, "GPU": 1.0}
