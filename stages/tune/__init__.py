@@ -34,7 +34,9 @@ __all__ = ["VERSION", "TASK_CPUS", "MLFLOW_FILES", "run", "worker_resources", "c
            "grid_edge", "beyond"]
 
 # 2: the grid extended past an edge its best rate was on (tune.max_extensions)
-VERSION = 2
+# 3: each stage's trainable under its own name: two tune stages at once had overwritten
+#    each other's registration in the Ray job, so a choice made beside another may be wrong
+VERSION = 3
 # The stage's own task holds no CPU: its trials' Ray Train workers ask for theirs.
 TASK_CPUS = 0
 MLFLOW_FILES = (CHOICE_FILE,)
@@ -77,12 +79,13 @@ def run(inputs: dict[str, Path], config: TuneStageConfig, output: Path, ctx: Sta
     from ray.tune.schedulers import ASHAScheduler
 
     from stages.train.config import TrainStageConfig
-    from stages.tune.trials import run_trial, trial_config, trial_name
+    from stages.tune.trials import stage_trainable, trial_config, trial_name
 
     settings = config.tune
     base = trial_config(TrainStageConfig(model=config.model, train=config.train), settings.budget)
     trials = output / TRIALS
-    trainable = tune.with_parameters(run_trial, config=base, tokenized=inputs["tokenize"], root=str(trials))
+    trainable = tune.with_parameters(stage_trainable(output.name), config=base, tokenized=inputs["tokenize"],
+                                     root=str(trials))
 
     def fit(rates: list[float], round_: int) -> list:
         tuner = tune.Tuner(

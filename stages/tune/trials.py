@@ -5,6 +5,7 @@ it reports (one after every validation) reaches Ray Tune through Ray Train's
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from pipeline.core.context import StageContext, TrainingPlacement
@@ -36,6 +37,24 @@ def run_trial(params: dict, *, config: TrainStageConfig, tokenized: Path, root: 
     output.mkdir(parents=True, exist_ok=True)
     train.run({"tokenize": tokenized}, config, output,
               StageContext(resources=TrainingPlacement(callbacks=(TuneReportCallback(),))))
+
+
+def stage_trainable(stage_id: str):
+    """``run_trial`` under a name of this stage's own (``stage_id``: its staging
+    directory's name, unique among the stages of a run).
+
+    Ray Tune registers a trainable under its ``__name__``, and ``with_parameters`` stores
+    its arguments under ``str(trainable)``, both in a store shared by every task of the
+    Ray job: two tune stages running at once, both as ``run_trial``, overwrote each
+    other's registration, and one stage's trials ran with the other's model, budget and
+    output directory, or never started."""
+    name = "trial_" + re.sub(r"\W", "_", stage_id)
+
+    def trainable(params: dict, **arguments) -> None:
+        run_trial(params, **arguments)
+
+    trainable.__name__ = trainable.__qualname__ = name
+    return trainable
 
 
 def trial_name(rate: float) -> str:

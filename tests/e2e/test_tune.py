@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import pytest
 
@@ -87,3 +88,36 @@ def test_a_best_rate_at_the_grids_edge_extends_the_grid_and_the_choice_says_if_i
                                                                            (pytest.approx(4e-5), True)]
     assert choice["lr"] == pytest.approx(4e-5) and choice["extensions"] == 1 and choice["at_edge"] == "highest"
     assert metrics["at_edge"] == "highest" and not list(output.glob("tune_run_*"))
+
+
+def test_two_tune_stages_at_once_in_one_ray_job_keep_their_own_trials(tokenized, tmp_path, local_ray):
+    """Two tune stages running at once as tasks of one Ray job, as the runner starts them
+    on a cluster smaller than their grids: each stage's trials train its own model into
+    its own artifact. Both registered their trainable under one name before, and one
+    stage's trials ran with the other's model and output, or never started."""
+    import ray
+
+    config = experiment()
+    raw = config.model_dump(mode="json", exclude_unset=True)
+    raw["models"] = [{"name": "t", "family": "transformer", "preset": "tiny"},
+                     {"name": "r", "family": "rnn", "preset": "tiny"}]
+    raw["tune"] = {**raw["tune"], "learning_rates": [1e-3, 3e-3]}
+    config = ExperimentConfig.model_validate(raw)
+    planned = {item.stage.name: item for item in plan(config, ArtifactStore(str(tmp_path / "artifacts")))}
+
+    @ray.remote(num_cpus=0)
+    def tune_stage(name: str) -> dict:
+        item = planned[name]
+        output = tmp_path / name.replace("/", "_") / f"{item.key}.partial"
+        output.mkdir(parents=True)
+        tune.run({"tokenize": tokenized}, item.stage.config_of(config), output, StageContext())
+        # A trial ASHA stopped writes no train report; the ones that completed did.
+        return {"output": str(output), "families": {
+            json.loads(path.read_text())["model"]["family"] for path in output.glob("trials/*/train_report.json")}}
+
+    done = ray.get([tune_stage.remote("tune/t"), tune_stage.remote("tune/r")], timeout=600)
+    assert [result["families"] for result in done] == [{"transformer"}, {"rnn"}]
+    for result in done:
+        output = Path(result["output"])
+        assert sorted(row["lr"] for row in read_choice(output)["trials"]) == [1e-3, 3e-3]
+        assert sorted(path.name for path in (output / "trials").iterdir()) == ["lr_0.001", "lr_0.003"]
