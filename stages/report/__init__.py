@@ -48,7 +48,8 @@ from stages.report.config import ReportStageConfig
 # sentence per family on its tuned rates, lr_sensitivity.png a panel per family
 # 17: a size whose run diverged (final validation loss over 1.1 times its best) left out
 # of its IsoFLOP profile and named; the profiles' note gives the intervals' coverage
-VERSION = 17
+# 18: the IsoFLOP and learning-rate figures labelled at the sizes and rates measured
+VERSION = 18
 # The files of each upstream artifact the report reads (besides its manifest): never
 # the train stage's checkpoints; of an evaluation, what the significance tests score.
 READS = {TRAIN: ("metrics.jsonl",), EVALUATE: OUTPUT_FILES, TUNE: ("choice.json",)}

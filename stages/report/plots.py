@@ -9,6 +9,9 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (after choosing the backend)
+from matplotlib.ticker import NullFormatter  # noqa: E402
+
+from stages.report.comparison_tables import count  # noqa: E402
 
 
 BLEU_VS_FLOPS = "bleu_vs_flops.png"
@@ -79,9 +82,11 @@ def isoflop_figure(comparison: dict, title: str):
             if any(value is not None for value in bleu):
                 grid[1][column].plot(x, [np.nan if value is None else value for value in bleu],
                                      marker=marker_of(entry["family"]), markersize=4, color=line.get_color())
+        measured = [size["non_embedding_parameters"] for profile in entry["profiles"] for size in profile["sizes"]]
         for row, label in enumerate(("validation loss (nats per target token)", "BLEU (beam)")):
             axes = grid[row][column]
             axes.set_xscale("log")
+            _ticks_at(axes, measured, count)
             axes.set_xlabel("non-embedding parameters")
             axes.set_ylabel(label)
             axes.grid(True, which="both", alpha=0.3)
@@ -254,6 +259,8 @@ def lr_sensitivity_figure(comparison: dict, title: str):
             chosen = [loss for rate, loss in points if rate == entry["lr"]]
             axes.scatter([entry["lr"]] * len(chosen), chosen, s=140, facecolors="none", edgecolors=line.get_color())
         axes.set_xscale("log")
+        _ticks_at(axes, [trial["lr"] for entry in comparison["tuning"] if entry.get("family", entry["model"]) == family_name
+                         for trial in entry["trials"]], lambda rate: f"{rate:g}")
         axes.set_xlabel("peak learning rate")
         axes.set_title(family_name)
         axes.grid(True, which="both", alpha=0.3)
@@ -276,3 +283,13 @@ def marker_of(family_name: str) -> str:
     from stages.shared.models.families import FAMILIES
 
     return next((f.plot_marker for f in FAMILIES if f.name == family_name), "D")
+
+
+def _ticks_at(axes, values: list[float], label) -> None:
+    """A log x axis labelled at the values measured, and nowhere else: over less than a
+    decade matplotlib labels its minor ticks (2x10^4, 3x10^4, ...), which overlapped."""
+    values = sorted(set(values))
+    if values:
+        axes.set_xticks(values, [label(value) for value in values], rotation=45 if len(values) > 4 else 0)
+        axes.xaxis.set_minor_formatter(NullFormatter())
+
