@@ -9,7 +9,7 @@ only what it computed itself) and the wall time of each `nmt run`.
 
     python benchmarks/branched_budgets.py --root /tmp/branched
 
-Defaults: the default job's Transformer (configs/multi30k_en_de.yaml) at 4e12 and 8e12
+Defaults: the sweep's Transformer (configs/multi30k_sweep.yaml, the earlier default recipe) at 4e12 and 8e12
 counted FLOPs, seeds 1 and 2, decay over the last fifth; ``--set`` adds overrides to
 both runs. Multi30k is read through NMT_MIRROR (or NMT_CORPORA/multi30k).
 """
@@ -31,8 +31,8 @@ from pipeline.config import budget_label, load_config  # noqa: E402
 from pipeline.core.artifacts import ArtifactStore  # noqa: E402
 from pipeline.graph import plan  # noqa: E402
 
-CONFIG = REPO / "configs" / "multi30k_en_de.yaml"
-# The default job's runs under wsd: one warmup for every budget (a number of updates,
+CONFIG = REPO / "configs" / "multi30k_sweep.yaml"
+# The sweep's runs under wsd: one warmup for every budget (a number of updates,
 # as branching needs), the averaged checkpoints inside the decay (those at 90% and 100%
 # of the run: checkpoints every tenth), no BLEU curves
 # (they decode during training and the comparison does not read them).
