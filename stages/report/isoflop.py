@@ -24,8 +24,12 @@ Intervals come from a parametric bootstrap of the measurement noise: each size's
 redrawn with the seeds' standard deviation (pooled over that budget's sizes with two or
 more seeds, else over the family's, else the parabola's residuals where four or more sizes
 leave some), every parabola refitted and the exponent refitted through the redrawn optima.
-With one seed per size and three sizes, nothing measures the noise and no interval is
-given.
+That standard deviation is itself estimated, from few degrees of freedom: plugged in as
+if known, the 95% intervals held the truth in only 80-92% of simulated studies. So each
+draw takes its own standard deviation, sd x sqrt(df / chi2(df)) (the spread a sample of
+df degrees of freedom leaves for the true one), which widens the intervals most where the
+noise was measured least. With one seed per size and three sizes, nothing measures the
+noise and no interval is given.
 
 Plain data (JSON-ready): ``report.json`` holds it as ``comparison["isoflop"]``.
 """
@@ -120,7 +124,7 @@ def _family(family: str, members: list[dict], budgets: list[float], draws: int, 
             "tokens": _exponent(entries, draws_of, "tokens", HOFFMANN_B)}
 
 
-def _profile(budget: float, at: list[dict], family_sd: float | None, draws: int,
+def _profile(budget: float, at: list[dict], family_sd: tuple[float | None, int], draws: int,
              rng: np.random.Generator) -> tuple[dict, dict | None]:
     x = np.log10([g["non_embedding_parameters"] for g in at])
     means = np.array([g["valid_loss"]["mean"] for g in at])
@@ -150,11 +154,11 @@ def _profile(budget: float, at: list[dict], family_sd: float | None, draws: int,
         return entry, None
     entry["optimum"] = {"parameters": 10 ** x_min,
                         **{field: 10 ** float(np.interp(x_min, x, values)) for field, values in read_off.items()}}
-    sd, source = _noise(at, family_sd, xs, ys, coefficients)
-    entry["noise"] = {"sd": sd, "source": source}
+    (sd, df), source = _noise(at, family_sd, xs, ys, coefficients)
+    entry["noise"] = {"sd": sd, "df": df, "source": source}
     if sd is None:
         return entry, None
-    optima = redrawn_optima(x, means, np.array([len(g["valid_loss"]["each"]) for g in at]), sd, draws, rng)
+    optima = redrawn_optima(x, means, np.array([len(g["valid_loss"]["each"]) for g in at]), sd, draws, rng, df)
     entry["optimum"]["found_in"] = float(np.mean(~np.isnan(optima)))
     if np.isnan(optima).mean() <= 1 - LEVEL:
         bounds = np.nanquantile(optima, [(1 - LEVEL) / 2, (1 + LEVEL) / 2])
@@ -167,11 +171,13 @@ def _profile(budget: float, at: list[dict], family_sd: float | None, draws: int,
 
 
 def redrawn_optima(x: np.ndarray, means: np.ndarray, seeds: np.ndarray, sd: float, draws: int,
-                   rng: np.random.Generator) -> np.ndarray:
+                   rng: np.random.Generator, df: int | None = None) -> np.ndarray:
     """The parabola's minimum (log10 parameters) for each of ``draws`` redrawings of the
     sizes' mean losses (each with sd / sqrt(its seeds)); NaN where a draw's parabola has
-    no minimum between the smallest and largest size."""
-    redrawn = means + rng.normal(size=(draws, len(means))) * sd / np.sqrt(seeds)
+    no minimum between the smallest and largest size. With ``df``, the degrees of freedom
+    ``sd`` was estimated with, each draw first redraws the standard deviation itself."""
+    spread = np.full((draws, 1), sd) if df is None else sd * np.sqrt(df / rng.chisquare(df, size=(draws, 1)))
+    redrawn = means + rng.normal(size=(draws, len(means))) * spread / np.sqrt(seeds)
     # Each draw's parabola through the sizes' means, weighted by their seeds: the point
     # fit through every seed's loss is the same least-squares problem.
     c2, c1, _ = np.polyfit(x, redrawn.T, 2, w=np.sqrt(seeds))
@@ -181,26 +187,30 @@ def redrawn_optima(x: np.ndarray, means: np.ndarray, seeds: np.ndarray, sd: floa
     return optima
 
 
-def _pooled_sd(groups: list[dict]) -> float | None:
-    """The seeds' standard deviation pooled over the groups with two or more seeds."""
+def _pooled_sd(groups: list[dict]) -> tuple[float | None, int]:
+    """The seeds' standard deviation pooled over the groups with two or more seeds, and
+    its degrees of freedom."""
     squares, df = 0.0, 0
     for group in groups:
         each = group["valid_loss"]["each"]
         if len(each) > 1:
             squares += float(np.var(each, ddof=1)) * (len(each) - 1)
             df += len(each) - 1
-    return math.sqrt(squares / df) if df else None
+    return (math.sqrt(squares / df) if df else None), df
 
 
-def _noise(at: list[dict], family_sd: float | None, xs, ys, coefficients) -> tuple[float | None, str | None]:
-    if (sd := _pooled_sd(at)) is not None:
-        return sd, "seeds at this budget"
-    if family_sd is not None:
+def _noise(at: list[dict], family_sd: tuple[float | None, int], xs, ys,
+           coefficients) -> tuple[tuple[float | None, int], str | None]:
+    """The noise of one seed's final loss, its degrees of freedom, and where it came from."""
+    if (pooled := _pooled_sd(at))[0] is not None:
+        return pooled, "seeds at this budget"
+    if family_sd[0] is not None:
         return family_sd, "seeds at the family's other budgets"
     if len(at) > MIN_SIZES:
         residuals = ys - np.polyval(coefficients, xs)
-        return float(math.sqrt(np.sum(residuals ** 2) / (len(ys) - 3))), "residuals of the parabola"
-    return None, None
+        df = len(ys) - 3
+        return (float(math.sqrt(np.sum(residuals ** 2) / df)), df), "residuals of the parabola"
+    return (None, 0), None
 
 
 def _exponent(entries: list[dict], draws_of: dict, what: str, reference: float) -> dict:

@@ -147,3 +147,25 @@ def test_a_size_whose_run_diverged_is_left_out_of_its_profile_and_named():
     text = "\n".join(s.table.to_csv() for s in sections({"groups": [], "intervals": {}, "tests": [],
                                                                  "isoflop": [entry]}))
     assert "left out, diverged: transformer.w16" in text
+
+
+def test_a_spread_estimated_from_few_degrees_of_freedom_widens_the_optimum_s_interval():
+    """The same profile and plug-in spread: redrawing the spread for 2 degrees of freedom
+    (heavy tails) spreads the redrawn optima wider than taking it as known, and for 200
+    degrees of freedom hardly at all."""
+    import numpy as np
+
+    from stages.report.isoflop import redrawn_optima
+
+    x = np.log10([1e4, 2e4, 4e4, 8e4, 1.6e5])
+    means = 1.5 * (x - x[2]) ** 2 + 3.0
+    seeds = np.ones(5)
+
+    def width(df):
+        optima = redrawn_optima(x, means, seeds, 0.05, 20000, np.random.default_rng(0), df)
+        low, high = np.nanquantile(optima, [0.025, 0.975])
+        return high - low
+
+    known = width(None)
+    assert width(2) > 1.3 * known
+    assert width(200) == pytest.approx(known, rel=0.05)
