@@ -259,8 +259,9 @@ def lr_sensitivity_figure(comparison: dict, title: str):
             chosen = [loss for rate, loss in points if rate == entry["lr"]]
             axes.scatter([entry["lr"]] * len(chosen), chosen, s=140, facecolors="none", edgecolors=line.get_color())
         axes.set_xscale("log")
-        _ticks_at(axes, [trial["lr"] for entry in comparison["tuning"] if entry.get("family", entry["model"]) == family_name
-                         for trial in entry["trials"]], lambda rate: f"{rate:g}")
+        tried = [trial["lr"] for entry in comparison["tuning"] if entry.get("family", entry["model"]) == family_name
+                 for trial in entry["trials"]]
+        _ticks_at(axes, tried, lambda rate: f"{rate:g}")
         axes.set_xlabel("peak learning rate")
         axes.set_title(family_name)
         axes.grid(True, which="both", alpha=0.3)
@@ -292,4 +293,3 @@ def _ticks_at(axes, values: list[float], label) -> None:
     if values:
         axes.set_xticks(values, [label(value) for value in values], rotation=45 if len(values) > 4 else 0)
         axes.xaxis.set_minor_formatter(NullFormatter())
-

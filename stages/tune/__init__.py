@@ -2,10 +2,10 @@
 
 One trial per rate of ``tune.learning_rates`` (a grid search), each the train stage
 itself at that rate and the tuning budget (``trials.py``), all at once where the
-cluster holds them, else one at a time in the grid's order (``concurrent_trials``); ASHA (asynchronous successive halving, Li et
-al. 2020) compares the trials' best validation loss after ``grace_validations``
-validations and at every rung after, and stops all but the best 1/``reduction_factor``
-there. The rate whose trial reached the lowest validation loss is chosen; a trial that
+cluster holds them, else one at a time in the grid's order (``concurrent_trials``);
+ASHA (asynchronous successive halving, Li et al. 2020) compares the trials' best
+validation loss after ``grace_validations`` validations and at every rung after, and
+stops all but the best 1/``reduction_factor`` there. The rate whose trial reached the lowest validation loss is chosen; a trial that
 diverged (no finite loss) can never be. Where the chosen rate is the lowest or highest
 rate tried, the best may lie beyond the grid: the stage tries the next rate out, at the
 grid's own ratio at that edge (four rates 2e-3 to 1.6e-2 choosing 1.6e-2: 3.2e-2), and
