@@ -13,7 +13,7 @@ study. Not measured: a true profile that is not a parabola, which biases the min
 whatever the noise, and noise that differs between sizes (a learning rate tuned for one
 size that suits another less).
 
-    python benchmarks/isoflop_calibration.py                       # the grid below, about a minute
+    python benchmarks/isoflop_calibration.py                       # the grid below, seconds
     python benchmarks/isoflop_calibration.py --window 5 --seeds 3 --sd 0.14 --curvature 1.5
 """
 
