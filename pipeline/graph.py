@@ -24,6 +24,7 @@ from pipeline.core.artifacts import (
 )
 from pipeline.config import ExperimentConfig
 from pipeline.core.hardware import HardwareError
+from pipeline.core.section import key_exclusions
 from pipeline.stage import Stage
 from stages import bpe, clean, download, evaluate, report, tokenize, train, tune
 from stages.shared.models.spec import ModelSpec
@@ -95,7 +96,7 @@ def stage_key_inputs(stage: Stage, config: ExperimentConfig) -> dict:
     """The config slice a stage's key is computed from, plus what its ``fingerprint``
     says about inputs outside the store (e.g. local corpus files)."""
     section = stage.config_of(config)
-    slice_ = section.model_dump(mode="json", exclude=set(section.NOT_IN_KEY))
+    slice_ = section.model_dump(mode="json", exclude=key_exclusions(section))
     if stage.fingerprint is not None:
         slice_["local_files"] = stage.fingerprint(section)
     return slice_

@@ -239,7 +239,7 @@ def run_pipeline(config: ExperimentConfig, planned: list[PlannedStage], store: A
             # stage's own wait for its turn finds it listed.
             ray.get(start_order.enqueue.remote(item.stage.name))
             turn = TrainingTurn(start_order, item.stage.name)
-        ref = task.options(name=f"stage:{item.stage.name}", num_cpus=item.stage.task_cpus).remote(
+        ref = task.options(name=f"stage:{item.stage.name}", num_cpus=item.stage.cpus_of_task(section)).remote(
             item.stage, section, item.key, item.upstream_keys, store, mirrors, on_submit(item), turn, *upstream_refs,
             forced=item.status.state == ArtifactState.CACHED)  # planned to run though cached: --force
         refs[item.stage.name] = ref

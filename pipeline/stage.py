@@ -10,7 +10,7 @@ Every stage package under ``stages/`` has the same layout, and describes itself:
 
     stages/<stage>/__init__.py   run() (a StageRun) and VERSION; the artifact's readers
                                  (read_index(), pairs_file(), ...); and, where the
-                                 defaults below do not fit, READS, RESUMABLE, TASK_CPUS,
+                                 defaults below do not fit, READS, RESUMABLE, TASK_CPUS (or task_cpus()),
                                  MLFLOW_FILES, RESOURCES, preflight() and fingerprint()
     stages/<stage>/config.py     the stage's config section (a pipeline.core.section.Section)
     stages/<stage>/*.py          the stage's own helpers
@@ -63,9 +63,10 @@ class Stage:
     resumable: bool = False
     # For inputs outside the artifact store: section -> data that changes when they do.
     fingerprint: Callable[[Any], dict] | None = None
-    # CPUs the stage's own Ray task holds. Training holds none: its Ray Train workers
-    # ask for their own, and a waiting driver task must not starve them.
-    task_cpus: float = 1
+    # CPUs the stage's own Ray task holds, or section -> those CPUs (``task_cpus(config)``
+    # in the package): a train stage's task holds none where its Ray Train workers ask
+    # for their own, and its worker's where it trains in its own process.
+    task_cpus: float | Callable[[Any], float] = 1
     # Files of the artifact (glob patterns) also logged to the stage's MLflow run.
     mlflow_files: tuple[str, ...] = ()
     # What this machine cannot run, refused before a local run starts anything.
@@ -77,6 +78,10 @@ class Stage:
     # such a stage only once the cluster has them free (pipeline/admission.py). None:
     # Ray's task_cpus decide.
     worker_resources: Callable[[Any, dict[str, float]], dict[str, float]] | None = None
+
+    def cpus_of_task(self, section: Section) -> float:
+        """The CPUs the stage's own Ray task holds, for its config ``section``."""
+        return self.task_cpus(section) if callable(self.task_cpus) else self.task_cpus
 
     @property
     def group(self) -> str:
@@ -94,7 +99,7 @@ class Stage:
         return cls(name=name, run=package.run, config_of=config_of, version=package.VERSION, upstream=upstream,
                    reads={stage: reads[group_of(stage)] for stage in upstream if group_of(stage) in reads},
                    resumable=getattr(package, "RESUMABLE", False), fingerprint=getattr(package, "fingerprint", None),
-                   task_cpus=getattr(package, "TASK_CPUS", 1), mlflow_files=getattr(package, "MLFLOW_FILES", ()),
+                   task_cpus=getattr(package, "task_cpus", getattr(package, "TASK_CPUS", 1)), mlflow_files=getattr(package, "MLFLOW_FILES", ()),
                    preflight=getattr(package, "preflight", None), resources=getattr(package, "RESOURCES", None),
                    worker_resources=getattr(package, "worker_resources", None))
 

@@ -52,6 +52,9 @@ class TrainingPlacement:
     # Ray Train callbacks of the run (a tuning trial's, which passes its workers'
     # reports on to Ray Tune: stages/tune/trials.py).
     callbacks: tuple = ()
+    # What a run in the stage's own process (train.in_process) hands each checkpoint's
+    # metrics to: a tuning trial's ``ray.tune.report``; None: nothing.
+    report_to_tune: Any = None
 
 
 class MetricsSink(Protocol):

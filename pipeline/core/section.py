@@ -20,6 +20,18 @@ class Section(BaseModel):
     NOT_IN_KEY: ClassVar[frozenset[str]] = frozenset()
 
 
+def key_exclusions(section: Section) -> dict:
+    """What ``model_dump(exclude=...)`` leaves out of ``section``'s artifact key: its own
+    ``NOT_IN_KEY`` fields and those of the sections inside it (a train stage's slice
+    holds the train section)."""
+    excluded: dict = {name: True for name in section.NOT_IN_KEY}
+    for name in type(section).model_fields:
+        value = getattr(section, name)
+        if name not in excluded and isinstance(value, Section) and key_exclusions(value):
+            excluded[name] = key_exclusions(value)
+    return excluded
+
+
 def resolve_path(value: str, info: ValidationInfo) -> str:
     """``value`` with ``~`` expanded, made absolute against the config file's directory."""
     base = (info.context or {}).get("base_dir")

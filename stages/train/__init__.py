@@ -27,7 +27,7 @@ from stages.tokenize import read_index
 from stages.shared.models.families import family
 from stages.train.config import TrainStageConfig
 
-__all__ = ["VERSION", "RUN_NAME", "RESUMABLE", "TASK_CPUS", "MLFLOW_FILES", "READS", "RESOURCES", "run",
+__all__ = ["VERSION", "RUN_NAME", "RESUMABLE", "task_cpus", "MLFLOW_FILES", "READS", "RESOURCES", "run",
            "preflight", "worker_resources"]
 
 # 3: checkpoints but the newest are slimmed to their fp32 weights
@@ -45,13 +45,18 @@ VERSION = 12
 RUN_NAME = "train_run"
 # A crashed attempt's staging directory holds its checkpoints: the next attempt resumes.
 RESUMABLE = True
-# The stage's own task holds no CPU: its Ray Train workers ask for their own, and a
-# waiting driver task must not starve them.
-TASK_CPUS = 0
 MLFLOW_FILES = ("train_report.json", "metrics.jsonl")
 # Of a tune stage's artifact, only the choice (a train stage it continues is read whole).
 READS = {"tune": ("choice.json",)}
 RESOURCES = TrainingPlacement  # checkpoints on the object store, the order of starting
+
+
+def task_cpus(config: TrainStageConfig) -> float:
+    """The CPUs the stage's own task holds: none where its Ray Train workers ask for
+    their own (a waiting driver task must not starve them), its one worker's where it
+    trains in its own process (train.in_process), so that Ray places nothing else there."""
+    training = config.train
+    return float(training.cpus_per_worker) if training.in_process else 0.0
 
 
 def worker_resources(config: TrainStageConfig, cluster: dict[str, float]) -> dict[str, float]:
@@ -66,35 +71,58 @@ def worker_resources(config: TrainStageConfig, cluster: dict[str, float]) -> dic
 def run(inputs: dict[str, Path], config: TrainStageConfig, output: Path, ctx: StageContext[TrainingPlacement]) -> dict:
     # Imported here: Ray, torch and DeepSpeed load only when the stage runs, not with its config.
     import pyarrow.fs as pafs
-    from ray.train import (
-        CheckpointConfig,
-        FailureConfig,
-        LoggingConfig,
-        RunConfig,
-        ScalingConfig,
-    )
-    from ray.train.torch import TorchConfig
 
-    from stages.train.bootstrap import WorkerArgs, train_worker
+    from stages.train.bootstrap import WorkerArgs
     from stages.train.checkpointer import complete_checkpoints, download_checkpoints
     from stages.train.outputs import write_outputs
-    from stages.train.ray_trainer import StageTrainer
 
     config = _with_tuned_rate(inputs, config)
     training, tokenized = config.train, inputs["tokenize"]
     placement = ctx.resources or TrainingPlacement()
     _check_inputs(tokenized, config)
     world, zero = training.workers, training.zero_stage
-    # Where Ray Train persists: on the artifact store, reachable from every node.
+    # Where the checkpoints persist: on the artifact store, reachable from every node.
     filesystem, storage = placement.durable_staging or (pafs.LocalFileSystem(), str(output))
     run_dir = f"{storage}/{RUN_NAME}"
+    args = WorkerArgs(config, ctx.fetcher("tokenize", tokenized), run_dir, filesystem, ctx.metrics_sink,
+                      placement.turn, _start(inputs, config, ctx))
+    if placement.turn is not None:
+        placement.turn.wait()  # the train stages before this one in the config ask for workers first
+    started = time.time()
+    mark(f"train/{config.model.name}", "fit started")
+    if training.in_process:
+        from stages.train import in_process
+        from stages.train.session import InProcessSession
+
+        in_process.fit(args, InProcessSession(run_dir, filesystem, training.keep_checkpoints, zero,
+                                              placement.report_to_tune), training.max_failures)
+    else:
+        _ray_train_fit(args, training, storage, filesystem, placement)
+    mark(f"train/{config.model.name}", "fit returned")
+    stored = complete_checkpoints(run_dir, world, zero, filesystem)
+    if placement.durable_staging is not None:  # on an object store: bring them into the artifact
+        download_checkpoints(stored, filesystem, output / RUN_NAME)
+    checkpoints = complete_checkpoints(output / RUN_NAME, world, zero)
+    if not checkpoints:
+        raise RuntimeError(f"training {config.model.name!r} ended without a complete checkpoint in {output}")
+    return write_outputs(output, config, tokenized, checkpoints, time.time() - started)
+
+
+def _ray_train_fit(args, training, storage: str, filesystem, placement: TrainingPlacement) -> None:
+    """Train on Ray Train's worker group: ``training.workers`` workers, each asking Ray
+    for its own CPUs (and GPU), restarted from the newest checkpoint after a crash."""
+    from ray.train import CheckpointConfig, FailureConfig, LoggingConfig, RunConfig, ScalingConfig
+    from ray.train.torch import TorchConfig
+
+    from stages.train.bootstrap import train_worker
+    from stages.train.ray_trainer import StageTrainer
+
     resources = {"CPU": training.cpus_per_worker, **({"GPU": 1} if training.use_gpu else {})}
     trainer = StageTrainer(
         train_worker,
-        train_loop_config={"args": WorkerArgs(config, ctx.fetcher("tokenize", tokenized), run_dir, filesystem,
-                                              ctx.metrics_sink, placement.turn, _start(inputs, config, ctx))},
-        scaling_config=ScalingConfig(num_workers=world, use_gpu=training.use_gpu, resources_per_worker=resources,
-                                     placement_strategy=training.placement_strategy),
+        train_loop_config={"args": args},
+        scaling_config=ScalingConfig(num_workers=training.workers, use_gpu=training.use_gpu,
+                                     resources_per_worker=resources, placement_strategy=training.placement_strategy),
         torch_config=TorchConfig(backend="nccl" if training.use_gpu else "gloo"),
         run_config=RunConfig(name=RUN_NAME, storage_path=storage,
                              storage_filesystem=None if placement.durable_staging is None else filesystem,
@@ -105,19 +133,7 @@ def run(inputs: dict[str, Path], config: TrainStageConfig, output: Path, ctx: St
                              logging_config=LoggingConfig(log_level="WARNING"),
                              callbacks=list(placement.callbacks)),
     )
-    if placement.turn is not None:
-        placement.turn.wait()  # the train stages before this one in the config ask for workers first
-    started = time.time()
-    mark(f"train/{config.model.name}", "fit started")
     trainer.fit()
-    mark(f"train/{config.model.name}", "fit returned")
-    stored = complete_checkpoints(run_dir, world, zero, filesystem)
-    if placement.durable_staging is not None:  # on an object store: bring them into the artifact
-        download_checkpoints(stored, filesystem, output / RUN_NAME)
-    checkpoints = complete_checkpoints(output / RUN_NAME, world, zero)
-    if not checkpoints:
-        raise RuntimeError(f"training {config.model.name!r} ended without a complete checkpoint in {output}")
-    return write_outputs(output, config, tokenized, checkpoints, time.time() - started)
 
 
 def _with_tuned_rate(inputs: dict[str, Path], config: TrainStageConfig) -> TrainStageConfig:

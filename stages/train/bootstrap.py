@@ -22,6 +22,7 @@ from stages.train.engine import build_engine
 from stages.train.loop import TrainLoop
 from stages.train.progress import STABLE_PHASE_END, TrainingProgress
 from stages.train.schedule import Spent
+from stages.train.session import RayTrainSession
 from stages.train.worker_device import worker_hardware
 
 
@@ -44,14 +45,13 @@ class WorkerArgs:
 
 def train_worker(loop_config: dict) -> None:
     """Ray Train's ``train_loop_per_worker``, which takes a dict: ``loop_config["args"]``
-    is the stage's ``WorkerArgs``."""
-    import ray.train
-
+    is the stage's ``WorkerArgs``; ``loop_config["session"]``, what runs the worker
+    (session.py): Ray Train's worker group where it is absent."""
     args: WorkerArgs = loop_config["args"]
+    session = loop_config.get("session") or RayTrainSession()
     config = args.config
     training = config.train
-    context = ray.train.get_context()
-    rank, world = context.get_world_rank(), context.get_world_size()
+    rank, world = session.rank_and_world()
     stage = f"train/{config.model.name}"
     if rank == 0:
         mark(stage, "worker started")
@@ -95,7 +95,7 @@ def train_worker(loop_config: dict) -> None:
     engine = build_engine(model, training, hardware["precision"],
                           spent=lambda: Spent(progress.step, progress.train_flops, progress.train_tokens))
 
-    checkpoint = checkpointer.newest_resumable(args.run_dir, args.filesystem, world, training.zero_stage)
+    checkpoint = checkpointer.newest_resumable(args.run_dir, args.filesystem, world, training.zero_stage, session)
     if checkpoint is not None:
         with checkpoint.as_directory() as directory:
             progress, history, best = checkpointer.restore(engine, Path(directory))
@@ -117,7 +117,7 @@ def train_worker(loop_config: dict) -> None:
 
         bleu = BleuValidator(tokenized, train_split, valid_split, training, str(engine.device),
                              hardware["precision"], rank, world)
-    loop = TrainLoop(engine, config, facts, train_split, valid_split, rank, world, progress, history, best,
+    loop = TrainLoop(engine, config, facts, train_split, valid_split, rank, world, progress, history, best, session,
                      args.metrics_sink if rank == 0 else None, bleu)
     loop.run()
 

@@ -4,9 +4,10 @@ ends (slimmed older ones, the averaged final weights, the best weights).
 
 A checkpoint is a DeepSpeed checkpoint (every rank writes its shard, under
 ``DEEPSPEED_TAG``) plus, from rank 0, ``progress.json``, ``history.jsonl`` (every logged
-row so far) and ``best.pt`` (the best validated weights). Ray Train persists it to the
-run's storage and hands the newest one back through ``ray.train.get_checkpoint()`` when
-it restarts a worker group or when the stage is started again.
+row so far) and ``best.pt`` (the best validated weights). The worker's session (``session.py``) persists
+it to the run's storage: Ray Train, which also hands the newest one back through
+``ray.train.get_checkpoint()`` when it restarts a worker group, or, for a run in the
+stage's own process, the session itself.
 
 The storage is on the artifact store, which every node reaches: a local directory,
 or a prefix of an object store (any pyarrow filesystem). Every rank also writes
@@ -78,9 +79,9 @@ def complete_checkpoints(storage: Path | str, world_size: int, zero_stage: int,
     return sorted(found, key=lambda checkpoint: checkpoint.step)
 
 
-def newest_resumable(run_dir: str, filesystem: pafs.FileSystem, world: int, zero_stage: int):
+def newest_resumable(run_dir: str, filesystem: pafs.FileSystem, world: int, zero_stage: int, session):
     """In a worker: the newest complete, resumable checkpoint of this run on its storage,
-    else the one Ray Train hands back (``ray.train.get_checkpoint``), else None.
+    else the one its session hands back (Ray Train's ``get_checkpoint``), else None.
 
     The storage comes first: Ray Train hands back only checkpoints it registered, and a
     worker that dies after its checkpoint was persisted but before Ray Train registered
@@ -92,14 +93,12 @@ def newest_resumable(run_dir: str, filesystem: pafs.FileSystem, world: int, zero
     stored = [c for c in complete_checkpoints(run_dir, world, zero_stage, filesystem) if c.resumable]
     if stored:
         return ray.train.Checkpoint(str(stored[-1].path), filesystem=filesystem)
-    return ray.train.get_checkpoint()
+    return session.handed_back()
 
 
-def save(engine, rank: int, progress: TrainingProgress, history: list[dict], best: dict | None) -> None:
+def save(engine, rank: int, progress: TrainingProgress, history: list[dict], best: dict | None, session) -> None:
     """In every worker (each writes its DeepSpeed shard): a checkpoint of this moment,
-    handed to Ray Train, which persists it to the run's storage."""
-    import ray.train
-
+    handed to the worker's session, which persists it to the run's storage."""
     progress.last_checkpoint_step = progress.step
     with tempfile.TemporaryDirectory(prefix="nmt-checkpoint-") as directory:
         engine.save_checkpoint(directory, tag=DEEPSPEED_TAG)
@@ -111,11 +110,11 @@ def save(engine, rank: int, progress: TrainingProgress, history: list[dict], bes
                 torch.save(best, root / "best.pt")
             (root / "progress.json").write_text(json.dumps(progress.to_json(), indent=2))
         _write_file_sizes(Path(directory), rank)
-        # What Ray Train hands its callbacks with the checkpoint: a tuning trial's pass
-        # the best validation loss so far on to Ray Tune (stages/tune/trials.py).
+        # What reaches Ray Tune with the checkpoint, for a tuning trial: the best
+        # validation loss so far (stages/tune/trials.py).
         metrics = {"step": progress.step, "train_tokens": progress.train_tokens, "train_flops": progress.train_flops,
                    "best_valid_loss": progress.best_valid_loss}
-        ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(directory))
+        session.report(metrics, directory)
 
 
 def restore(engine, directory: Path) -> tuple[TrainingProgress, list[dict], dict | None]:

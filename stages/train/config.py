@@ -4,7 +4,7 @@ slice a train stage is keyed on (the model plus the train section with its overr
 from __future__ import annotations
 
 import math
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field, model_validator
 
@@ -26,8 +26,15 @@ class TrainConfig(Section):
     stops at the first budget it reaches; at least one must be set.
     """
 
+    # How the run is spread out, not what it trains: not in artifact keys.
+    NOT_IN_KEY: ClassVar[frozenset[str]] = frozenset({"in_process"})
+
     # Ray Train workers, each with one DeepSpeed engine (data parallel).
     workers: int = Field(default=1, gt=0)
+    # One CPU worker run in the train stage's own process instead of a Ray Train worker
+    # group: the same updates, without the 10 s or more of processes Ray Train starts
+    # per stage (stages/train/in_process.py). Needs workers: 1 and no GPU.
+    in_process: bool = False
     use_gpu: bool = False  # one GPU per worker, NCCL between them
     cpus_per_worker: int = Field(default=1, gt=0)  # CPUs Ray reserves for each worker
     # How Ray places the workers on nodes: PACK fills a node first; SPREAD and
@@ -146,6 +153,9 @@ class TrainConfig(Section):
             # ZeRO-3 gathers parameters collectively on every forward and would hang.
             raise ValueError("valid_bleu_every cannot be used with zero_stage 3")
         self._check_fractions()
+        if self.in_process and (self.workers != 1 or self.use_gpu):
+            raise ValueError(f"in_process runs one CPU worker in the stage's own process: it needs workers: 1 "
+                             f"(not {self.workers}) and use_gpu: false")
         if self.threads_per_worker is not None and self.threads_per_worker > self.cpus_per_worker:
             raise ValueError(f"threads_per_worker ({self.threads_per_worker}) exceeds cpus_per_worker "
                              f"({self.cpus_per_worker}): the threads would oversubscribe the CPUs Ray gives "

@@ -42,7 +42,7 @@ from stages.train.progress import STABLE_PHASE_END, TrainingProgress, budget_rea
 class TrainLoop:
     def __init__(self, engine, config: TrainStageConfig, facts: dict, train_split: TokenizedSplit,
                  valid_split: TokenizedSplit, rank: int, world: int, progress: TrainingProgress,
-                 history: list[dict], best: dict | None, metrics_sink=None, bleu=None):
+                 history: list[dict], best: dict | None, session, metrics_sink=None, bleu=None):
         self.engine, self.model, self.config, self.training = engine, engine.module, config, config.train
         self.pad_id = facts["special_ids"]["pad"]
         self.train_split, self.valid_split = train_split, valid_split
@@ -54,6 +54,7 @@ class TrainLoop:
         self.window.resume_rows(progress.log_window, rank)
         self.metrics_sink = metrics_sink  # rank 0's live MLflow logging, when tracked
         self.bleu = bleu  # validation_bleu.BleuValidator, when train.valid_bleu_every is set
+        self.session = session  # where its checkpoints go (session.py)
         self.preempt = False  # a worker got SIGTERM: stop after this update (preemption.py)
 
     def _record(self, row: dict) -> None:
@@ -311,7 +312,7 @@ class TrainLoop:
         self.progress.log_window = {} if not window.rows_tokens else {
             "tokens": window.rows_tokens, "flops": window.rows_flops, "seconds": window.rows_seconds,
             "loss": loss, "nll": nll}
-        checkpointer.save(self.engine, self.rank, self.progress, self.history, self.best)
+        checkpointer.save(self.engine, self.rank, self.progress, self.history, self.best, self.session)
 
 
 class _Window:

@@ -57,6 +57,14 @@ def _trial_resources(config: TuneStageConfig) -> dict[str, float]:
             **({"GPU": float(training.workers)} if training.use_gpu else {})}
 
 
+def _trial_process_resources(config: TuneStageConfig) -> dict[str, float]:
+    """What a trial's own process holds: its worker's CPUs where it trains there
+    (train.in_process); else none, since its Ray Train workers ask for theirs, and Tune
+    needs some resource to place it by: one byte of memory."""
+    training = config.train
+    return {"cpu": float(training.cpus_per_worker)} if training.in_process else {"memory": 1}
+
+
 def concurrent_trials(config: TuneStageConfig, cluster: dict[str, float]) -> int:
     """How many trials run at once: the whole grid where the cluster
     (``ray.cluster_resources()``) holds every trial's workers, else one at a time.
@@ -89,9 +97,7 @@ def run(inputs: dict[str, Path], config: TuneStageConfig, output: Path, ctx: Sta
 
     def fit(rates: list[float], round_: int) -> list:
         tuner = tune.Tuner(
-            # The trial's own process holds no CPU (its workers ask for theirs); Tune needs
-            # some resource to place it by: one byte of memory.
-            tune.with_resources(trainable, {"memory": 1}),
+            tune.with_resources(trainable, _trial_process_resources(config)),
             param_space={"lr": tune.grid_search(rates)},
             tune_config=tune.TuneConfig(
                 metric="best_valid_loss", mode="min",

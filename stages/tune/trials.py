@@ -1,7 +1,8 @@
 """One tuning trial: the train stage itself (its Ray Train workers, DeepSpeed engine,
 FLOPs counting and data), at one learning rate and the tuning budget. Each checkpoint
-it reports (one after every validation) reaches Ray Tune through Ray Train's
-``TuneReportCallback``, with the best validation loss so far, which ASHA compares."""
+it reports (one after every validation) reaches Ray Tune with the best validation loss
+so far, which ASHA compares: through Ray Train's ``TuneReportCallback``, or, for a run
+in the trial's own process (train.in_process), through ``ray.tune.report`` directly."""
 
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ def trial_config(config: TrainStageConfig, budget: float) -> TrainStageConfig:
 
 def run_trial(params: dict, *, config: TrainStageConfig, tokenized: Path, root: str) -> None:
     """Ray Tune's function trainable: train at ``params["lr"]`` into ``root``/lr_<rate>."""
+    import ray.tune
     from ray.tune.integration.ray_train import TuneReportCallback
 
     from stages import train
@@ -36,7 +38,7 @@ def run_trial(params: dict, *, config: TrainStageConfig, tokenized: Path, root: 
     output = Path(root) / trial_name(rate)
     output.mkdir(parents=True, exist_ok=True)
     train.run({"tokenize": tokenized}, config, output,
-              StageContext(resources=TrainingPlacement(callbacks=(TuneReportCallback(),))))
+              StageContext(resources=TrainingPlacement(callbacks=(TuneReportCallback(),), report_to_tune=ray.tune.report)))
 
 
 def stage_trainable(stage_id: str):
