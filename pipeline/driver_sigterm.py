@@ -23,6 +23,8 @@ import psutil
 GRACE_ENV = "NMT_SIGTERM_GRACE_S"
 DEFAULT_GRACE_S = 25.0  # inside Kubernetes' default 30 s between SIGTERM and SIGKILL
 TRAIN_WORKER = "RayTrainWorker"  # in the command line Ray gives a train worker's process
+# ... and a train stage's task, which trains in its own process with train.in_process
+TRAIN_STAGE_TASK = "ray::stage:train/"
 
 log = logging.getLogger("nmt")
 
@@ -32,12 +34,14 @@ class Terminated(Exception):
 
 
 def training_workers_below(pid: int | None = None) -> list[psutil.Process]:
-    """Ray Train worker processes below process ``pid`` (this one by default: a local
-    Ray instance's), skipping any that end while they are looked at."""
+    """Processes that train below process ``pid`` (this one by default: a local Ray
+    instance's): Ray Train workers and train stage tasks (which train themselves with
+    train.in_process), skipping any that end while they are looked at."""
     found = []
     for process in psutil.Process(pid or os.getpid()).children(recursive=True):
         try:
-            if TRAIN_WORKER in " ".join(process.cmdline()):
+            command = " ".join(process.cmdline())
+            if TRAIN_WORKER in command or command.startswith(TRAIN_STAGE_TASK):
                 found.append(process)
         except psutil.Error:
             pass

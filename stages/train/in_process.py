@@ -15,7 +15,8 @@ What it gives up, and what stands in:
   ``nmt run`` resumes it, as for any train stage).
 - SIGTERM: the stage's task installs preemption.py's handler when it runs on its
   process's main thread (a stage task does), and ``nmt run`` passes SIGTERM on to it
-  (pipeline/driver_sigterm.py). A tuning trial runs on a thread of Ray Tune's: no handler.
+  (pipeline/driver_sigterm.py): the update under way is finished and checkpointed, then
+  the process ends. A tuning trial runs on a thread of Ray Tune's: no handler there.
 - torch.distributed: DeepSpeed needs a process group; a gloo group of one process is
   started once per process and kept, since Ray runs later stages in the same process.
 """
@@ -43,7 +44,10 @@ def fit(args: WorkerArgs, session: InProcessSession, max_failures: int) -> None:
             train_worker({"args": args, "session": session})
             return
         except preemption.Preempted:
-            raise  # checkpointed on SIGTERM: the next attempt is the next `nmt run`'s
+            # Checkpointed on SIGTERM: this process ends, as a Ray Train worker's would;
+            # the next attempt is the next `nmt run`'s.
+            preemption.end_process()
+            raise
         except Exception:
             failures += 1
             if 0 <= max_failures < failures:

@@ -34,6 +34,14 @@ def install() -> None:
         _ray_handler = previous
 
 
+def end_process() -> None:
+    """End this process as SIGTERM would have without our handler: outside the loop, and
+    after a preemption's checkpoint in a process that trained in a stage's own task
+    (in_process.py), so that ``nmt run``, which waits for the processes it signalled,
+    sees it end."""
+    _as_without_us(int(signal.SIGTERM), None)
+
+
 def _on_sigterm(signum, frame) -> None:
     if TRAINING.is_set():
         if not REQUESTED.is_set():
@@ -41,6 +49,10 @@ def _on_sigterm(signum, frame) -> None:
                   flush=True)
         REQUESTED.set()
         return
+    _as_without_us(signum, frame)
+
+
+def _as_without_us(signum, frame) -> None:
     if callable(_ray_handler):
         _ray_handler(signum, frame)
     else:  # no handler before ours: die of the signal, as without one

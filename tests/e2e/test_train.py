@@ -379,3 +379,44 @@ def test_a_sigtermed_worker_checkpoints_the_update_under_way_and_the_run_resumes
     report = json.loads((output / "train_report.json").read_text())
     assert report["metrics"]["restarts"] == 1 and report["metrics"]["steps"] == 40
     assert_same_curve(expected, rows(output))
+
+
+def test_in_process_training_follows_ray_train_s_curve_and_keeps_as_many_checkpoints(tokenized, tmp_path,
+                                                                                      uninterrupted):
+    """train.in_process (stages/train/in_process.py): the same updates as the Ray Train
+    worker group's run, checkpoints persisted in the same layout, the newest
+    keep_checkpoints kept, and nothing Ray Train writes (its run snapshot)."""
+    config, expected = uninterrupted
+    metrics = run_stage(tokenized, in_process(config), tmp_path)
+    assert metrics["steps"] == 40 and metrics["restarts"] == 0
+    assert_same_curve(expected, rows(tmp_path))
+    kept = complete_checkpoints(tmp_path / train.RUN_NAME, 1, 0)
+    assert [checkpoint.step for checkpoint in kept] == [20, 30, 40]
+    assert not (tmp_path / train.RUN_NAME / "checkpoint_manager_snapshot.json").exists()
+
+
+def in_process(config: TrainStageConfig) -> TrainStageConfig:
+    return config.model_copy(update={"train": config.train.model_copy(update={"in_process": True})})
+
+
+def test_an_in_process_run_killed_or_sigtermed_resumes_from_its_checkpoint_on_the_same_curve(tokenized, tmp_path,
+                                                                                            uninterrupted):
+    """A SIGKILLed in-process run leaves complete checkpoints only; a SIGTERMed one
+    checkpoints the update under way and its process ends; the next run resumes each
+    from its newest checkpoint and follows the uninterrupted curve."""
+    config, expected = uninterrupted
+    config = in_process(config)
+    for sent in (signal.SIGKILL, signal.SIGTERM):
+        output = tmp_path / sent.name
+        victim = start_in_a_new_process(config, tokenized, output)
+        wait_for_a_checkpoint(victim, output)
+        os.kill(victim.pid, sent)  # the stage trains in this very process
+        # Killed by the signal, or ended by Ray's SIGTERM handler (behind ours) with its number.
+        assert victim.wait(timeout=120) in (-sent, sent), log_tail(output)
+        saved = complete_checkpoints(output / train.RUN_NAME, 1, 0)
+        assert saved and saved[-1].step < 40 and not (output / "model.pt").exists()
+        if sent == signal.SIGTERM:  # the loop stopped at an update's end, not the process mid-update
+            assert "SIGTERM: finishing the update under way" in log_tail(output), log_tail(output)
+        metrics = run_stage(tokenized, config, output)
+        assert metrics["restarts"] == 1 and metrics["steps"] == 40
+        assert_same_curve(expected, rows(output))

@@ -22,19 +22,22 @@ pytestmark = pytest.mark.slow
 RATES = [1e-3, 3e-3, 30.0]  # 30: Adam's steps of 30 make the loss explode
 
 
-def experiment() -> ExperimentConfig:
+def experiment(in_process: bool = False) -> ExperimentConfig:
     raw = shipped_config("smoke.yaml")
     raw["models"] = [{"name": "t", "family": "transformer", "preset": "tiny"}]
     raw["train"].update(precision="fp32", max_tokens=600, schedule="constant", lr=1e-3, warmup_steps=5,
-                        max_steps=4, valid_every=5, valid_bleu_every=None, checkpoint_every=5, log_every=2)
+                        max_steps=4, valid_every=5, valid_bleu_every=None, checkpoint_every=5, log_every=2,
+                        in_process=in_process)
     raw["tune"] = {"learning_rates": RATES, "budget": 1.5e10, "grace_validations": 2, "reduction_factor": 3,
                    "max_extensions": 0}
     return ExperimentConfig.model_validate(raw)
 
 
+# in_process: each trial trains in its trial's own process and reports to Tune itself.
+@pytest.mark.parametrize("in_process", [False, True], ids=["ray_train", "in_process"])
 def test_tune_chooses_a_rate_never_the_diverging_one_caches_it_and_the_runs_train_with_it(tokenized, tmp_path,
-                                                                                            local_ray):
-    config, store = experiment(), ArtifactStore(str(tmp_path / "artifacts"))
+                                                                                            local_ray, in_process):
+    config, store = experiment(in_process), ArtifactStore(str(tmp_path / "artifacts"))
     planned = {item.stage.name: item for item in plan(config, store)}
     item = planned["tune/t"]
     assert item.status.state == ArtifactState.MISSING

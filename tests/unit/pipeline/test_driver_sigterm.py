@@ -1,24 +1,29 @@
 """SIGTERM to ``nmt run`` (pipeline/driver_sigterm.py), in processes of their own: the
-driver passes it on to the Ray Train workers below it, waits for them, and its loop
+driver passes it on to the processes below it that train (Ray Train workers, and train
+stage tasks that train themselves with train.in_process), waits for them, and its loop
 then raises."""
 
 from __future__ import annotations
 
+import pytest
 import signal
 import subprocess
 import sys
 import time
 
-# A process whose command line names it a Ray Train worker: on SIGTERM it takes a
-# moment (its last update and checkpoint), then exits.
+# A process whose command line names it a Ray Train worker, or a train stage's task
+# (Ray's title for it): on SIGTERM it takes a moment (its last update and checkpoint),
+# then exits. Beside it, an evaluate stage's task, which is left alone.
 WORKER = ("import signal, sys, time\n"
           "signal.signal(signal.SIGTERM, lambda *a: (time.sleep(1.0), print('checkpointed', flush=True), "
           "sys.exit(0)))\n"
           "time.sleep(60)\n")
-DRIVER = f"""
+DRIVER = """
 import subprocess, sys, time
 from pipeline.driver_sigterm import Terminated, raise_if_terminated, stop_on_sigterm
-worker = subprocess.Popen([sys.executable, "-c", {WORKER!r}, "RayTrainWorker"])
+worker = subprocess.Popen({command}, executable=sys.executable)
+bystander = subprocess.Popen(["ray::stage:evaluate/m.s1", "-c", "import time; time.sleep(60)"],
+                             executable=sys.executable)
 stop_on_sigterm()
 print("ready", flush=True)
 started = time.time()
@@ -28,23 +33,29 @@ try:
         raise_if_terminated()
 except Terminated:
     print(f"terminated after the worker: {{worker.poll() == 0}} in {{time.time() - started:.1f}}", flush=True)
+    print(f"evaluation left running: {{bystander.poll() is None}}", flush=True)
+    bystander.kill()
 """
+RAY_TRAIN_WORKER = ["python", "-c", WORKER, "RayTrainWorker"]
+TRAIN_STAGE_TASK = ["ray::stage:train/m.s1", "-c", WORKER]
 
 
-def _driver(grace: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-c", DRIVER], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+def _driver(grace: str, worker: list[str] = RAY_TRAIN_WORKER) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", DRIVER.format(command=repr(worker))], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env={"NMT_SIGTERM_GRACE_S": grace, "PATH": "/usr/bin:/bin",
                                  **{k: v for k, v in __import__("os").environ.items() if k == "PYTHONPATH"}})
 
 
-def test_sigterm_reaches_the_train_workers_and_the_driver_ends_once_they_have():
-    driver = _driver("25")
+@pytest.mark.parametrize("worker", [RAY_TRAIN_WORKER, TRAIN_STAGE_TASK], ids=["ray_train", "in_process"])
+def test_sigterm_reaches_the_train_workers_and_the_driver_ends_once_they_have(worker):
+    driver = _driver("25", worker)
     assert driver.stdout.readline().strip() == "ready"
     time.sleep(0.3)
     driver.send_signal(signal.SIGTERM)
     out, err = driver.communicate(timeout=30)
     assert "terminated after the worker: True" in out, err
     assert "checkpointed" in out  # the worker's own handler ran before the driver ended
+    assert "evaluation left running: True" in out
     assert "asking 1 training worker(s) here to checkpoint" in err
 
 
