@@ -6,7 +6,9 @@
    stage, the seconds between the marks the stage task and its rank-0 worker leave,
    from the stage's task starting to its first update and from its last update to its
    commit. Those two ends are the stage's fixed cost; the first stage of a run also
-   pays what a fresh Ray instance does once.
+   pays what a fresh Ray instance does once. Measured for each of ``--launchers``: Ray
+   Train's worker group, and the stage's own process (``train.in_process``), side by
+   side in one table at the end.
 2. Memory against queued runs. For each N of ``--queued``, one ``nmt run`` of N seeds
    of that model (a few updates each) on the local Ray instance it starts; every half
    second the proportional set size (PSS: each shared page split among the processes
@@ -22,6 +24,7 @@
    behind, and the cache hits of the second run.
 
     python benchmarks/stage_overhead.py --root /tmp/overhead --queued 2 8 32
+    python benchmarks/stage_overhead.py --root /tmp/overhead --queued            # the fixed cost alone
     python benchmarks/stage_overhead.py --root /tmp/sweep --fixed-cost-stages 0 --queued --sweep 200
 
 The smoke config reads Multi30k from a mirror: NMT_MIRROR (or NMT_CORPORA/multi30k).
@@ -57,15 +60,17 @@ PHASES = (
     ("checkpointed", "fit returned", "Ray Train teardown"),
     ("fit returned", "committed", "outputs written, artifact committed"),
 )
+# What trains a stage: Ray Train's worker group, or the stage's own process (train.in_process).
+LAUNCHERS = {"ray_train": False, "in_process": True}
 BEFORE_FIRST_UPDATE = {"task started", "inputs ready", "fit started", "worker started", "data ready", "engine ready"}
 
 
-def config_for(root: Path, seeds: list[int], steps: int) -> Path:
+def config_for(root: Path, seeds: list[int], steps: int, in_process: bool = False) -> Path:
     raw = yaml.safe_load(SMOKE.read_text())
     raw["models"] = [model for model in raw["models"] if model["family"] == "transformer"]
     raw["seeds"] = seeds
     raw["train"].update(precision="fp32", max_steps=steps, warmup_steps=1, valid_every=steps,
-                        checkpoint_every=steps, log_every=1)
+                        checkpoint_every=steps, log_every=1, in_process=in_process)
     for key in ("max_train_flops", "valid_bleu_every"):
         raw["train"].pop(key, None)
     path = root / f"overhead_{len(seeds)}.yaml"
@@ -179,14 +184,14 @@ def sweep(root: Path, env: dict, runs: int, steps: int, kill_after: int) -> None
         sys.exit(f"only {total} of {runs} train stages committed")
 
 
-def fixed_cost(root: Path, env: dict, steps: int, stages: int) -> list[dict[str, float]]:
+def fixed_cost(root: Path, env: dict, steps: int, stages: int, in_process: bool) -> list[dict[str, float]]:
     """The phases of ``stages`` train stages run one after another in one ``nmt run``:
     each takes both CPUs, so none waits for another's. The first pays what a Ray
     instance does once (its stage process's imports, Ray Train's autoscaling
     coordinator); the later ones are what each stage of a sweep pays."""
     timeline = root / "timeline.jsonl"
     timeline.unlink(missing_ok=True)
-    config = config_for(root, list(range(1, stages + 1)), steps)
+    config = config_for(root, list(range(1, stages + 1)), steps, in_process)
     raw = yaml.safe_load(config.read_text())
     raw["train"]["cpus_per_worker"] = os.cpu_count()
     config.write_text(yaml.safe_dump(raw, sort_keys=False))
@@ -201,22 +206,39 @@ def fixed_cost(root: Path, env: dict, steps: int, stages: int) -> list[dict[str,
              if start in stage and end in stage} for stage in ordered]
 
 
-def print_fixed_cost(stages: list[dict[str, float]], steps: int) -> None:
-    print(f"\nFixed cost of a train stage ({steps} updates, transformer tiny, fp32), {len(stages)} stages one "
-          f"after another, each on all {os.cpu_count()} CPUs\n")
+def ends(stages: list[dict[str, float]]) -> tuple[list[float], list[float]]:
+    """Per stage: seconds from its task starting to its first update, and from its last
+    update to its commit."""
+    before = [sum(s for name, s in stage.items() if name.split(" -> ")[0] in BEFORE_FIRST_UPDATE) for stage in stages]
+    after = [sum(s for name, s in stage.items() if name.split(" -> ")[0] not in BEFORE_FIRST_UPDATE) for stage in stages]
+    return before, after
+
+
+def print_fixed_cost(stages: list[dict[str, float]], steps: int, launcher: str) -> None:
+    print(f"\nFixed cost of a train stage, {launcher} ({steps} updates, transformer tiny, fp32), {len(stages)} "
+          f"stages one after another, each on all {os.cpu_count()} CPUs\n")
     print("| phase | " + " | ".join(f"stage {number}" for number in range(1, len(stages) + 1)) + " |")
     print("|---|" + "---:|" * len(stages))
     for phase in stages[0]:
         print(f"| {phase} | " + " | ".join(f"{stage.get(phase, 0.0):.1f}" for stage in stages) + " |")
-    before = [sum(s for name, s in stage.items() if name.split(" -> ")[0] in BEFORE_FIRST_UPDATE) for stage in stages]
-    after = [sum(s for name, s in stage.items() if name.split(" -> ")[0] not in BEFORE_FIRST_UPDATE) for stage in stages]
+    before, after = ends(stages)
     print("| **start to first update** | " + " | ".join(f"**{s:.1f}**" for s in before) + " |")
     print("| **last update to commit** | " + " | ".join(f"**{s:.1f}**" for s in after) + " |")
     print("| **fixed cost** | " + " | ".join(f"**{b + a:.1f}**" for b, a in zip(before, after)) + " |")
-    later = sorted(b + a for b, a in zip(before[1:], after[1:]))
-    if later:
-        print(f"\nfixed cost: first stage {before[0] + after[0]:.1f} s; later stages median "
-              f"{later[len(later) // 2]:.1f} s, most {later[-1]:.1f} s")
+
+
+def print_launchers(measured: dict[str, list[dict[str, float]]]) -> None:
+    """The launchers side by side: the first stage, and the median and most of the later ones."""
+    print("\nFixed cost by launcher, seconds (first stage; later stages: median, most)\n")
+    print("| launcher | start to first update | last update to commit | fixed cost |\n|---|---:|---:|---:|")
+    for launcher, stages in measured.items():
+        before, after = ends(stages)
+        cells = []
+        for values in (before, after, [b + a for b, a in zip(before, after)]):
+            later = sorted(values[1:])
+            cells.append(f"{values[0]:.1f}; {later[len(later) // 2]:.1f}, {later[-1]:.1f}" if later
+                         else f"{values[0]:.1f}")
+        print(f"| {launcher} | " + " | ".join(cells) + " |")
 
 
 def main() -> None:
@@ -228,6 +250,8 @@ def main() -> None:
     parser.add_argument("--kill-after", type=int, default=20, help="... killed after this many commit, resumed")
     parser.add_argument("--fixed-cost-stages", type=int, default=5,
                         help="train stages timed one after another (0: none, only the memory rows and the sweep)")
+    parser.add_argument("--launchers", nargs="+", choices=LAUNCHERS, default=list(LAUNCHERS),
+                        help="what runs the training of the fixed-cost stages")
     args = parser.parse_args()
     args.root.mkdir(parents=True, exist_ok=True)
     mirror = os.environ.get("NMT_MIRROR") or str(Path(os.environ.get("NMT_CORPORA") or REPO / "corpora")
@@ -239,7 +263,11 @@ def main() -> None:
     nmt_run(config_for(args.root, [1], args.steps), args.root, "tokenize", env)  # data stages, once
 
     if args.fixed_cost_stages:
-        print_fixed_cost(fixed_cost(args.root, env, args.steps, args.fixed_cost_stages), args.steps)
+        measured = {launcher: fixed_cost(args.root, env, args.steps, args.fixed_cost_stages, LAUNCHERS[launcher])
+                    for launcher in args.launchers}
+        for launcher, stages in measured.items():
+            print_fixed_cost(stages, args.steps, launcher)
+        print_launchers(measured)
 
     if args.queued:
         print("\nMemory against queued train stages\n")
