@@ -212,10 +212,11 @@ def test_the_frontier_study_has_the_shape_an_isoflop_study_needs():
 
 # The IsoFLOP study's measured optima, in non-embedding parameters, per family and budget
 # where the minimum was interior (diverged sizes left out):
-# benchmarks/reports/2026-11-28_isoflop_pilot_epyc_zen4.md (the report's table "IsoFLOP
-# profiles"; the run stopped after the Transformer and the RNN). Kept in step with the
-# report: when the study is re-run, its optima go here, and the windows must bracket them.
-MEASURED_OPTIMA = {"transformer": {1.0e11: 19.0e3, 3.0e11: 37.3e3}, "rnn": {1.0e11: 18.8e3, 1.0e12: 101.0e3}}
+# benchmarks/reports/2026-11-28_isoflop_study_epyc_zen4.md (the report's table "IsoFLOP
+# profiles"). Kept in step with the report: when the study is re-run, its optima go
+# here, and the windows must bracket them.
+MEASURED_OPTIMA = {"rnn": {3.0e10: 9.07e3, 3.0e11: 80.0e3}, "decoder_only": {1.0e12: 57.1e3},
+                   "convs2s": {1.0e11: 17.9e3, 3.0e11: 42.7e3, 1.0e12: 106.7e3}}
 
 
 def test_the_frontier_study_s_windows_bracket_its_measured_optima():
