@@ -56,7 +56,7 @@ def task_cpus(config: TrainStageConfig) -> float:
     their own (a waiting driver task must not starve them), its one worker's where it
     trains in its own process (train.in_process), so that Ray places nothing else there."""
     training = config.train
-    return float(training.cpus_per_worker) if training.in_process else 0.0
+    return float(training.cpus_per_worker) if training.trains_in_process() else 0.0
 
 
 def worker_resources(config: TrainStageConfig, cluster: dict[str, float]) -> dict[str, float]:
@@ -90,7 +90,7 @@ def run(inputs: dict[str, Path], config: TrainStageConfig, output: Path, ctx: St
         placement.turn.wait()  # the train stages before this one in the config ask for workers first
     started = time.time()
     mark(f"train/{config.model.name}", "fit started")
-    if training.in_process:
+    if training.trains_in_process():
         from stages.train import in_process
         from stages.train.session import InProcessSession
 

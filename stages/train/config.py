@@ -31,9 +31,9 @@ class TrainConfig(Section):
 
     # Ray Train workers, each with one DeepSpeed engine (data parallel).
     workers: int = Field(default=1, gt=0)
-    # One CPU worker run in the train stage's own process instead of a Ray Train worker
-    # group: the same updates, without the 10 s or more of processes Ray Train starts
-    # per stage (stages/train/in_process.py). Needs workers: 1 and no GPU.
+    # A run of one CPU worker trains in the train stage's own process instead of a Ray
+    # Train worker group: the same updates, without the processes Ray Train starts per
+    # stage (stages/train/in_process.py). Runs on GPUs or several workers use Ray Train.
     in_process: bool = False
     use_gpu: bool = False  # one GPU per worker, NCCL between them
     cpus_per_worker: int = Field(default=1, gt=0)  # CPUs Ray reserves for each worker
@@ -153,14 +153,16 @@ class TrainConfig(Section):
             # ZeRO-3 gathers parameters collectively on every forward and would hang.
             raise ValueError("valid_bleu_every cannot be used with zero_stage 3")
         self._check_fractions()
-        if self.in_process and (self.workers != 1 or self.use_gpu):
-            raise ValueError(f"in_process runs one CPU worker in the stage's own process: it needs workers: 1 "
-                             f"(not {self.workers}) and use_gpu: false")
         if self.threads_per_worker is not None and self.threads_per_worker > self.cpus_per_worker:
             raise ValueError(f"threads_per_worker ({self.threads_per_worker}) exceeds cpus_per_worker "
                              f"({self.cpus_per_worker}): the threads would oversubscribe the CPUs Ray gives "
                              "each worker")
         return self
+
+    def trains_in_process(self) -> bool:
+        """Whether a run trains in its stage's own process: ``in_process`` asked for it
+        and the run has one worker, on a CPU."""
+        return self.in_process and self.workers == 1 and not self.use_gpu
 
     def plans_updates(self) -> bool:
         """Whether a budget other than wall time bounds the run, so that its number of

@@ -62,7 +62,7 @@ def _trial_process_resources(config: TuneStageConfig) -> dict[str, float]:
     (train.in_process); else none, since its Ray Train workers ask for theirs, and Tune
     needs some resource to place it by: one byte of memory."""
     training = config.train
-    return {"cpu": float(training.cpus_per_worker)} if training.in_process else {"memory": 1}
+    return {"cpu": float(training.cpus_per_worker)} if training.trains_in_process() else {"memory": 1}
 
 
 def concurrent_trials(config: TuneStageConfig, cluster: dict[str, float]) -> int:

@@ -27,14 +27,14 @@ class Figure:
 
 
 FIGURES = [
-    Figure("the default job's wall time", "2026-11-28_multi30k_default_job_epyc_zen4_fp32.md", "17 min 08 s",
+    Figure("the default job's wall time", "2026-11-28_multi30k_default_job_epyc_zen4_fp32.md", "13 min 01 s",
            r"for the whole\s+graph|the whole graph took"),
-    Figure("the default job's artifacts on disk", "2026-11-28_multi30k_default_job_epyc_zen4_fp32.md", "88 MB",
+    Figure("the default job's artifacts on disk", "2026-11-28_multi30k_default_job_epyc_zen4_fp32.md", "101 MB",
            r"of artifacts|artifacts took", SIZE + r"(?= of (?:artifacts|disk))"),
     Figure("the earlier default job's wall time", "2026-11-26_multi30k_default_job_epyc_avx2.md", "28 min 10 s",
            r"default job used to train"),
-    Figure("the frontier study's wall time", "2026-11-27_frontier_four_families_epyc_zen4.md", "2:07:50",
-           r"of wall time|multi30k_frontier\.yaml` (?:trains|runs)"),
+    Figure("the frontier study's wall time", "2026-11-28_isoflop_study_epyc_zen4.md", "1:10:40",
+           r"for 28 tune stages|multi30k_frontier\.yaml` (?:trains|runs)"),
     Figure("the smoke run's time", "2026-11-27_smoke_run_epyc_zen4.md", "2 min 38 s", r"nmt run configs/smoke\.yaml"),
 ]
 PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]

@@ -4,7 +4,6 @@ and that it is left out of artifact keys (the same run either way)."""
 from __future__ import annotations
 
 import pytest
-from pydantic import ValidationError
 
 from pipeline.core.section import key_exclusions
 from stages.shared.models.spec import ModelSpec
@@ -17,10 +16,13 @@ def stage_config(**train) -> TrainStageConfig:
                             train=TrainConfig(max_steps=10, **train))
 
 
-@pytest.mark.parametrize("settings", [{"workers": 2}, {"use_gpu": True}])
-def test_in_process_refuses_more_than_one_cpu_worker(settings):
-    with pytest.raises(ValidationError, match="in_process runs one CPU worker"):
-        TrainConfig(max_steps=10, in_process=True, **settings)
+@pytest.mark.parametrize("settings, in_process", [({}, True), ({"workers": 2}, False), ({"use_gpu": True}, False)])
+def test_only_a_run_of_one_cpu_worker_trains_in_its_stage_s_process(settings, in_process):
+    """A config that asks for it still trains on GPUs or several workers, through Ray Train."""
+    training = TrainConfig(max_steps=10, in_process=True, **settings)
+    assert training.trains_in_process() is in_process
+    assert task_cpus(TrainStageConfig(model=ModelSpec(name="t", family="transformer", preset="tiny"),
+                                      train=training)) == (1.0 if in_process else 0.0)
 
 
 def test_in_process_is_not_in_the_key_and_its_task_holds_the_worker_s_cpus():
