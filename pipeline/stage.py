@@ -10,8 +10,9 @@ Every stage package under ``stages/`` has the same layout, and describes itself:
 
     stages/<stage>/__init__.py   run() (a StageRun) and VERSION; the artifact's readers
                                  (read_index(), pairs_file(), ...); and, where the
-                                 defaults below do not fit, READS, RESUMABLE, TASK_CPUS (or task_cpus()),
-                                 MLFLOW_FILES, RESOURCES, preflight() and fingerprint()
+                                 defaults below do not fit, READS, RESUMABLE, TASK_CPUS
+                                 (or task_cpus(config)), MLFLOW_FILES, RESOURCES,
+                                 preflight() and fingerprint()
     stages/<stage>/config.py     the stage's config section (a pipeline.core.section.Section)
     stages/<stage>/*.py          the stage's own helpers
 
@@ -99,7 +100,8 @@ class Stage:
         return cls(name=name, run=package.run, config_of=config_of, version=package.VERSION, upstream=upstream,
                    reads={stage: reads[group_of(stage)] for stage in upstream if group_of(stage) in reads},
                    resumable=getattr(package, "RESUMABLE", False), fingerprint=getattr(package, "fingerprint", None),
-                   task_cpus=getattr(package, "task_cpus", getattr(package, "TASK_CPUS", 1)), mlflow_files=getattr(package, "MLFLOW_FILES", ()),
+                   task_cpus=getattr(package, "task_cpus", getattr(package, "TASK_CPUS", 1)),
+                   mlflow_files=getattr(package, "MLFLOW_FILES", ()),
                    preflight=getattr(package, "preflight", None), resources=getattr(package, "RESOURCES", None),
                    worker_resources=getattr(package, "worker_resources", None))
 

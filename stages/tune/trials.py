@@ -38,7 +38,8 @@ def run_trial(params: dict, *, config: TrainStageConfig, tokenized: Path, root: 
     output = Path(root) / trial_name(rate)
     output.mkdir(parents=True, exist_ok=True)
     train.run({"tokenize": tokenized}, config, output,
-              StageContext(resources=TrainingPlacement(callbacks=(TuneReportCallback(),), report_to_tune=ray.tune.report)))
+              StageContext(resources=TrainingPlacement(callbacks=(TuneReportCallback(),),
+                                                       report_to_tune=ray.tune.report)))
 
 
 def stage_trainable(stage_id: str):
