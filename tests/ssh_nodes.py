@@ -100,6 +100,11 @@ PidFile {self.dir / f'sshd-{address}.pid'}
             if process.poll() is None:
                 os.killpg(process.pid, signal.SIGKILL)
                 process.wait()
-        left = processes_naming(str(self.dir))
+        # The kernel ends a namespace's processes once its first one (sshd) is killed,
+        # a moment after ``unshare``, which is all ``wait`` waited for: one seen at once
+        # may be on its way out (seen once in CI: the sshd listener), so look for 10 s.
+        deadline = time.time() + 10
+        while (left := processes_naming(str(self.dir))) and time.time() < deadline:
+            time.sleep(0.1)
         shutil.rmtree(self.dir, ignore_errors=True)
         return left
