@@ -59,7 +59,9 @@ def _one_process_group() -> None:
     DeepSpeed's engine and the loop's all-reduces run over it."""
     import torch.distributed as dist
 
+    # Where DeepSpeed looks for its device index, on every call: whatever started a group
+    # before in this process may have set it and taken it away again.
+    os.environ.setdefault("LOCAL_RANK", "0")
     if dist.is_initialized():
         return
-    os.environ.setdefault("LOCAL_RANK", "0")  # where DeepSpeed looks for its device index
     dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
