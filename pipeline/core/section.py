@@ -27,8 +27,9 @@ def key_exclusions(section: Section) -> dict:
     excluded: dict = {name: True for name in section.NOT_IN_KEY}
     for name in type(section).model_fields:
         value = getattr(section, name)
-        if name not in excluded and isinstance(value, Section) and key_exclusions(value):
-            excluded[name] = key_exclusions(value)
+        nested = key_exclusions(value) if isinstance(value, Section) else {}
+        if name not in excluded and nested:
+            excluded[name] = nested
     return excluded
 
 

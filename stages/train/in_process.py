@@ -2,8 +2,9 @@
 
 Ray Train starts a controller, a placement group, a synchronization actor and a worker
 process for every fit, each importing Ray Train (and the worker torch and DeepSpeed):
-about 10 s from the fit starting to the first update on a 2-core machine, more when
-the stage waits for its placement group beside evaluations. For runs of a few seconds
+a stage's fixed cost of 11.4 s against 0.2 s here on a 2-core machine
+(benchmarks/reports/2026-11-28_in_process_training_epyc_zen4.md), more when the stage
+waits for its placement group beside evaluations. For runs of a few seconds
 to a few minutes (a study's small budgets, tuning trials) that is most of the stage.
 Here the stage's task calls the same worker function (``bootstrap.train_worker``) itself,
 with a session that persists checkpoints into the same run directory (``session.py``):
