@@ -147,6 +147,9 @@ class ExperimentConfig(Section):
         """What budgets branched from one stable phase need, each error naming its key."""
         if len(self.budgets) < 2:
             raise ValueError("branch_budgets shares one stable phase among budgets: list at least two in 'budgets'")
+        if self.tune is not None and self.tune.budget_fraction is not None:
+            raise ValueError("tune.budget_fraction chooses a rate per budget, but branch_budgets trains one stable "
+                             "phase (at one rate) for all budgets: use one or the other")
         for model in self.models:
             where = f"model {model.name!r}: " if model.train else ""
             merged = {**self.train.model_dump(exclude_unset=True), **model.train}
@@ -169,20 +172,47 @@ class ExperimentConfig(Section):
                                 until_decay=model.until_decay, lr_from=model.lr_from)
 
     def tuned_sizes(self) -> list[ModelSpec]:
-        """With a tune section: every size of every model whose learning rate it chooses
-        (one tune stage each, ``tune/<model>`` or ``tune/<model>.<size>``). [] otherwise."""
+        """With a tune section: every size of every model whose learning rate it chooses.
+        [] otherwise."""
         if self.tune is None:
             return []
         return [sized for model in self.models for sized in model.at_sizes() if "lr" not in sized.train]
 
-    def tune_stage_config(self, sized: ModelSpec) -> TuneStageConfig:
-        return TuneStageConfig(model=sized, train=self.train_stage_config(sized).train, tune=self.tune)
+    def tune_budget(self, budget: float | None) -> float:
+        """The budget a run at ``budget`` has its rate chosen at (its tune stage's trials'):
+        ``tune.budget``, or with ``tune.budget_fraction`` that fraction of the run's, at
+        least ``tune.budget`` and at most the run's own."""
+        fraction = self.tune.budget_fraction
+        if fraction is None or budget is None:
+            return self.tune.budget
+        return min(budget, max(self.tune.budget, fraction * budget))
+
+    def tunings(self) -> list[tuple[str, ModelSpec, float]]:
+        """Each tune stage: its name, the size whose rate it chooses and its trials'
+        budget. One per tuned size (``tune/<model>.<size>``), or with
+        ``tune.budget_fraction`` one per size and trial budget
+        (``tune/<model>.<size>.<trial budget>``)."""
+        stages: dict[str, tuple[ModelSpec, float]] = {}
+        for sized in self.tuned_sizes():
+            for budget in self.budgets_of(sized) or [None]:
+                stages.setdefault(self._rate_stage(sized, budget), (sized, self.tune_budget(budget)))
+        return [(name, sized, budget) for name, (sized, budget) in stages.items()]
+
+    def _rate_stage(self, sized: ModelSpec, budget: float | None) -> str | None:
+        """The tune stage that chooses the rate of ``sized``'s runs at ``budget``; None
+        when its rate is not tuned."""
+        if self.tune is None or "lr" in sized.train:
+            return None
+        if self.tune.budget_fraction is None:
+            return tune_stage(sized.name)
+        return tune_stage(f"{sized.name}.{budget_label(self.tune_budget(budget))}")
+
+    def tune_stage_config(self, sized: ModelSpec, budget: float) -> TuneStageConfig:
+        return TuneStageConfig(model=sized, train=self.train_stage_config(sized).train,
+                               tune=self.tune.model_copy(update={"budget": budget}))
 
     def _sizes(self) -> list[ModelSpec]:
-        """Every size of every model, each told the tune stage of its rate, if tuned."""
-        tuned = {sized.name for sized in self.tuned_sizes()}
-        return [sized.model_copy(update={"lr_from": tune_stage(sized.name)}) if sized.name in tuned else sized
-                for model in self.models for sized in model.at_sizes()]
+        return [sized for model in self.models for sized in model.at_sizes()]
 
     def stable_segments(self) -> list[ModelSpec]:
         """With ``branch_budgets``: each run's stable phase, as a chain of segments per
@@ -235,21 +265,23 @@ class ExperimentConfig(Section):
                     runs.append(run)
         return runs
 
-    @staticmethod
-    def _run(sized: ModelSpec, budget: float | None, seed: int | None) -> ModelSpec:
-        """One size of a model at one budget and seed, named after them."""
+    def _run(self, sized: ModelSpec, budget: float | None, seed: int | None) -> ModelSpec:
+        """One size of a model at one budget and seed, named after them, told the tune
+        stage of its rate if tuned."""
         name, train = sized.name, dict(sized.train)
         if budget is not None:
             name, train["max_train_flops"] = f"{name}.{budget_label(budget)}", budget
         if seed is not None:
             name, train["seed"] = f"{name}.s{seed}", seed
-        return sized if name == sized.name else sized.model_copy(
+        run = sized if name == sized.name else sized.model_copy(
             update={"name": name, "train": train, "run_of": sized.name})
+        rate_stage = self._rate_stage(sized, budget)
+        return run.model_copy(update={"lr_from": rate_stage}) if rate_stage else run
 
     def report_stage_config(self) -> ReportStageConfig:
         return ReportStageConfig(experiment=self.name, models=[run.name for run in self.trained_models()],
                                  run_of={run.name: run.run_of for run in self.trained_models() if run.run_of},
-                                 tuned=[tune_stage(sized.name) for sized in self.tuned_sizes()],
+                                 tuned=[name for name, _, _ in self.tunings()],
                                  primary_comparisons=self.report.primary_comparisons)
 
     @field_validator("models")

@@ -28,7 +28,7 @@ from pipeline.core.section import key_exclusions
 from pipeline.stage import Stage
 from stages import bpe, clean, download, evaluate, report, tokenize, train, tune
 from stages.shared.models.spec import ModelSpec
-from stages.shared.names import evaluate_stage, train_stage, tune_stage
+from stages.shared.names import evaluate_stage, train_stage
 
 DATA_STAGES = (
     Stage.of(download, "download", attrgetter("download")),
@@ -45,10 +45,10 @@ def pipeline_stages(config: ExperimentConfig) -> tuple[Stage, ...]:
     runs = config.trained_models()
     if not runs:
         return DATA_STAGES
-    # With a tune section, each model size's learning rate is chosen first.
-    tuning = tuple(Stage.of(tune, tune_stage(sized.name), functools.partial(_tune_slice, sized),
-                            upstream=("tokenize",))
-                   for sized in config.tuned_sizes())
+    # With a tune section, each model size's learning rate is chosen first (with
+    # tune.budget_fraction, at each budget's own trial budget).
+    tuning = tuple(Stage.of(tune, name, functools.partial(_tune_slice, sized, budget), upstream=("tokenize",))
+                   for name, sized, budget in config.tunings())
     # With branch_budgets, the stable-phase segments come first (each continues the one
     # before it), and each budget's run continues its segment.
     training = tuple(Stage.of(train, train_stage(model.name), functools.partial(_train_slice, model),
@@ -63,8 +63,8 @@ def pipeline_stages(config: ExperimentConfig) -> tuple[Stage, ...]:
     return DATA_STAGES + tuning + training + evaluation + (reporting,)
 
 
-def _tune_slice(sized: ModelSpec, config: ExperimentConfig):
-    return config.tune_stage_config(sized)
+def _tune_slice(sized: ModelSpec, budget: float, config: ExperimentConfig):
+    return config.tune_stage_config(sized, budget)
 
 
 def _train_slice(model: ModelSpec, config: ExperimentConfig):

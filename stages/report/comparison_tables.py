@@ -78,7 +78,7 @@ def _tuning_sentence(family: str, chosen: list[tuple[dict, str | None]]) -> str:
     inside = [entry["model"] for entry, edge in chosen if edge is None]
     at_edge = [f"{entry['model']} ({entry['lr']:g}, the {edge} tried)" for entry, edge in chosen if edge]
     if not at_edge:
-        return f"{family}: every chosen rate is inside the rates tried ({len(inside)} of {len(chosen)} sizes)."
+        return f"{family}: every chosen rate is inside the rates tried ({len(inside)} of {len(chosen)} choices)."
     return (f"{family}: {len(inside)} of {len(chosen)} chosen rates inside the rates tried; at an edge: "
             + ", ".join(at_edge) + ".")
 

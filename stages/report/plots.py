@@ -242,8 +242,9 @@ def _bleu_curves(records: list[dict], curves: dict[str, list[dict]], path: Path,
 
 
 def lr_sensitivity_figure(comparison: dict, title: str):
-    """Per family, best validation loss against the learning rate, one line per tuned
-    model size, the chosen rate ringed; rates without a finite loss are left out."""
+    """Per family, best validation loss against the learning rate, one line per tune
+    stage (a size, or a size at one trial budget: ``w24.2.5e11``), the chosen rate
+    ringed; rates without a finite loss are left out."""
     families = list(dict.fromkeys(entry.get("family", entry["model"]) for entry in comparison["tuning"]))
     figure, grid = plt.subplots(1, len(families), figsize=(4.4 * len(families), 4.2), squeeze=False,
                                 layout="constrained")
@@ -255,7 +256,7 @@ def lr_sensitivity_figure(comparison: dict, title: str):
                             if trial["best_valid_loss"] is not None)
             if not points:
                 continue
-            line, = axes.plot(*zip(*points), marker="o", markersize=4, label=entry["model"].rpartition(".")[2])
+            line, = axes.plot(*zip(*points), marker="o", markersize=4, label=entry["model"].partition(".")[2] or entry["model"])
             chosen = [loss for rate, loss in points if rate == entry["lr"]]
             axes.scatter([entry["lr"]] * len(chosen), chosen, s=140, facecolors="none", edgecolors=line.get_color())
         axes.set_xscale("log")

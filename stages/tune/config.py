@@ -3,6 +3,8 @@ and the slice a tune stage is keyed on (one model size, the train section, this)
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from pydantic import Field, field_validator
 
 from pipeline.core.section import Section
@@ -20,6 +22,16 @@ class TuneConfig(Section):
     # Counted training FLOPs of each trial (its train.max_train_flops): the budget the
     # rate is chosen at.
     budget: float = Field(gt=0)
+    # Choose each size's rate at every budget it trains at, not once for all: each
+    # budget's trials train to this fraction of the runs' budget, at least ``budget`` and
+    # at most the runs' own, one tune stage per size and trial budget
+    # (tune/<model>.<size>.<trial budget>; budgets whose trials coincide share it). A
+    # rate chosen at one budget for runs 20x longer diverged or trained 0.3-0.9 nats worse
+    # (docs/comparing.md). null: every budget's runs use the rate chosen at ``budget``.
+    budget_fraction: float | None = Field(default=None, gt=0, le=1)
+    # Each tune stage's own trial budget is its ``budget``, in its key: the fraction that
+    # chose it is not (a stage of the same trial budget is the same stage either way).
+    NOT_IN_KEY: ClassVar[frozenset[str]] = frozenset({"budget_fraction"})
     # ASHA (Li et al. 2020): every trial gets this many validations before it can be
     # stopped, and at each rung after it 1/reduction_factor of the trials go on.
     grace_validations: int = Field(default=2, gt=0)

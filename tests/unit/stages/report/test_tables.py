@@ -105,7 +105,7 @@ def test_the_report_shows_each_tuned_size_s_rates_its_losses_and_the_choice(tmp_
     # Each size's choice, with its family (read from the runs' records).
     assert json.loads((tmp_path / "report.json").read_text())["comparison"]["tuning"] == [
         {**tuning[0], "family": "transformer"}]
-    assert "transformer: every chosen rate is inside the rates tried (1 of 1 sizes)." in text
+    assert "transformer: every chosen rate is inside the rates tried (1 of 1 choices)." in text
     # A size whose best is still the top rate after an extension: flagged in the table and the note.
     edge = [{"model": "t.w32", "lr": 4e-3, "budget": 2e12, "trials": [
         {"lr": 1e-3, "best_valid_loss": 5.4, "validations": 7, "train_flops": 2e12, "stopped_early": False},
