@@ -175,6 +175,43 @@ def test_a_tune_section_chooses_each_size_s_rate_before_its_runs_and_a_set_rate_
     assert rekeyed["train/r"] == planned["train/r"].key
 
 
+PER_BUDGET = ["train.schedule=wsd", "budgets=[1e11, 4e11, 2e12]", "models=[{name: t, family: transformer, sizes: [w64]}]"]
+
+
+def tuned_per_budget(fraction: float) -> list[str]:
+    return [*PER_BUDGET, f"tune={{learning_rates: [3e-4, 1e-3], budget: 1e11, budget_fraction: {fraction}}}"]
+
+
+def test_a_rate_tuned_per_budget_is_chosen_at_a_fraction_of_each_run_s_budget_within_bounds(store):
+    config = load_config(SMOKE, tuned_per_budget(0.25))
+    planned = {item.stage.name: item for item in plan(config, store)}
+    # 1e11 and 4e11 both tune at 1e11 (their quarter is below tune.budget): one stage;
+    # 2e12 at its quarter, 5e11.
+    assert [name for name in planned if name.startswith("tune/")] == ["tune/t.w64.1e11", "tune/t.w64.5e11"]
+    assert [planned[name].stage.config_of(config).tune.budget for name in ("tune/t.w64.1e11", "tune/t.w64.5e11")] \
+        == [1e11, 5e11]
+    for run, chosen_by in [("t.w64.1e11", "tune/t.w64.1e11"), ("t.w64.4e11", "tune/t.w64.1e11"),
+                           ("t.w64.2e12", "tune/t.w64.5e11")]:
+        assert planned[f"train/{run}"].stage.config_of(config).lr_from == chosen_by
+        assert planned[f"train/{run}"].upstream_keys[chosen_by] == planned[chosen_by].key
+    assert config.report_stage_config().tuned == ["tune/t.w64.1e11", "tune/t.w64.5e11"]
+    # The fraction is not in a stage's key, its trial budget is: at a fifth, the 1e11
+    # stage is the same artifact, and 2e12 tunes at 4e11 instead.
+    fifth = {item.stage.name: item.key for item in plan(load_config(SMOKE, tuned_per_budget(0.2)), store)}
+    assert fifth["tune/t.w64.1e11"] == planned["tune/t.w64.1e11"].key and "tune/t.w64.4e11" in fifth
+    # A run's trials never train past the run's own budget.
+    assert load_config(SMOKE, tuned_per_budget(1.0)).tune_budget(4e11) == 4e11
+    assert load_config(SMOKE, [*tuned_per_budget(0.25)[:-1], "tune={learning_rates: [3e-4, 1e-3], budget: 1e12, "
+                               "budget_fraction: 0.25}"]).tune_budget(4e11) == 4e11
+
+
+def test_rates_tuned_per_budget_cannot_share_one_branched_stable_phase():
+    from pipeline.config import ConfigError
+
+    with pytest.raises(ConfigError, match="tune.budget_fraction chooses a rate per budget, but branch_budgets"):
+        load_config(SMOKE, [*tuned_per_budget(0.25), "train.warmup_steps=5", "branch_budgets=true"])
+
+
 @pytest.mark.parametrize("change, message", [
     ("tune={learning_rates: [1e-3, 1e-3], budget: 1e11}",
      "tune.learning_rates: Value error, needs at least two distinct rates"),
