@@ -3,7 +3,7 @@
 # (one without network access too), in phases each held within a deadline (GPU_CHECK_SECONDS).
 #
 #   product  a real `nmt run` of the smoke config on CUDA (Ray Train places the workers on
-#            the GPU, DeepSpeed bf16 over NCCL, checkpoints, MLflow in SQLite, evaluation on
+#            the GPU, bf16 autocast and DeepSpeed over NCCL, checkpoints, MLflow in SQLite, evaluation on
 #            CUDA); `nmt translate --device cuda`; `nmt serve` with a GPU replica answering a
 #            POST; then the tests marked gpu and a Transformer-Tiny step time
 #   wu       configs/multi30k_en_de_wu2021.yaml on one GPU (8,192 tokens an update, as the
@@ -243,9 +243,13 @@ bench() {
     fi
     [ -f "$model/model.pt" ] || model=$(newest train/transformer_tiny)
     if [ "$dry_run" = 1 ]; then
+        step step_overhead 120 "$python" benchmarks/step_overhead.py --device cpu --shapes tiny --steps 1 --rounds 1 \
+            --json "$results/step_overhead.json"
         step throughput 300 "$python" benchmarks/train_throughput.py --device cpu --shapes tiny --tokens 512 \
             --steps 1 --rounds 1 --json "$results/train_throughput.json"
     else
+        # The train stage's engine against the plain step: tiny, Wu's, base and big.
+        step step_overhead 240 "$python" benchmarks/step_overhead.py --device cuda --json "$results/step_overhead.json"
         step throughput 330 "$python" benchmarks/train_throughput.py --device cuda --shapes base big --tokens 25000 \
             --compile --json "$results/train_throughput.json"
     fi

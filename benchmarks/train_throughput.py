@@ -16,9 +16,11 @@ Precisions: on a CPU fp32 and, where the CPU runs it natively (pipeline/core/har
 AMX or AVX512-BF16), bf16 autocast; on a GPU bf16 autocast. ``--precisions`` forces a
 list; bf16 on an AVX2-only CPU is emulated and runs hundreds of times slower.
 
-On a GPU two more rows show the pipeline's own paths for our model: ``ours, DeepSpeed``
-is the train stage's engine (stages/train/engine.py ``build_engine``: bf16 weights, fp32
-master weights, fused Adam), and ``--compile`` adds ``ours, compiled`` (torch.compile).
+Two more rows show the pipeline's own paths for our model: ``ours, DeepSpeed`` is the
+train stage's engine (stages/train/engine.py ``build_engine``, called as the train loop
+calls it: fp32 weights under bf16 autocast, fused Adam), and ``--compile`` adds ``ours,
+compiled`` (torch.compile). ``vs ours`` divides the plain step's time by each row's:
+the train stage's engine against the same model's plain step.
 
     python benchmarks/train_throughput.py                      # CPU: small and base; GPU: base and big
     python benchmarks/train_throughput.py --shapes base --tokens 25000 --device cuda --compile --json out.json
@@ -46,6 +48,7 @@ from stages.shared.models.transformer.config import PRESETS as TRANSFORMER_PRESE
 from stages.shared.models.transformer.model import Transformer  # noqa: E402
 from stages.shared.models.flops import training_flops  # noqa: E402
 from stages.shared.models.cross_entropy import label_smoothed_cross_entropy  # noqa: E402
+from stages.train.deepspeed_config import bf16_autocast  # noqa: E402
 
 VOCAB = 8000
 
@@ -108,13 +111,13 @@ class DeepSpeedStep:
             deepspeed.init_distributed(dist_backend="nccl" if device.startswith("cuda") else "gloo")
         training = TrainConfig(max_steps=10**6, use_gpu=device.startswith("cuda"), precision=precision)
         self.engine, self.batch = build_engine(model, training, precision), batch
-        self.autocast = (torch.autocast("cpu", dtype=torch.bfloat16) if precision == "bf16" and not training.use_gpu
-                         else contextlib.nullcontext())
+        self.autocast = (torch.autocast(torch.device(device).type, dtype=torch.bfloat16)
+                         if bf16_autocast(precision) else contextlib.nullcontext())
 
     def __call__(self) -> None:
         src, tgt_in, tgt_out = self.batch
-        with self.autocast:
-            loss, _ = label_smoothed_cross_entropy(self.engine(src, tgt_in), tgt_out)
+        with self.autocast:  # the module itself, as stages/train/loop.py calls it
+            loss, _ = label_smoothed_cross_entropy(self.engine.module(src, tgt_in), tgt_out)
         self.engine.backward(loss / tgt_out.numel())
         self.engine.step()
 
@@ -145,7 +148,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--precisions", nargs="+", choices=["fp32", "bf16"], default=None)
     parser.add_argument("--compile", action="store_true", help="add a row for our model under torch.compile")
-    parser.add_argument("--no-deepspeed", action="store_true", help="leave out the DeepSpeed row on a GPU")
+    parser.add_argument("--no-deepspeed", action="store_true", help="leave out the train stage's engine's row")
     parser.add_argument("--json", help="also write the rows to this file")
     args = parser.parse_args()
     if args.threads:
@@ -176,9 +179,9 @@ def main() -> None:
         print(f"bf16 skipped: {found.why}")
     print()
     mfu_heads = "MFU (measured peak) |" + (" MFU (datasheet) |" if gpu else "")
-    print(f"| shape | model | precision | params | s/step | target tokens/s | vs Marian | GFLOP/s | {mfu_heads}"
-          + (" GPU memory |" if gpu else ""))
-    print("|---|---|---|---:|---:|---:|---:|---:|---:|" + ("---:|---:|" if gpu else ""))
+    print(f"| shape | model | precision | params | s/step | target tokens/s | vs Marian | vs ours | GFLOP/s | "
+          f"{mfu_heads}" + (" GPU memory |" if gpu else ""))
+    print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|" + ("---:|---:|" if gpu else ""))
     rows = []
     for shape in shapes:
         config = TRANSFORMER_PRESETS[shape]
@@ -194,7 +197,7 @@ def main() -> None:
                     model.compile(dynamic=False)
                     return TorchStep(model, ours_forward, batch, precision, device)
                 candidates["ours, compiled"] = compiled
-            if gpu and not args.no_deepspeed:
+            if not args.no_deepspeed:
                 candidates["ours, DeepSpeed"] = lambda: DeepSpeedStep(Transformer(config, VOCAB, VOCAB).to(device),
                                                                       batch, precision, device)
             seconds, memory = _race(candidates, steps, args.rounds, device)
@@ -205,10 +208,12 @@ def main() -> None:
                        "tokens_per_second": sentences * args.length / seconds[name], "flops_per_second": achieved,
                        "mfu_measured": achieved / measured[precision],
                        "mfu_datasheet": achieved / datasheet[precision].flops if gpu else None,
-                       "vs_marian": seconds["MarianMTModel"] / seconds[name], "gpu_memory": memory.get(name)}
+                       "vs_marian": seconds["MarianMTModel"] / seconds[name],
+                       "vs_ours": seconds["ours"] / seconds[name], "gpu_memory": memory.get(name)}
                 rows.append(row)
                 print(f"| {shape} | {name} | {precision} | {row['params'] / 1e6:.1f}M | {seconds[name]:.3f} | "
-                      f"{row['tokens_per_second']:,.0f} | {row['vs_marian']:.2f}x | {achieved / 1e9:,.0f} | "
+                      f"{row['tokens_per_second']:,.0f} | {row['vs_marian']:.2f}x | {row['vs_ours']:.2f}x | "
+                      f"{achieved / 1e9:,.0f} | "
                       f"{row['mfu_measured']:.1%} |"
                       + (f" {row['mfu_datasheet']:.1%} | {memory[name] / 2**30:.1f} GiB |" if gpu else ""),
                       flush=True)

@@ -52,9 +52,9 @@ def train_loop(tokenized: Path, precision: str, use_gpu: bool, family: str = "tr
 
     train = TokenizedSplit(tokenized, "train")
     facts = vocabulary_facts(tokenized, train.vocab)
+    settings = {"max_steps": 100, "log_every": 1, "warmup_steps": 4, **train_settings}
     config = TrainStageConfig(model=ModelSpec(name="t", family=family, preset="tiny"),
-                              train=TrainConfig(use_gpu=use_gpu, precision=precision, max_steps=100, log_every=1,
-                                                warmup_steps=4, max_tokens=max_tokens, **train_settings))
+                              train=TrainConfig(use_gpu=use_gpu, precision=precision, max_tokens=max_tokens, **settings))
     torch.manual_seed(0)
     engine = build_engine(build_for_vocabulary(config.model, facts), config.train, precision)
     rows: list[dict] = []

@@ -41,7 +41,9 @@ __all__ = ["VERSION", "RUN_NAME", "RESUMABLE", "task_cpus", "MLFLOW_FILES", "REA
 # 10: ConvS2S's tiny preset 64 wide, four blocks a side (presets are keyed by name)
 # 11: the wsd schedule and budgets branched from one stable phase (new keys in the slice)
 # 12: a checkpoint between two logged rows saves their sums: the next row after a resume or a branch covers the same updates as an uninterrupted run's
-VERSION = 12
+# 13: bf16 trains fp32 weights under torch.autocast on a GPU too; the loop clips at ZeRO 0
+#     (one fused norm), DeepSpeed's throughput timer and a world of one's all-reduce off
+VERSION = 13
 RUN_NAME = "train_run"
 # A crashed attempt's staging directory holds its checkpoints: the next attempt resumes.
 RESUMABLE = True

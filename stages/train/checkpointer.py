@@ -38,6 +38,14 @@ from stages.train.progress import TrainingProgress
 
 DEEPSPEED_TAG = "deepspeed"
 WEIGHTS = "weights.pt"  # a slimmed checkpoint's consolidated fp32 weights
+# How the engine holds its states. 2: bf16 keeps fp32 weights and torch's Adam under
+# torch.autocast on a GPU too (deepspeed_config.py); before, a GPU's bf16 run saved the
+# states of DeepSpeed's bf16 optimizer wrapper, which this engine cannot load.
+ENGINE_LAYOUT = 2
+
+
+class IncompatibleCheckpoint(Exception):
+    """A checkpoint written by an engine whose states this one cannot load."""
 
 
 @dataclass(frozen=True)
@@ -100,6 +108,7 @@ def save(engine, rank: int, progress: TrainingProgress, history: list[dict], bes
     """In every worker (each writes its DeepSpeed shard): a checkpoint of this moment,
     handed to the worker's session, which persists it to the run's storage."""
     progress.last_checkpoint_step = progress.step
+    progress.engine_layout = ENGINE_LAYOUT
     with tempfile.TemporaryDirectory(prefix="nmt-checkpoint-") as directory:
         engine.save_checkpoint(directory, tag=DEEPSPEED_TAG)
         if rank == 0:
@@ -120,8 +129,15 @@ def save(engine, rank: int, progress: TrainingProgress, history: list[dict], bes
 def restore(engine, directory: Path) -> tuple[TrainingProgress, list[dict], dict | None]:
     """In every worker: the engine's state from a checkpoint, and its progress, logged
     rows and best weights."""
-    engine.load_checkpoint(str(directory), tag=DEEPSPEED_TAG)
     progress = TrainingProgress.from_json(json.loads((directory / "progress.json").read_text()))
+    hardware = progress.hardware
+    if progress.engine_layout < 2 and hardware.get("precision") == "bf16" and hardware.get("device") == "cuda":
+        raise IncompatibleCheckpoint(
+            f"checkpoint {directory}: written in bf16 on a GPU by an earlier version, whose engine kept DeepSpeed's "
+            "bf16 optimizer states; this version trains bf16 with fp32 weights under torch.autocast and cannot "
+            "resume it. Train the run again from the start (nmt run --force train/<model>), or finish it with the "
+            "version that wrote it")
+    engine.load_checkpoint(str(directory), tag=DEEPSPEED_TAG)
     history = [json.loads(line) for line in (directory / "history.jsonl").read_text().splitlines() if line]
     best = torch.load(directory / "best.pt", weights_only=True) if (directory / "best.pt").is_file() else None
     return progress, history, best

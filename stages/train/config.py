@@ -45,7 +45,7 @@ class TrainConfig(Section):
     threads_per_worker: int | None = Field(default=None, gt=0)
     # auto: what the worker's device runs fast (pipeline/core/hardware.py): bf16 on GPUs that
     # have it and on CPUs with AMX or AVX512-BF16, fp16 on older GPUs, else fp32.
-    # bf16 is autocast on a CPU and DeepSpeed's bf16 mode on a GPU; fp16 is GPU only.
+    # bf16 is torch.autocast over fp32 weights, on a CPU as on a GPU; fp16 is DeepSpeed's mode, GPU only.
     precision: Precision = "auto"
     # DeepSpeed ZeRO: 1 shards the optimizer states, 2 also the gradients, 3 also the weights.
     zero_stage: int = Field(default=0, ge=0, le=3)

@@ -20,8 +20,9 @@ def build_engine(model: torch.nn.Module, training: TrainConfig, precision: str,
     cosine over a FLOPs or tokens budget decays.
 
     The optimizer is torch's fused implementation (one kernel for all parameters, on a
-    CPU as on a GPU) rather than one kernel per parameter and operation. DeepSpeed's
-    bf16, fp16 and ZeRO modes wrap it and call it on their fp32 master weights.
+    CPU as on a GPU) rather than one kernel per parameter and operation; at ZeRO stage 0
+    outside fp16 DeepSpeed calls it as it is (deepspeed_config.py). DeepSpeed's fp16 and
+    ZeRO modes wrap it and call it on their fp32 master weights.
     ``train.compile`` compiles the model's forward in place (parameter names, and so
     checkpoints, unchanged), with dynamic shapes since every batch has its own.
     """
@@ -37,6 +38,10 @@ def build_engine(model: torch.nn.Module, training: TrainConfig, precision: str,
         optimizer, lambda update: learning_rate(update + 1, training, width, spent()))
     engine, _, _, _ = deepspeed.initialize(model=model, optimizer=optimizer, lr_scheduler=scheduler,
                                            config=deepspeed_config(training, precision))
+    if engine.dp_world_size == 1 and engine.zero_optimization_stage() == 0:
+        # One worker has nothing to reduce: DeepSpeed would still flatten every gradient,
+        # all-reduce it over a group of one and copy it back, each update.
+        engine.enable_backward_allreduce = False
     return engine
 
 

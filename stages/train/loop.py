@@ -20,6 +20,7 @@ What a worker does before the loop (device, data, engine, restoring a checkpoint
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import math
 import time
@@ -33,7 +34,7 @@ from stages.train.batching import batches_from, token_batches
 from stages.train.budget_bar import BudgetBar
 from stages.train.config import TrainStageConfig
 from stages.train.data import Batch, TokenizedSplit
-from stages.train.deepspeed_config import cpu_autocast
+from stages.train.deepspeed_config import bf16_autocast, loop_clips
 from stages.shared.models.flops import projects_source, training_flops
 from stages.shared.models.loss import translation_loss
 from stages.train.progress import STABLE_PHASE_END, TrainingProgress, budget_reached
@@ -48,8 +49,13 @@ class TrainLoop:
         self.train_split, self.valid_split = train_split, valid_split
         self.rank, self.world = rank, world
         self.progress, self.history, self.best = progress, history, best
-        self.autocast = cpu_autocast(self.training, progress.hardware["precision"])
+        precision = progress.hardware["precision"]
+        self.autocast = bf16_autocast(precision)
+        self.clips = loop_clips(self.training, precision)  # else DeepSpeed clips, if anything
         self.device = engine.device
+        # Counted FLOPs per (source length, target length, source logits): a batch has
+        # hundreds of sentences but few distinct length pairs.
+        self.flops_of_pair: dict[tuple[int, int, bool], int] = {}
         self.window = _Window()
         self.window.resume_rows(progress.log_window, rank)
         self.metrics_sink = metrics_sink  # rank 0's live MLflow logging, when tracked
@@ -187,23 +193,35 @@ class TrainLoop:
                                          self.training.label_smoothing, self.pad_id)
         tokens = max(1, batch.target_tokens)
         self.engine.backward(loss / tokens)
-        # DeepSpeed computes the norm itself under ZeRO and mixed precision; in plain fp32
-        # we do, and only before an update whose row is logged.
-        if (self.engine.is_gradient_accumulation_boundary() and self.engine.zero_optimization_stage() == 0
-                and (progress.step + 1) % self.training.log_every == 0):
-            self.window.grad_norm = _grad_norm(self.model)
+        if self.engine.is_gradient_accumulation_boundary():
+            if self.clips:  # the norm, on the device, clips and is logged
+                self.window.grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(),
+                                                                       self.training.gradient_clipping, foreach=True)
+            elif self.engine.zero_optimization_stage() == 0 and (progress.step + 1) % self.training.log_every == 0:
+                # Not clipped here: the norm only before an update whose row is logged.
+                # Under ZeRO DeepSpeed computes it (get_global_grad_norm).
+                self.window.grad_norm = _grad_norm(self.model)
         self.engine.step()
         progress.micro_batches += 1
-        source_logits = projects_source(self.model, progress.step)  # what translation_loss computed
-        flops = sum(training_flops(self.model, int(s), int(t), source_logits)
-                    for s, t in zip(batch.src_lengths, batch.tgt_lengths))
-        # The losses stay on the device (see the module's docstring).
-        self.window.add(tokens=batch.target_tokens, src_tokens=int(batch.src_lengths.sum()), flops=flops,
+        self.window.add(tokens=batch.target_tokens, src_tokens=int(batch.src_lengths.sum()),
+                        flops=self._counted_flops(batch, projects_source(self.model, progress.step)),
                         loss=loss.detach(), nll=nll.detach())
+
+    def _counted_flops(self, batch: Batch, source_logits: bool) -> int:
+        """The batch's counted training FLOPs, each sentence's from its length pair
+        (``source_logits``: what translation_loss computed)."""
+        pairs = collections.Counter(zip(batch.src_lengths.tolist(), batch.tgt_lengths.tolist()))
+        total = 0
+        for (src, tgt), sentences in pairs.items():
+            key = (src, tgt, source_logits)
+            if key not in self.flops_of_pair:
+                self.flops_of_pair[key] = training_flops(self.model, src, tgt, source_logits)
+            total += sentences * self.flops_of_pair[key]
+        return total
 
     def _precision(self):
         if self.autocast:
-            return torch.autocast("cpu", dtype=torch.bfloat16)
+            return torch.autocast(self.device.type, dtype=torch.bfloat16)
         return contextlib.nullcontext()
 
     # ------------------------------------------------------------------ after an update

@@ -47,6 +47,9 @@ class TrainingProgress:
     log_window: dict = field(default_factory=dict)
     # The latest attempt's device, resolved precision and peak FLOP/s (worker_device.py).
     hardware: dict = field(default_factory=dict)
+    # How the engine that wrote the checkpoint held its states (checkpointer.ENGINE_LAYOUT);
+    # 1 for checkpoints written before it was recorded.
+    engine_layout: int = 1
 
     @property
     def position(self) -> BatchPosition:

@@ -36,7 +36,8 @@ __all__ = ["VERSION", "TASK_CPUS", "MLFLOW_FILES", "run", "worker_resources", "c
 # 2: the grid extended past an edge its best rate was on (tune.max_extensions)
 # 3: each stage's trainable under its own name: two tune stages at once had overwritten
 #    each other's registration in the Ray job, so a choice made beside another may be wrong
-VERSION = 3
+# 4: its trials train with train VERSION 13's engine (the loop's own clipping)
+VERSION = 4
 # The stage's own task holds no CPU: its trials' Ray Train workers ask for theirs.
 TASK_CPUS = 0
 MLFLOW_FILES = (CHOICE_FILE,)

@@ -1,6 +1,6 @@
 """The CUDA path: run by benchmarks/gpu_check.sh on a machine with a GPU, skipped
 elsewhere. Each test checks on CUDA what a CPU test checks on the CPU, or what only a
-GPU can show (which attention kernel runs, DeepSpeed's bf16 and fp16 modes)."""
+GPU can show (which attention kernel runs, bf16 autocast and DeepSpeed's fp16 mode)."""
 
 from __future__ import annotations
 
@@ -106,16 +106,24 @@ def test_beam_search_on_cuda_finds_what_the_cpu_finds(beam):
     assert cuda_tokens == cpu_tokens
 
 
-def test_deepspeed_bf16_trains_on_cuda(tokenized, cuda_distributed):
+def test_bf16_trains_on_cuda_with_fp32_weights_and_no_host_sync(tokenized, cuda_distributed, monkeypatch):
     from tests.train_loops import train_loop
+    from tests.unit.stages.train.test_step_overhead import CountOps
 
-    run = train_loop(tokenized, "bf16", use_gpu=True, max_tokens=2000)
-    assert next(run.engine.module.parameters()).dtype == torch.bfloat16
-    assert run.engine.device.type == "cuda"
+    run = train_loop(tokenized, "bf16", use_gpu=True, max_tokens=2000, gradient_clipping=1.0)
+    assert next(run.engine.module.parameters()).dtype == torch.float32  # bf16 is the loop's autocast
+    assert type(run.engine.optimizer) is torch.optim.Adam and run.engine.device.type == "cuda"
     for _ in range(30):
         assert run.update()
     first, last = run.rows[0]["train_loss"], run.rows[-1]["train_loss"]
     assert last < first and all(torch.isfinite(torch.tensor(row["grad_norm"])) for row in run.rows)
+    # Rows every 1,000 updates from here: an update without a logged row reads nothing back.
+    run.loop.training = run.loop.training.model_copy(update={"log_every": 1000})
+    synchronizes = []
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a, **k: synchronizes.append(1))
+    with CountOps() as counter:
+        assert run.update()
+    assert counter.host_syncs == 0 and not synchronizes, counter.ops.most_common(10)
 
 
 @pytest.mark.parametrize("check", ["overflow", "halving"])

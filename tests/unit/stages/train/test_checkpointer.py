@@ -70,3 +70,34 @@ def test_under_zero_stage_0_the_model_states_alone_make_a_checkpoint_complete(tm
     (tmp_path / "checkpoint_000002").mkdir()  # a directory whose files never arrived
     assert [c.step for c in complete_checkpoints(tmp_path, world_size=4, zero_stage=0)] == [100]
     assert complete_checkpoints(tmp_path / "missing", world_size=1, zero_stage=0) == []
+
+
+def test_a_gpu_bf16_checkpoint_of_the_earlier_engine_layout_is_refused_with_what_to_do(tmp_path):
+    """Before ENGINE_LAYOUT 2, a GPU's bf16 run saved DeepSpeed's bf16 optimizer wrapper's
+    states: restoring one into this engine is a clear error, before DeepSpeed reads it;
+    a CPU's bf16 checkpoint of layout 1 (fp32 weights already) is not refused."""
+    import json
+
+    import pytest
+
+    from stages.train.checkpointer import IncompatibleCheckpoint, restore
+
+    class Engine:
+        loaded = False
+
+        def load_checkpoint(self, *args, **kwargs):
+            self.loaded = True
+
+    old = tmp_path / "gpu"
+    old.mkdir()
+    (old / "progress.json").write_text(json.dumps({"step": 40, "hardware": {"precision": "bf16", "device": "cuda"}}))
+    engine = Engine()
+    with pytest.raises(IncompatibleCheckpoint, match=r"written in bf16 on a GPU by an earlier version.*--force"):
+        restore(engine, old)
+    assert not engine.loaded
+    cpu = tmp_path / "cpu"
+    cpu.mkdir()
+    (cpu / "progress.json").write_text(json.dumps({"step": 40, "hardware": {"precision": "bf16", "device": "cpu"}}))
+    (cpu / "history.jsonl").write_text("")
+    progress, _, _ = restore(engine, cpu)
+    assert engine.loaded and progress.step == 40
