@@ -10,9 +10,11 @@ rank, batch number), so a resumed run draws the same masks as an uninterrupted o
 On a GPU the host queues work ahead of the device, and every value read back from
 the device makes it wait. So the loop reads back only what the budgets need: the
 per-update counts are host numbers (the batches' sizes and the clock); the losses and
-the gradient norm stay on the device and are read once per logged row. The remaining
-waits per update are DeepSpeed's own (fp16's overflow check) and, with several
-workers, the all-reduce of the counts.
+the gradient norm stay on the device and are read once per logged row; batches are
+copied from pinned memory, so the copy does not wait either, and the next batch is
+built on the host while the device trains on this one. The remaining waits per update
+are DeepSpeed's own (fp16's overflow check) and, with several workers, the all-reduce
+of the counts (tests/unit/stages/train/test_step_overhead.py counts them on a CPU).
 
 What a worker does before the loop (device, data, engine, restoring a checkpoint) is
 ``bootstrap.py``; checkpoints are ``checkpointer.py``; the bar is ``budget_bar.py``.
@@ -187,7 +189,10 @@ class TrainLoop:
         progress = self.progress
         # Dropout masks depend only on (seed, rank, batch number): resuming redraws them.
         torch.manual_seed(hash((self.training.seed, self.rank, progress.micro_batches)) & (2**62 - 1))
-        src, tgt_in, tgt_out = (t.to(self.device, non_blocking=True) for t in (batch.src, batch.tgt_in, batch.tgt_out))
+        host = (batch.src, batch.tgt_in, batch.tgt_out)
+        if self.device.type == "cuda":  # a copy from pinned memory is asynchronous; from pageable memory it waits
+            host = tuple(t.pin_memory() for t in host)
+        src, tgt_in, tgt_out = (t.to(self.device, non_blocking=True) for t in host)
         with self._precision():
             loss, nll = translation_loss(self.model, src, tgt_in, tgt_out, progress.step,
                                          self.training.label_smoothing, self.pad_id)
