@@ -67,7 +67,7 @@ def worker_resources(config: TrainStageConfig, cluster: dict[str, float]) -> dic
     process and no actor."""
     training = config.train
     return {"CPU": float(training.workers * training.cpus_per_worker),
-            **({"GPU": float(training.workers)} if training.use_gpu else {})}
+            **({"GPU": training.workers * training.gpus_per_worker} if training.use_gpu else {})}
 
 
 def run(inputs: dict[str, Path], config: TrainStageConfig, output: Path, ctx: StageContext[TrainingPlacement]) -> dict:
@@ -119,7 +119,7 @@ def _ray_train_fit(args, training, storage: str, filesystem, placement: Training
     from stages.train.bootstrap import train_worker
     from stages.train.ray_trainer import StageTrainer
 
-    resources = {"CPU": training.cpus_per_worker, **({"GPU": 1} if training.use_gpu else {})}
+    resources = {"CPU": training.cpus_per_worker, **({"GPU": training.gpus_per_worker} if training.use_gpu else {})}
     trainer = StageTrainer(
         train_worker,
         train_loop_config={"args": args},

@@ -27,7 +27,7 @@ class TrainConfig(Section):
     """
 
     # How the run is spread out, not what it trains: not in artifact keys.
-    NOT_IN_KEY: ClassVar[frozenset[str]] = frozenset({"in_process"})
+    NOT_IN_KEY: ClassVar[frozenset[str]] = frozenset({"in_process", "gpus_per_worker"})
 
     # Ray Train workers, each with one DeepSpeed engine (data parallel).
     workers: int = Field(default=1, gt=0)
@@ -35,7 +35,12 @@ class TrainConfig(Section):
     # Train worker group: the same updates, without the processes Ray Train starts per
     # stage (stages/train/in_process.py). Runs on GPUs or several workers use Ray Train.
     in_process: bool = False
-    use_gpu: bool = False  # one GPU per worker, NCCL between them
+    use_gpu: bool = False  # a GPU per worker (gpus_per_worker), NCCL between them
+    # The share of a GPU each worker asks Ray for: 0.125 lets eight runs of small models
+    # (a frontier study's sizes) train on one GPU at once, each in its own process; Ray
+    # and the runner's admission count the fractions. Below 1 only for runs of one worker:
+    # NCCL cannot join two workers on one GPU.
+    gpus_per_worker: float = Field(default=1.0, gt=0, le=1)
     cpus_per_worker: int = Field(default=1, gt=0)  # CPUs Ray reserves for each worker
     # How Ray places the workers on nodes: PACK fills a node first; SPREAD and
     # STRICT_SPREAD put them on different nodes (STRICT: or wait until there are enough).
@@ -144,6 +149,12 @@ class TrainConfig(Section):
                              "from the decay")
         if self.average_last > self.keep_checkpoints:
             raise ValueError("average_last cannot exceed keep_checkpoints")
+        if self.gpus_per_worker < 1 and not self.use_gpu:
+            raise ValueError("gpus_per_worker is a share of a GPU: it needs use_gpu: true")
+        if self.gpus_per_worker < 1 and self.workers > 1:
+            raise ValueError(f"gpus_per_worker {self.gpus_per_worker:g} shares a GPU among runs of one worker; with "
+                             f"workers: {self.workers} each worker needs a whole GPU (NCCL cannot join two workers "
+                             "on one GPU)")
         if self.precision == "fp16" and not self.use_gpu:
             raise ValueError("precision fp16 needs use_gpu: true; on a CPU use auto, bf16 or fp32")
         if self.best_metric == "valid_bleu" and self.valid_bleu_every is None:

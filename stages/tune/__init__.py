@@ -55,7 +55,7 @@ def worker_resources(config: TuneStageConfig, cluster: dict[str, float]) -> dict
 def _trial_resources(config: TuneStageConfig) -> dict[str, float]:
     training = config.train
     return {"CPU": float(training.workers * training.cpus_per_worker),
-            **({"GPU": float(training.workers)} if training.use_gpu else {})}
+            **({"GPU": training.workers * training.gpus_per_worker} if training.use_gpu else {})}
 
 
 def _trial_process_resources(config: TuneStageConfig) -> dict[str, float]:
