@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import functools
 import math
 import time
 
@@ -40,6 +41,22 @@ from stages.train.deepspeed_config import bf16_autocast, loop_clips
 from stages.shared.models.flops import projects_source, training_flops
 from stages.shared.models.loss import translation_loss
 from stages.train.progress import STABLE_PHASE_END, TrainingProgress, budget_reached
+
+
+def _timed(part: str):
+    """A method whose wall time is added to the run's ``time_spent[part]``: where a run's
+    time goes besides its updates (train_report.json's ``seconds_<part>``). On a GPU the
+    host time of ``logging`` (it reads the losses back) includes waiting for the device."""
+    def wrap(method):
+        @functools.wraps(method)
+        def timed(self, *args, **kwargs):
+            started = time.perf_counter()
+            try:
+                return method(self, *args, **kwargs)
+            finally:
+                self._spend(part, started)
+        return timed
+    return wrap
 
 
 class TrainLoop:
@@ -173,15 +190,22 @@ class TrainLoop:
         clock reading that ``progress.seconds`` counts from."""
         training, progress = self.training, self.progress
         for _ in range(training.gradient_accumulation):
+            fetching = time.perf_counter()
             position, indices = next(batches)
             if training.max_epochs is not None and position.epoch >= training.max_epochs:
                 progress.stop_reason = "max_epochs"
                 return False
-            self._train_on(self.train_split.batch(indices))
+            batch = self.train_split.batch(indices)
+            self._spend("data", fetching)
+            self._train_on(batch)
             progress.epoch, progress.step_in_epoch = position.epoch, position.step_in_epoch
         progress.step += 1
         self._account_update(time.perf_counter() - started)
         return True
+
+    def _spend(self, part: str, started: float) -> None:
+        spent = self.progress.time_spent
+        spent[part] = spent.get(part, 0.0) + time.perf_counter() - started
 
     # ------------------------------------------------------------------ one batch
 
@@ -244,6 +268,7 @@ class TrainLoop:
         progress.train_flops += flops
         interval = max(1e-9, seconds / self.world - progress.seconds)
         progress.seconds = seconds / self.world
+        progress.time_spent_in_seconds = sum(progress.time_spent.values())
         self.window.rows_tokens += tokens
         self.window.rows_flops += flops
         self.window.rows_seconds += interval
@@ -259,6 +284,7 @@ class TrainLoop:
         if progress.step % training.log_every == 0:
             self._log_row(grad_norm)
 
+    @_timed("logging")
     def _log_row(self, grad_norm) -> None:
         window, progress = self.window, self.progress
         tokens = max(window.rows_tokens, 1.0)
@@ -278,6 +304,7 @@ class TrainLoop:
         self._record(row)
         window.reset_rows()
 
+    @_timed("validation")
     def _validate(self) -> None:
         """Loss and perplexity on the valid split: each worker a share, summed."""
         progress = self.progress
@@ -303,6 +330,7 @@ class TrainLoop:
                       "valid_ppl": math.exp(min(valid_loss, 50)), "train_seconds": progress.seconds,
                       "train_flops": progress.train_flops, "train_tokens": progress.train_tokens})
 
+    @_timed("validation")
     def _validate_bleu(self) -> None:
         """BLEU and chrF on the valid split and a fixed sample of training pairs."""
         progress = self.progress
@@ -329,6 +357,7 @@ class TrainLoop:
         else:
             progress.validations_without_improvement += 1
 
+    @_timed("checkpoints")
     def _checkpoint(self) -> None:
         window = self.window
         loss, nll = _all_reduce([window.rows_loss, window.rows_nll], self.world, self.device)

@@ -23,6 +23,9 @@ from stages.train import checkpointer, plan
 from stages.train.config import TrainStageConfig
 from stages.shared.models.flops import parameter_counts, six_nd
 
+# The parts of a run's training time besides its updates (TrainingProgress.time_spent).
+TIME_PARTS = ("data", "validation", "checkpoints", "logging")
+
 
 def write_outputs(output: Path, config: TrainStageConfig, tokenized: Path, checkpoints: list,
                    seconds_this_attempt: float) -> dict:
@@ -67,6 +70,11 @@ def write_outputs(output: Path, config: TrainStageConfig, tokenized: Path, check
         "skipped_updates": progress.get("skipped_updates", 0),  # fp16 overflows
         "stop_reason": progress["stop_reason"],  # the budget that ended training
     }
+    # Where the training time went: the loop's parts besides the updates (the final
+    # validation and checkpoint included), and the updates themselves.
+    spent = progress.get("time_spent") or {}
+    metrics.update({f"seconds_{part}": spent.get(part, 0.0) for part in TIME_PARTS})
+    metrics["seconds_updates"] = max(0.0, seconds - progress.get("time_spent_in_seconds", 0.0))
     if config.lr_from is not None:
         metrics.update(lr=training.lr, lr_from=config.lr_from)  # the rate its tune stage chose
     continued = progress.get("continued") or {}

@@ -47,6 +47,13 @@ class TrainingProgress:
     log_window: dict = field(default_factory=dict)
     # The latest attempt's device, resolved precision and peak FLOP/s (worker_device.py).
     hardware: dict = field(default_factory=dict)
+    # Wall seconds of the run in each part of the loop that is not an update ("data",
+    # "validation", "checkpoints", "logging": loop.py's _timed), across restarts; the
+    # rest of ``seconds`` is the updates themselves (forward, backward, optimizer).
+    time_spent: dict = field(default_factory=dict)
+    # Their sum at the last update: ``seconds`` ends there, the final validation and
+    # checkpoint come after it.
+    time_spent_in_seconds: float = 0.0
     # How the engine that wrote the checkpoint held its states (checkpointer.ENGINE_LAYOUT);
     # 1 for checkpoints written before it was recorded.
     engine_layout: int = 1

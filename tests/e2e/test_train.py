@@ -64,6 +64,12 @@ def test_two_cpu_workers_with_zero2_train_checkpoint_and_lower_the_loss(tokenize
     # Both workers' tokens are counted: about twice one worker's share.
     assert metrics["train_tokens"] == rows(tmp_path / "out")[-1]["train_tokens"]
     assert metrics["train_flops"] > metrics["train_tokens"] * 1e5
+    # Where the time went: three validations and checkpoints, 30 logged rows, 60 batches
+    # built, and the updates; the parts before the last update fit in its train_seconds.
+    parts = {part: metrics[f"seconds_{part}"] for part in ("data", "validation", "checkpoints", "logging",
+                                                           "updates")}
+    assert all(seconds > 0 for seconds in parts.values()), parts
+    assert parts["updates"] > parts["data"] and parts["updates"] < metrics["train_seconds"]
 
 
 @pytest.mark.parametrize("family", ["rnn", "transformer", "decoder_only"])
