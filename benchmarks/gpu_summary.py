@@ -150,6 +150,18 @@ def step_overhead_rows(results: Results) -> list[tuple[str, str, str]]:
     return out
 
 
+def sharing_rows(results: Results) -> list[tuple[str, str, str]]:
+    path = results.file("gpu_sharing.json")
+    if path is None:
+        return [("runs of a small model sharing one GPU", "not run", "-")]
+    rows = json.loads(path.read_text())
+    cells = ", ".join(f"{row['runs']} at once {row['vs_one_run']:.2f}x" for row in rows)
+    eight = [row for row in rows if row["runs"] >= 8]
+    met = "-" if not eight else "yes" if max(row["vs_one_run"] for row in eight) > 1 else "no"
+    return [(f"{rows[0]['size']} runs sharing one {rows[0]['device']}: total tokens/s against one run alone",
+             cells, met)]
+
+
 def decode_rows(results: Results) -> list[tuple[str, str, str]]:
     path = results.file("decode_speed.txt")
     if path is None:
@@ -182,8 +194,8 @@ def main() -> None:
     if environment:
         print("Machine: " + "; ".join(line.strip() for line in environment.read_text().splitlines()[:2]))
         print()
-    rows = (product_rows(results) + wu_rows(results) + step_overhead_rows(results) + throughput_rows(results)
-            + decode_rows(results))
+    rows = (product_rows(results) + wu_rows(results) + step_overhead_rows(results) + sharing_rows(results)
+            + throughput_rows(results) + decode_rows(results))
     phases: dict[str, int] = {}
     for step in results.steps.values():
         phases[step["phase"]] = phases.get(step["phase"], 0) + step["seconds"]

@@ -55,7 +55,7 @@ def test_a_call_over_the_limit_is_refused_naming_the_call_and_its_parts():
              "data": 2 * gpu_pack.MIB}
     limit = 64 * gpu_pack.MIB
     rows = gpu_pack.call_sizes(sizes, repository=2 * gpu_pack.MIB, limit=limit)
-    assert {row["call"]: row["fits"] for row in rows} == {"product": True, "wu": True, "bench": False}
+    assert {row["call"]: row["fits"] for row in rows} == {"product": True, "wu": True, "engine": True, "bench": False}
     with pytest.raises(SystemExit, match=r"call 'bench' \(base \+ ctranslate2 \+ data\): 66.0 MiB"):
         gpu_pack.check_fits(rows, limit)
     gpu_pack.check_fits([row for row in rows if row["fits"]], limit)  # the others pass
