@@ -6,6 +6,8 @@ import sys
 import time
 from pathlib import Path
 
+import typer
+
 from pipeline.commands.console import console
 from pipeline.commands.output import fail, load_experiment, open_store
 from stages.shared.inference.search import SearchSettings
@@ -76,6 +78,8 @@ def _load(model: Path, model_name: str | None, artifact_root: str | None, search
         resolved = resolve_precision(search.precision, detect_device(search.device), "--precision")
         path = model_file(model, model_name, artifact_root)
         return path, Translator.from_file(path, search.device, resolved)
+    except typer.Exit:
+        raise  # fail() said why already; typer.Exit is a RuntimeError too
     except (FileNotFoundError, RuntimeError, HardwareError) as error:
         fail(str(error), 2)
 
@@ -135,6 +139,8 @@ def attention_files(model: Path, model_name: str | None, text: str, output: Path
     try:
         path = model_file(model, model_name, artifact_root)
         translator = Translator.from_file(path, device, "fp32")  # weights as trained: no autocast
+    except typer.Exit:
+        raise  # fail() said why already
     except (FileNotFoundError, RuntimeError) as error:
         fail(str(error), 2)
     sentence = sentence_attention(translator, text, SearchSettings(beam_size=beam))

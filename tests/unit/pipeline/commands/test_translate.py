@@ -114,3 +114,16 @@ def test_any_search_options_translate_or_exit_with_one_error_line(transformer, o
     else:
         assert result.exit_code == 2 and result.output.startswith("error: "), (options, result.output)
         assert not isinstance(result.exception, Exception) or isinstance(result.exception, SystemExit)
+
+
+@pytest.mark.parametrize("command", [["translate"], ["attention", "--input", "A dog."]])
+def test_a_model_not_trained_yet_is_one_error_line_and_exit_status_1(command, tmp_path):
+    """fail() exits through typer.Exit, which is a RuntimeError: it must not be caught and
+    reported again as "error: 1" with another exit status."""
+    from tests.helpers import REPO
+
+    result = CliRunner().invoke(app, [*command, str(REPO / "configs" / "smoke.yaml"), "--model", "transformer_tiny",
+                                      "--artifact-root", str(tmp_path / "empty")], input="A dog.\n")
+    errors = [line for line in result.output.splitlines() if line.startswith("error:")]
+    assert result.exit_code == 1 and len(errors) == 1, result.output
+    assert "transformer_tiny is not trained yet" in errors[0]
