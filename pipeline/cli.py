@@ -106,11 +106,13 @@ def report(
     artifact_root: Optional[str] = RootOpt,
     tracking_uri: Optional[str] = typer.Option(None, "--tracking-uri", envvar="MLFLOW_TRACKING_URI",
                                                help="MLflow tracking URI for run ids; default: sqlite:///./mlflow.db."),
+    overrides: List[str] = typer.Option([], "--set", help="Override a key of every config given, e.g. --set "
+                                                          "'seeds=[1,2]' (repeatable)."),
 ) -> None:
     """One comparison over the models of several configs or MLflow runs: the table, plots, intervals and tests."""
     from pipeline.commands.report import compare_sources
 
-    compare_sources(sources, output, title, artifact_root, tracking_uri)
+    compare_sources(sources, output, title, artifact_root, tracking_uri, overrides)
 
 
 @app.command()
@@ -139,6 +141,7 @@ def translate(
     alignment: bool = typer.Option(False, "--alignment",
                                    help="Print 'text ||| i-j ...': source word i aligned to target word j, "
                                         "from the last layer's cross-attention (fairseq's format)."),
+    overrides: List[str] = SetOpt,
     artifact_root: Optional[str] = RootOpt,
 ) -> None:
     """Translate lines of text with a trained model: one output line per input line."""
@@ -147,7 +150,7 @@ def translate(
     search = search_settings(beam_size=beam_size, nbest=nbest, length_penalty=length_penalty,
                              max_length_a=max_length_a, max_length_b=max_length_b, min_length=min_length,
                              device=device, precision=precision)
-    translate_text(model, model_name, input_file, search, batch_size, artifact_root, alignment, workers)
+    translate_text(model, model_name, input_file, search, batch_size, artifact_root, alignment, workers, overrides)
 
 
 @app.command()
@@ -159,12 +162,13 @@ def attention(
     model_name: Optional[str] = typer.Option(None, "--model", help="Which model of the experiment YAML."),
     beam: int = typer.Option(4, "--beam", min=1, help="Beam size of the translation the maps are taken on."),
     device: str = typer.Option("cpu", "--device", help="cpu, cuda, ..."),
+    overrides: List[str] = SetOpt,
     artifact_root: Optional[str] = RootOpt,
 ) -> None:
     """Attention heatmaps of one translation, every layer and head, and an HTML page to browse them."""
     from pipeline.commands.translate import attention_files
 
-    attention_files(model, model_name, text, output, beam, device, artifact_root)
+    attention_files(model, model_name, text, output, beam, device, artifact_root, overrides)
 
 
 @app.command()
@@ -181,12 +185,13 @@ def export(
                                      "int16, float16, bfloat16 or float32 (default: float32)."),
     force: bool = typer.Option(False, "--force", help="Replace the output directory if an earlier nmt export wrote it "
                                                       "(never the working directory or the model's)."),
+    overrides: List[str] = SetOpt,
     artifact_root: Optional[str] = RootOpt,
 ) -> None:
     """Export a trained model for CTranslate2 or Hugging Face Transformers, with its SentencePiece model(s)."""
     from pipeline.commands.export import export_files
 
-    export_files(model, model_name, format, output, quantization, force, artifact_root)
+    export_files(model, model_name, format, output, quantization, force, artifact_root, overrides)
 
 
 @app.command()
@@ -230,6 +235,7 @@ def serve(
                                  "request; needs the haproxy binary)."),
     address: Optional[str] = typer.Option(None, "--address", envvar="RAY_ADDRESS",
                                           help="Ray cluster to join; default: start a local instance."),
+    overrides: List[str] = SetOpt,
     artifact_root: Optional[str] = RootOpt,
 ) -> None:
     """Serve a trained model over HTTP (POST /translate, GET /health, /docs) with Ray Serve."""
@@ -252,7 +258,7 @@ def serve(
                                batch_max_wait_s=(max(ServiceSettings.batch_max_wait_s, batch_wait_ms / 1000)
                                                  if batch_max_wait_ms is None else batch_max_wait_ms / 1000))
     serve_model(model, model_name, host, port, replicas, cpus_per_replica, gpus_per_replica, settings, address,
-                artifact_root)
+                artifact_root, overrides)
 
 
 @app.command("cluster-wait")

@@ -9,13 +9,14 @@ from pipeline.commands.output import fail
 
 
 def export_files(model: Path, model_name: str | None, format: str, output: Path, quantization: str | None,
-                 force: bool, artifact_root: str | None) -> None:
+                 force: bool, artifact_root: str | None, overrides: list[str] = ()) -> None:
     from pipeline.commands.translate import model_file
     from stages.shared.export import ExportError, export_model
     from stages.shared.inference.model_file import ModelFileError
 
     try:
-        written = export_model(model_file(model, model_name, artifact_root), format, output, quantization, force)
+        written = export_model(model_file(model, model_name, artifact_root, overrides), format, output, quantization,
+                               force)
     except (ExportError, FileNotFoundError, ModelFileError) as error:
         fail(str(error), 2)
     size = sum(path.stat().st_size for path in written.rglob("*") if path.is_file())

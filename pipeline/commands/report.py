@@ -18,7 +18,7 @@ log = logging.getLogger("nmt")
 
 
 def compare_sources(sources: list[str], output: Path, title: str | None, artifact_root: str | None,
-                    tracking_uri: str | None) -> None:
+                    tracking_uri: str | None, overrides: list[str] = ()) -> None:
     from mlflow.exceptions import MlflowException
     from mlflow.tracking import MlflowClient
 
@@ -29,8 +29,7 @@ def compare_sources(sources: list[str], output: Path, title: str | None, artifac
     gathered = []
     for source in sources:
         if source.endswith((".yaml", ".yml")) or Path(source).is_file():
-            experiment = load_experiment(Path(source), [])
-            gathered.append(from_config(experiment, open_store(experiment, artifact_root)))
+            gathered.append(_from_config(Path(source), artifact_root, list(overrides)))
             continue
         client = MlflowClient(absolute_tracking_uri(tracking_uri or default_tracking_uri()))
         try:
@@ -50,3 +49,21 @@ def compare_sources(sources: list[str], output: Path, title: str | None, artifac
                            primary_comparisons=primary)
     print_report(read_report(output))
     console.print("wrote " + ", ".join(str(path) for path in written))
+
+
+def _from_config(config_file: Path, artifact_root: str | None, overrides: list[str]):
+    """The trained models of a config with ``overrides``; without any, and where the
+    config as written has none trained, those of the last ``nmt run`` of it, with its
+    ``--set`` (pipeline/run_settings.py)."""
+    from pipeline import run_settings
+    from pipeline.compare import from_config
+
+    experiment = load_experiment(config_file, overrides)
+    store = open_store(experiment, artifact_root)
+    found = from_config(experiment, store)
+    last = [] if overrides or found.rows else run_settings.recorded(store, experiment.name)
+    if last:
+        console.print(f"{config_file}: the models the last nmt run of it trained, with "
+                      + " ".join(f"--set {override}" for override in last), style="dim", highlight=False)
+        return from_config(load_experiment(config_file, last), store)
+    return found

@@ -34,6 +34,7 @@ log = logging.getLogger("nmt")
 
 def run_experiment(config: Path, overrides: list[str], until: str | None, force: list[str],
                    artifact_root: str | None, address: str | None, tracking_uri: str | None) -> None:
+    from pipeline import run_settings
     from pipeline.graph import plan, preflight
     from pipeline.core.hardware import HardwareError, cpus_of_this_task
     from pipeline.run_recorder import RunRecorder
@@ -49,6 +50,8 @@ def run_experiment(config: Path, overrides: list[str], until: str | None, force:
         planned = plan(experiment, store, until, tuple(force))
     except ValueError as error:
         fail(str(error), 2)
+    # translate/export/attention/serve CONFIG --model NAME then find what this run trains.
+    run_settings.record(store, experiment.name, overrides)
     if not (address or os.environ.get("RAY_ADDRESS")):
         # A local run: this machine is the one that trains and decodes, so refuse now
         # what it cannot run. A cluster's workers check their own devices.

@@ -46,7 +46,8 @@ def choose_ingress(ingress: str, address: str | None) -> None:
 
 
 def serve_model(model: Path, model_name: str | None, host: str, port: int, replicas: int, cpus_per_replica: float,
-                gpus_per_replica: float, settings, address: str | None, artifact_root: str | None) -> None:
+                gpus_per_replica: float, settings, address: str | None, artifact_root: str | None,
+                overrides: list[str] = ()) -> None:
     from ray import serve
 
     from pipeline.commands.translate import TrainedModel, trained_artifact
@@ -56,7 +57,7 @@ def serve_model(model: Path, model_name: str | None, host: str, port: int, repli
     from pipeline.serving.app import service_app
 
     if model.suffix in (".yaml", ".yml"):
-        fetch_model, name = TrainedModel(*trained_artifact(model, model_name, artifact_root)), model_name
+        fetch_model, name = TrainedModel(*trained_artifact(model, model_name, artifact_root, overrides)), model_name
     else:
         if not model.exists():
             fail(f"{model}: no such model file or train artifact directory", 2)

@@ -14,7 +14,8 @@ from stages.shared.inference.search import SearchSettings
 
 
 def translate_text(model: Path, model_name: str | None, input_file: Path | None, search: SearchSettings,
-                   batch_size: int, artifact_root: str | None, alignment: bool = False, workers: int = 1) -> None:
+                   batch_size: int, artifact_root: str | None, alignment: bool = False, workers: int = 1,
+                   overrides: list[str] = ()) -> None:
     """Translate the lines of ``input_file`` (stdin if None) to stdout, searching as ``search`` says."""
     import contextlib
     import functools
@@ -29,7 +30,7 @@ def translate_text(model: Path, model_name: str | None, input_file: Path | None,
         fail("--alignment prints the best translation's alignment: use it with --nbest 1", 2)
     if workers > 1 and not search.device.startswith("cpu"):
         fail(f"--workers {workers}: decoding in several processes is for CPUs; on {search.device} use one", 2)
-    path, translator = _load(model, model_name, artifact_root, search)
+    path, translator = _load(model, model_name, artifact_root, search, overrides)
     # Each process gets an equal share of the threads this process would have used.
     pool = (DecodePool(functools.partial(open_translator, path, search.device, translator.precision), workers,
                        max(1, torch.get_num_threads() // workers))
@@ -69,14 +70,14 @@ def search_settings(**options) -> SearchSettings:
                        for e in error.errors()), 2)
 
 
-def _load(model: Path, model_name: str | None, artifact_root: str | None, search):
+def _load(model: Path, model_name: str | None, artifact_root: str | None, search, overrides: list[str]):
     """(model file, Translator in the resolved precision); a clear exit if either fails."""
     from pipeline.core.hardware import HardwareError, detect_device, resolve_precision
     from stages.shared.inference.translator import Translator
 
     try:
         resolved = resolve_precision(search.precision, detect_device(search.device), "--precision")
-        path = model_file(model, model_name, artifact_root)
+        path = model_file(model, model_name, artifact_root, overrides)
         return path, Translator.from_file(path, search.device, resolved)
     except typer.Exit:
         raise  # fail() said why already; typer.Exit is a RuntimeError too
@@ -124,7 +125,7 @@ def _alignment(translator, line: str, translation) -> str:
 
 
 def attention_files(model: Path, model_name: str | None, text: str, output: Path, beam: int, device: str,
-                    artifact_root: str | None) -> None:
+                    artifact_root: str | None, overrides: list[str] = ()) -> None:
     """``nmt attention``: translate ``text``, write a PNG per layer and head and one HTML page."""
     from stages.shared.inference.attention import (
         format_alignment,
@@ -137,7 +138,7 @@ def attention_files(model: Path, model_name: str | None, text: str, output: Path
     if not text.strip():
         fail("--input: give a sentence to translate", 2)
     try:
-        path = model_file(model, model_name, artifact_root)
+        path = model_file(model, model_name, artifact_root, overrides)
         translator = Translator.from_file(path, device, "fp32")  # weights as trained: no autocast
     except typer.Exit:
         raise  # fail() said why already
@@ -151,29 +152,53 @@ def attention_files(model: Path, model_name: str | None, text: str, output: Path
     console.print(f"{len(pngs)} heatmaps and {output / 'index.html'}")
 
 
-def model_file(model: Path, model_name: str | None, artifact_root: str | None) -> Path:
+def model_file(model: Path, model_name: str | None, artifact_root: str | None, overrides: list[str] = ()) -> Path:
     """The model file that a translate argument names."""
     if model.suffix not in (".yaml", ".yml"):
         return model  # a file or a train artifact directory: Translator takes either
-    return TrainedModel(*trained_artifact(model, model_name, artifact_root))()
+    return TrainedModel(*trained_artifact(model, model_name, artifact_root, overrides))()
 
 
-def trained_artifact(config_file: Path, model_name: str | None, artifact_root: str | None):
+def trained_artifact(config_file: Path, model_name: str | None, artifact_root: str | None,
+                     overrides: list[str] = ()):
     """(store, stage name, key) of the train artifact of ``model_name`` in an experiment
-    YAML; a clear exit if there is no such model or it is not trained yet."""
+    YAML with ``overrides``; without any, where the config as written has no such model
+    trained, the ``--set`` of the last ``nmt run`` of the experiment in this store
+    (pipeline/run_settings.py). A clear exit if there is no such model or it is not
+    trained yet."""
+    from pipeline import run_settings
+
+    experiment = load_experiment(config_file, list(overrides))
+    store = open_store(experiment, artifact_root)
+    found = _trained(experiment, store, model_name)
+    last = [] if overrides else run_settings.recorded(store, experiment.name)
+    if found is None and last:
+        found = _trained(load_experiment(config_file, last), store, model_name)
+        if found is not None:
+            console.print(f"{model_name}: as the last nmt run of {config_file} trained it, with "
+                          + " ".join(f"--set {override}" for override in last), style="dim", highlight=False)
+    if found is not None:
+        return store, *found
+    names = [spec.name for spec in experiment.trained_models()]
+    settings = " ".join(f"--set {override}" for override in overrides)
+    if model_name not in names:
+        fail(f"{config_file}{' with ' + settings if settings else ''}: pick a model with --model: "
+             f"{', '.join(names)}", 2)
+    fail(f"{config_file}: {model_name} is not trained yet (nmt run {config_file}{' ' + settings if settings else ''} "
+         "first)", 1)
+
+
+def _trained(experiment, store, model_name: str | None) -> tuple[str, str] | None:
+    """(stage name, key) of ``model_name``'s trained artifact under ``experiment``; None
+    if the experiment has no such model or it is not trained."""
     from pipeline.core.artifacts import ArtifactState
     from pipeline.graph import find_stage, plan
     from stages.shared.names import train_stage
 
-    experiment = load_experiment(config_file, [])
-    names = [spec.name for spec in experiment.trained_models()]
-    if model_name not in names:
-        fail(f"{config_file}: pick a model with --model: {', '.join(names)}", 2)
-    store = open_store(experiment, artifact_root)
+    if model_name not in [spec.name for spec in experiment.trained_models()]:
+        return None
     trained = find_stage(plan(experiment, store), train_stage(model_name))
-    if trained.status.state != ArtifactState.CACHED:
-        fail(f"{config_file}: {model_name} is not trained yet (nmt run {config_file} first)", 1)
-    return store, trained.stage.name, trained.key
+    return (trained.stage.name, trained.key) if trained.status.state == ArtifactState.CACHED else None
 
 
 class TrainedModel:

@@ -128,7 +128,7 @@ class ModelFiles:
         directory, with the artifact's ``vocab.json`` and SentencePiece model(s) beside it."""
         model_file = Path(model_file)
         if model_file.is_dir():
-            model_file = model_file / "model.pt"
+            model_file = _model_in(model_file)
         if not model_file.is_file():
             raise FileNotFoundError(f"{model_file}: no model file (a train artifact holds model.pt and best.pt)")
         vocab_file = model_file.parent / "vocab.json"
@@ -139,6 +139,22 @@ class ModelFiles:
         models = vocab["models"]
         return cls(model_file, model_file.parent / models["src"], model_file.parent / models["tgt"],
                    vocab["special_ids"])
+
+
+def _model_in(directory: Path) -> Path:
+    """The ``model.pt`` of a train artifact directory, or of the one train artifact a
+    stage's folder holds (``artifacts/train/NAME``: one directory per key); a folder of
+    several is refused naming them, newest first."""
+    if (directory / "model.pt").is_file() or not directory.is_dir():
+        return directory / "model.pt"
+    keyed = sorted((child for child in directory.iterdir() if (child / "model.pt").is_file()),
+                   key=lambda child: (child / "model.pt").stat().st_mtime, reverse=True)
+    if len(keyed) == 1:
+        return keyed[0] / "model.pt"
+    if keyed:
+        raise FileNotFoundError(f"{directory} holds {len(keyed)} trained models, one per set of settings: name one "
+                                f"of {', '.join(str(child) for child in keyed)} (newest first)")
+    return directory / "model.pt"
 
 
 class SourceEncoder:
