@@ -42,11 +42,14 @@ def read_report(artifact: Path) -> dict:
 
 def summary(report: dict) -> tuple[pd.DataFrame, list[str]]:
     """The report's summary columns, one row per model as display strings, and the lines
-    printed under them: sacreBLEU's signatures, then each run's hardware."""
-    from stages.report.tables import SUMMARY_COLUMNS, display_table, hardware_lines, signature_lines
+    printed under them: runs that did not really train, sacreBLEU's signatures, then each
+    run's hardware."""
+    from stages.report.tables import SUMMARY_COLUMNS, display_table, hardware_lines, signature_lines, warning_lines
 
     frame = display_table(report["models"])[list(SUMMARY_COLUMNS)]
-    return frame, [f"sacreBLEU {line}" for line in signature_lines(report["models"])] + hardware_lines(report["models"])
+    return frame, ([f"warning: {line}" for line in warning_lines(report["models"])]
+                   + [f"sacreBLEU {line}" for line in signature_lines(report["models"])]
+                   + hardware_lines(report["models"]))
 
 
 def model_row(name: str, train_report: dict, train_curve: list[dict], eval_report: dict | None,

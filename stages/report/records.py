@@ -111,4 +111,26 @@ def from_reports(name: str, train_report: dict, train_curve: list[dict],
     losses = [point["valid_loss"] for point in curve if "valid_loss" in point]
     record = model_record(name, train_report["config"], train_report["metrics"],
                           eval_report["metrics"] if eval_report else None, run_of, losses[-1] if losses else None)
+    record["training_warnings"] = training_warnings(name, train_report["config"]["train"], train_report["metrics"],
+                                                    train_curve)
     return record, curve
+
+
+# A run whose last logged training loss is above this share of its first did not learn.
+STUCK_LOSS_RATIO = 0.95
+
+
+def training_warnings(name: str, training: dict, metrics: dict, rows: list[dict]) -> list[str]:
+    """What says a run did not really train: it ended inside its warmup (its rate never
+    reached its peak), or its training loss never left where it started."""
+    warnings = []
+    warmup, steps = training.get("warmup_steps"), metrics.get("steps", 0)
+    if training.get("warmup_fraction") is None and warmup and steps < warmup:
+        warnings.append(f"{name} ended at update {steps:,}, inside its warmup of {warmup:,} updates: its learning "
+                        "rate never reached its peak (lower train.warmup_steps, or set train.warmup_fraction)")
+    logged = [row for row in rows if row.get("train_loss") is not None]
+    if len(logged) >= 2 and logged[-1]["train_loss"] > STUCK_LOSS_RATIO * logged[0]["train_loss"]:
+        first, last = logged[0], logged[-1]
+        warnings.append(f"{name}'s training loss did not fall: {first['train_loss']:.2f} at update {first['step']:,}, "
+                        f"{last['train_loss']:.2f} at update {last['step']:,}")
+    return warnings

@@ -88,6 +88,12 @@ def signature_lines(records: list[dict]) -> list[str]:
     return lines
 
 
+def warning_lines(records: list[dict]) -> list[str]:
+    """Each run's training warnings (records.training_warnings): a run that did not
+    really train, whose scores say little about its model."""
+    return [line for record in records for line in record.get("training_warnings") or []]
+
+
 def hardware_lines(records: list[dict]) -> list[str]:
     """Per model: what it trained on and in which precision, and the peak FLOP/s that
     its MFU and "time x peak" used, with where that peak came from."""
@@ -125,6 +131,7 @@ def _markdown_table(table: pd.DataFrame, left: int) -> str:
 
 def markdown(records: list[dict], title: str, plots: list[str], comparison: dict | None = None) -> str:
     parts = [f"# {title}", "", _markdown_table(display_table(records), 2), ""]
+    parts += [f"- **Warning:** {line}" for line in warning_lines(records)]
     parts += [f"- sacreBLEU {line}" for line in signature_lines(records)]
     parts += [f"- {line}" for line in hardware_lines(records)]
     parts += ["", NOTES, ""]
@@ -137,7 +144,8 @@ def markdown(records: list[dict], title: str, plots: list[str], comparison: dict
 
 def html_page(records: list[dict], title: str, plots: list[str], comparison: dict | None = None) -> str:
     table = display_table(records).to_html(index=False, border=0, classes="report")
-    signatures = "".join(f"<li>sacreBLEU {html.escape(line)}</li>" for line in signature_lines(records))
+    signatures = "".join(f"<li><strong>Warning:</strong> {html.escape(line)}</li>" for line in warning_lines(records))
+    signatures += "".join(f"<li>sacreBLEU {html.escape(line)}</li>" for line in signature_lines(records))
     signatures += "".join(f"<li>{html.escape(line)}</li>" for line in hardware_lines(records))
     extra = "".join(f"<h2>{html.escape(section.title)}</h2>"
                     f"{section.table.to_html(index=False, border=0, classes='report')}"

@@ -68,3 +68,25 @@ def test_the_curve_keeps_loss_and_bleu_points_and_the_report_plots_bleu_beside_t
     # Without BLEU points there is no BLEU figure.
     (tmp_path / "loss_only").mkdir()
     assert BLEU_CURVES not in write_plots([record], {"t": curve[:2]}, tmp_path / "loss_only", "title")
+
+
+def test_a_run_that_ended_inside_its_warmup_or_did_not_learn_is_warned_of_in_the_report():
+    from stages.report.artifact import summary
+    from stages.report.records import from_reports
+
+    falling = [{"step": 50, "train_loss": 9.0}, {"step": 100, "train_loss": 6.0}]
+    flat = [{"step": 50, "train_loss": 9.0}, {"step": 100, "train_loss": 8.9}]
+    inside = {**CONFIG, "train": {**CONFIG["train"], "warmup_steps": 4000}}
+    warned, _ = from_reports("short", {"config": inside, "metrics": TRAIN}, flat, None)
+    assert warned["training_warnings"] == [
+        "short ended at update 100, inside its warmup of 4,000 updates: its learning rate never reached its peak "
+        "(lower train.warmup_steps, or set train.warmup_fraction)",
+        "short's training loss did not fall: 9.00 at update 50, 8.90 at update 100"]
+    assert all(f"**Warning:** {line}" in markdown([warned], "title", []) for line in warned["training_warnings"])
+    _, lines = summary({"title": "t", "models": [warned]})
+    assert lines[:2] == [f"warning: {line}" for line in warned["training_warnings"]]
+    # Past its warmup and learning; or a warmup given as a fraction of the run: nothing.
+    past = {**CONFIG, "train": {**CONFIG["train"], "warmup_steps": 40}}
+    assert from_reports("ok", {"config": past, "metrics": TRAIN}, falling, None)[0]["training_warnings"] == []
+    fraction = {**CONFIG, "train": {**CONFIG["train"], "warmup_steps": 4000, "warmup_fraction": 0.1}}
+    assert from_reports("ok", {"config": fraction, "metrics": TRAIN}, falling, None)[0]["training_warnings"] == []
