@@ -50,6 +50,10 @@ def run_experiment(config: Path, overrides: list[str], until: str | None, force:
         planned = plan(experiment, store, until, tuple(force))
     except ValueError as error:
         fail(str(error), 2)
+    if any(item.stage.name == "download" and item.will_run for item in planned):
+        problems = _input_problems(experiment)  # in a second, before Ray and MLflow start
+        if problems:
+            fail("\n".join(problems), 2)
     # translate/export/attention/serve CONFIG --model NAME then find what this run trains.
     run_settings.record(store, experiment.name, overrides)
     if not (address or os.environ.get("RAY_ADDRESS")):
@@ -104,6 +108,13 @@ def print_results(rows: list[ResultRow]) -> None:
     table_console().print(table)
 
 
+def _input_problems(experiment) -> list[str]:
+    """The config's local corpus files that are missing or whose first lines do not parse."""
+    from stages.download.inputs import input_problems
+
+    return input_problems(experiment.download)
+
+
 def show_status(config: Path, overrides: list[str], artifact_root: str | None, verify: bool = False) -> None:
     """The plan's stages with their artifact state. ``verify`` (``nmt verify``) re-hashes
     every file, and exits 1 if any artifact is invalid."""
@@ -122,6 +133,9 @@ def show_status(config: Path, overrides: list[str], artifact_root: str | None, v
         size = human_bytes(item.status.size_bytes) if item.status.size_bytes else "-"
         table.add_row(item.stage.name, state, item.key, size, store.path(item.stage.name, item.key))
     table_console().print(table)
+    downloading = any(item.stage.name == "download" and item.status.state != ArtifactState.CACHED for item in planned)
+    for problem in _input_problems(experiment) if downloading else []:
+        table_console().print(f"input: {problem}", highlight=False)
     invalid = [item.stage.name for item in planned if item.status.state == ArtifactState.INVALID]
     if verify and invalid:
         fail(f"{len(invalid)} artifact(s) do not match their manifest: {', '.join(invalid)} "
