@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import typer
 import yaml
 from rich.table import Table
 
@@ -89,8 +90,13 @@ def run_experiment(config: Path, overrides: list[str], until: str | None, force:
         print_results(recorder.rows)
         fail("stopped by SIGTERM: training on this machine checkpointed first; `nmt run` again resumes from the "
              "committed artifacts and checkpoints", 128 + signal.SIGTERM)
+    except KeyboardInterrupt:
+        recorder.finish("FAILED")  # the stages still running are marked KILLED
+        print_results(recorder.rows)
+        _say_what_was_kept(experiment, planned, store, recorder.rows)
+        raise typer.Exit(128 + signal.SIGINT) from None
     except BaseException:
-        recorder.finish("FAILED")  # interrupted: the stages still running are marked KILLED
+        recorder.finish("FAILED")  # the stages still running are marked KILLED
         raise
     recorder.finish("FINISHED")
     print_results(recorder.rows)
@@ -98,6 +104,26 @@ def run_experiment(config: Path, overrides: list[str], until: str | None, force:
     if report is not None:
         print_report(parse_report(store.read_files("report", report.key, (REPORT_JSON,))[REPORT_JSON]))
         console.print(f"report: {store.path('report', report.key)}/report.md (.html, .csv, .json, plots)")
+
+
+def _say_what_was_kept(experiment, planned, store, rows: list[ResultRow]) -> None:
+    """After Ctrl-C: what this run committed, the checkpoint each interrupted training
+    keeps, and the command that goes on from there."""
+    from pipeline.core.artifacts import ArtifactState
+    from stages import train
+
+    done = {row.stage for row in rows if row.state in ("ran", "cached")}
+    lines = [f"interrupted: {len(done)} of {len(planned)} stages are committed and kept"]
+    for item in planned:
+        if item.stage.group != "train" or item.stage.name in done or item.status.state == ArtifactState.CACHED:
+            continue
+        staging = Path(store.root) / item.stage.name / f"{item.key}.partial"
+        step = train.kept_checkpoint(item.stage.config_of(experiment), staging) if store.is_local else None
+        if step is not None:
+            lines.append(f"{item.stage.name}: its checkpoint at update {step:,} is kept")
+    lines.append("run the same command to go on from there: " + redact(shlex.join(["nmt", *sys.argv[1:]])))
+    for line in lines:
+        console.print(line, highlight=False)
 
 
 def print_results(rows: list[ResultRow]) -> None:

@@ -27,8 +27,8 @@ from stages.tokenize import read_index
 from stages.shared.models.families import family
 from stages.train.config import TrainStageConfig
 
-__all__ = ["VERSION", "RUN_NAME", "RESUMABLE", "task_cpus", "MLFLOW_FILES", "READS", "RESOURCES", "run",
-           "preflight", "worker_resources"]
+__all__ = ["VERSION", "RUN_NAME", "RESUMABLE", "kept_checkpoint", "task_cpus", "MLFLOW_FILES", "READS",
+           "RESOURCES", "run", "preflight", "worker_resources"]
 
 # 3: checkpoints but the newest are slimmed to their fp32 weights
 # 4: no dropout on attention weights by default, CPU dropout masks from uniform draws,
@@ -59,6 +59,16 @@ def task_cpus(config: TrainStageConfig) -> float:
     trains in its own process (train.in_process), so that Ray places nothing else there."""
     training = config.train
     return float(training.cpus_per_worker) if training.trains_in_process() else 0.0
+
+
+def kept_checkpoint(config: TrainStageConfig, staging: Path) -> int | None:
+    """The update of the newest complete, resumable checkpoint in a train stage's staging
+    directory on this machine's disk (what a rerun resumes from); None if there is none."""
+    from stages.train.checkpointer import complete_checkpoints
+
+    kept = [checkpoint.step for checkpoint in complete_checkpoints(staging / RUN_NAME, config.train.workers,
+                                                                   config.train.zero_stage) if checkpoint.resumable]
+    return kept[-1] if kept else None
 
 
 def worker_resources(config: TrainStageConfig, cluster: dict[str, float]) -> dict[str, float]:

@@ -103,6 +103,7 @@ def train_worker(loop_config: dict) -> None:
         progress.preempted = False  # the checkpoint was written on SIGTERM; the ones from here are not
         if rank == 0:
             mark(stage, f"resumed at update {progress.step}")
+            print(f"train {config.model.name}: resumed from its checkpoint at update {progress.step:,}", flush=True)
     elif args.fetch_start is not None:
         progress, history, best = _continue(engine, config, args.fetch_start(), world)
         if config.until_decay:

@@ -181,11 +181,12 @@ def test_run_killed_mid_stage_then_rerun_completes_with_the_same_keys(tmp_path, 
     assert manifest["metrics"]["train_tasks"] == 15
 
 
-def test_a_killed_stable_phase_resumes_and_the_branches_committed_before_stay(tmp_path, multi30k):
-    """Budgets branched from one run, through `nmt run`: killed while the second stable
-    segment trains, after the first budget's branch was committed. The rerun keeps the
-    first segment and branch, resumes the second segment from its checkpoint, and
-    branches the second budget from it."""
+def test_a_stable_phase_stopped_by_ctrl_c_resumes_and_the_branches_committed_before_stay(tmp_path, multi30k):
+    """Budgets branched from one run, through `nmt run`: stopped by Ctrl-C (SIGINT) while
+    the second stable segment trains, after the first budget's branch was committed. The
+    run says what it kept and how to go on; the rerun keeps the first segment and branch,
+    says it resumes the second segment from its checkpoint, and branches the second
+    budget from it."""
     env = {**os.environ, "NMT_MIRROR": str(multi30k), "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}"}
     settings = ['models=[{name: t, family: transformer, preset: tiny}]', "budgets=[4e10, 6e11]", "seeds=[1]",
                 "branch_budgets=true", "train.schedule=wsd", "train.lr=2e-3", "train.warmup_steps=10",
@@ -194,22 +195,27 @@ def test_a_killed_stable_phase_resumes_and_the_branches_committed_before_stay(tm
     command = [sys.executable, "-m", "pipeline", "run", str(SMOKE), "--until", "train",
                "--artifact-root", str(tmp_path / "artifacts"), *[arg for item in settings for arg in ("--set", item)]]
     artifacts = tmp_path / "artifacts" / "train"
-    victim = subprocess.Popen(command, cwd=tmp_path, env=env, start_new_session=True,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.time() + 400
-    while not (list(artifacts.glob("t.4e10.s1/*/MANIFEST.json"))
-               and list(artifacts.glob("t.6e11.s1.stable/*.partial/train_run/checkpoint_*/progress.json"))):
-        assert victim.poll() is None, "the run ended before the kill point"
-        assert not list(artifacts.glob("t.6e11.s1.stable/*/MANIFEST.json")), "the second segment ended first"
-        assert time.time() < deadline
-        time.sleep(0.05)
-    os.killpg(victim.pid, signal.SIGKILL)
-    victim.wait()
+    with open(tmp_path / "first.log", "w") as log:
+        victim = subprocess.Popen(command, cwd=tmp_path, env=env, start_new_session=True, stdout=log,
+                                  stderr=subprocess.STDOUT)
+        deadline = time.time() + 400
+        while not (list(artifacts.glob("t.4e10.s1/*/MANIFEST.json"))
+                   and list(artifacts.glob("t.6e11.s1.stable/*.partial/train_run/checkpoint_*/progress.json"))):
+            assert victim.poll() is None, "the run ended before the kill point"
+            assert not list(artifacts.glob("t.6e11.s1.stable/*/MANIFEST.json")), "the second segment ended first"
+            assert time.time() < deadline
+            time.sleep(0.05)
+        os.kill(victim.pid, signal.SIGINT)
+        assert victim.wait(timeout=120) == 128 + signal.SIGINT
+    said = (tmp_path / "first.log").read_text()
+    assert "run the same command to go on from there: nmt run" in said, said[-3000:]
+    assert "train/t.6e11.s1.stable: its checkpoint at update" in said, said[-3000:]
     kept = {path: path.stat().st_mtime_ns for path in artifacts.glob("*/*/MANIFEST.json")}
     assert {path.parent.parent.name for path in kept} == {"t.4e10.s1.stable", "t.4e10.s1"}
 
     rerun = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     assert rerun.returncode == 0, rerun.stderr[-3000:]
+    assert "train t.6e11.s1.stable: resumed from its checkpoint at update" in rerun.stdout + rerun.stderr
     assert {path: path.stat().st_mtime_ns for path in kept} == kept  # not recomputed
     store = ArtifactStore(str(tmp_path / "artifacts"))
     planned = {item.stage.name: item for item in plan(load_config(SMOKE, settings), store, until="train")}
