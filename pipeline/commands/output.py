@@ -53,13 +53,17 @@ def human_bytes(size: int) -> str:
 
 
 def print_report(report: dict) -> None:
-    """The comparison's summary columns, its sacreBLEU signatures and hardware lines."""
+    """The report's console summary (stages/report/artifact.py ``summary``): a table that
+    fits 100 columns and the lines under it."""
     from stages.report.artifact import summary
+
+    from rich.text import Text
 
     frame, footnotes = summary(report)
     table = Table(*frame.columns, title=report["title"])
     for row in frame.itertuples(index=False):
-        table.add_row(*row)
-    table_console().print(table)
+        table.add_row(*(Text(str(cell)) for cell in row))  # "[5.29, 12.48]" is no markup
+    out = table_console()
+    out.print(table)
     for line in footnotes:
-        table_console().print(line)
+        out.print(line, markup=False, highlight=False)

@@ -55,8 +55,6 @@ def run_experiment(config: Path, overrides: list[str], until: str | None, force:
         problems = _input_problems(experiment)  # in a second, before Ray and MLflow start
         if problems:
             fail("\n".join(problems), 2)
-    # translate/export/attention/serve CONFIG --model NAME then find what this run trains.
-    run_settings.record(store, experiment.name, overrides)
     if not (address or os.environ.get("RAY_ADDRESS")):
         # A local run: this machine is the one that trains and decodes, so refuse now
         # what it cannot run. A cluster's workers check their own devices.
@@ -64,6 +62,8 @@ def run_experiment(config: Path, overrides: list[str], until: str | None, force:
             preflight(experiment, planned, cpus_of_this_task())
         except HardwareError as error:
             fail(str(error), 2)
+    # translate/export/attention/serve CONFIG --model NAME then find what this run trains.
+    run_settings.record(store, experiment.name, overrides)
     if any(item.will_run for item in planned):
         try:
             connect_ray(address)  # before the MLflow run opens: a cluster not there leaves no run behind

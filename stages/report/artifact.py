@@ -41,15 +41,74 @@ def read_report(artifact: Path) -> dict:
 
 
 def summary(report: dict) -> tuple[pd.DataFrame, list[str]]:
-    """The report's summary columns, one row per model as display strings, and the lines
-    printed under them: runs that did not really train, sacreBLEU's signatures, then each
-    run's hardware."""
-    from stages.report.tables import SUMMARY_COLUMNS, display_table, hardware_lines, signature_lines, warning_lines
+    """What a console shows of a report, narrow enough for 100 columns: one row per
+    compared model (a model's seeds together): parameters, counted training FLOPs, BLEU
+    with its 95% interval, chrF; then the lines under it: runs that did not really train,
+    the primary comparisons' verdicts, sacreBLEU's signature and the hardware, each once.
+    The full table is the report's (report.md)."""
+    import pandas as pd
 
-    frame = display_table(report["models"])[list(SUMMARY_COLUMNS)]
-    return frame, ([f"warning: {line}" for line in warning_lines(report["models"])]
-                   + [f"sacreBLEU {line}" for line in signature_lines(report["models"])]
-                   + hardware_lines(report["models"]))
+    from stages.report.tables import signature_lines, warning_lines
+
+    models, comparison = report["models"], report.get("comparison") or {}
+    intervals = comparison.get("intervals") or {}
+    groups = comparison.get("groups") or [{"label": record["name"], "model": record["name"]} for record in models]
+    rows = []
+    for group in groups:
+        members = [record for record in models if record.get("model") == group.get("model")
+                   and record.get("budget") == group.get("budget")] or \
+            [record for record in models if record["name"] == group["label"]]
+        first = members[0] if members else {}
+        bleu = (intervals.get(group["label"]) or {}).get("BLEU")
+        score = (f"{bleu['score']:.2f} [{bleu['low']:.2f}, {bleu['high']:.2f}]" if bleu and bleu.get("low") is not None
+                 else _mean(members, "bleu"))
+        rows.append([group["label"], str(len(members)), _thousands(first.get("parameters")),
+                     _scientific(_mean_value(members, "train_flops")), score, _mean(members, "chrf")])
+    frame = pd.DataFrame(rows, columns=["model", "runs", "params", "FLOPs", "BLEU [95%]", "chrF"])
+    return frame, ([f"warning: {line}" for line in warning_lines(models)] + _verdict_lines(comparison)
+                   + [f"sacreBLEU {line}" for line in signature_lines(models)] + _hardware_once(models))
+
+
+def _verdict_lines(comparison: dict) -> list[str]:
+    return [f"{test['b']} - {test['a']}: {test['delta']:+.2f} BLEU [{test['delta_low']:+.2f}, "
+            f"{test['delta_high']:+.2f}], Holm p {test['p_holm']:.3g}: "
+            + ("significant" if test["significant"] else "not significant")
+            for test in comparison.get("tests") or []
+            if test.get("role") == "primary" and test.get("metric") == "BLEU" and test.get("p_holm") is not None]
+
+
+def _hardware_once(models: list[dict]) -> list[str]:
+    """Each distinct "trained in ... on ..." description once, naming its runs only when
+    the runs differ."""
+    described: dict[str, list[str]] = {}
+    for record in models:
+        if record.get("device_name"):
+            text = (f"trained in {record['precision']} on {record['device_name']} ({record['device_capability']})"
+                    + (f", decoded in {record['eval_precision']}" if record.get("eval_precision") else ""))
+            described.setdefault(text, []).append(record["name"])
+    if len(described) == 1:
+        return [f"every run {next(iter(described))}"]
+    return [f"{', '.join(names)}: {text}" for text, names in described.items()]
+
+
+def _mean_value(records: list[dict], field: str) -> float | None:
+    values = [record[field] for record in records if record.get(field) is not None]
+    return sum(values) / len(values) if values else None
+
+
+def _mean(records: list[dict], field: str) -> str:
+    value = _mean_value(records, field)
+    return "-" if value is None else f"{value:.2f}"
+
+
+def _thousands(value) -> str:
+    if value is None:
+        return "-"
+    return f"{value / 1e6:.2f}M" if value >= 1e6 else f"{value / 1e3:.0f}k" if value >= 1e3 else str(value)
+
+
+def _scientific(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1e}".replace("e+", "e")
 
 
 def model_row(name: str, train_report: dict, train_curve: list[dict], eval_report: dict | None,

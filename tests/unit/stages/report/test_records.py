@@ -90,3 +90,39 @@ def test_a_run_that_ended_inside_its_warmup_or_did_not_learn_is_warned_of_in_the
     assert from_reports("ok", {"config": past, "metrics": TRAIN}, falling, None)[0]["training_warnings"] == []
     fraction = {**CONFIG, "train": {**CONFIG["train"], "warmup_steps": 4000, "warmup_fraction": 0.1}}
     assert from_reports("ok", {"config": fraction, "metrics": TRAIN}, falling, None)[0]["training_warnings"] == []
+
+
+def test_the_console_summary_fits_100_columns_without_cutting_a_cell():
+    """Eight runs with long names (two seeds of four models at two budgets), intervals,
+    verdicts, warnings: rendered at 100 columns, every cell is whole."""
+    from rich.console import Console
+
+    from pipeline.commands import output
+
+    records, groups, intervals = [], [], {}
+    for model in ("transformer_tiny", "decoder_only_tiny"):
+        for budget in (2e12, 4e12):
+            label = f"{model}.{budget:.0e}".replace("e+", "e")
+            groups.append({"label": label, "model": model, "budget": budget})
+            intervals[label] = {"BLEU": {"score": 12.345, "low": 10.111, "high": 14.579}}
+            for seed in (1, 2):
+                records.append({**model_record(f"{label}.s{seed}", CONFIG, {**TRAIN, **MEASURED}, {"bleu": 12.3,
+                                                                                                "chrf": 40.1}),
+                                "model": model, "budget": budget, "training_warnings": []})
+    report = {"title": "a long experiment name", "models": records,
+              "comparison": {"groups": groups, "intervals": intervals, "tests": [
+                  {"a": "transformer_tiny.2e12", "b": "decoder_only_tiny.2e12", "metric": "BLEU", "role": "primary",
+                   "delta": 1.5, "delta_low": -0.5, "delta_high": 3.5, "p_holm": 0.21, "significant": False}]}}
+    console = Console(width=100, record=True)
+    original = output.table_console
+    output.table_console = lambda: console
+    try:
+        output.print_report(report)
+    finally:
+        output.table_console = original
+    text = console.export_text()
+    assert "…" not in text and max(map(len, text.splitlines())) <= 100, text
+    assert "decoder_only_tiny.4e12" in text and "12.35 [10.11, 14.58]" in text
+    assert "decoder_only_tiny.2e12 - transformer_tiny.2e12: +1.50 BLEU [-0.50, +3.50], Holm p 0.21: not significant" \
+        in " ".join(text.split())  # a line of prose may wrap; a cell may not
+    assert text.count("trained in fp32 on AMD EPYC") == 1  # the hardware once
