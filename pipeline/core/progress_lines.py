@@ -34,7 +34,8 @@ def choose_progress_style() -> str:
 
 
 class LineProgress:
-    """The part of tqdm's interface the pipeline uses (``update``, ``close``), as lines."""
+    """The part of tqdm's interface the pipeline uses (``update``, ``set_description``,
+    ``total``, ``close``), as lines."""
 
     def __init__(self, total: float | None = None, desc: str = "", unit: str = "it", **_tqdm_options):
         self.total, self.desc, self.unit, self.n = total, desc, unit, 0
@@ -46,6 +47,9 @@ class LineProgress:
         self.n += n
         if time.monotonic() - self.printed >= self.interval:
             self._print()
+
+    def set_description(self, desc: str) -> None:
+        self.desc = desc
 
     def close(self) -> None:
         if not self.closed:

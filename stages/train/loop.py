@@ -177,7 +177,7 @@ class TrainLoop:
         return reason
 
     def _progress_bar(self) -> BudgetBar:
-        """Rank 0's bar, drawn on the driver by Ray, in per mille of the budget (any kind)."""
+        """Rank 0's bar, drawn on the driver by Ray, in updates (budget_bar.py)."""
         if self.rank != 0:
             return BudgetBar("", self.training, 0, enabled=False)
         per_epoch = len(token_batches(self.train_split.src_lengths, self.train_split.tgt_lengths,

@@ -23,7 +23,7 @@ def test_ray_internals_below_warning_and_known_benign_lines_are_dropped(line):
 @pytest.mark.parametrize("line", [
     "[2026-11-25 09:18:48,664 W 23884 23914] memory_monitor.cc:200: Memory usage is high",
     "[2026-11-25 09:18:48,664 E 23884 23914] core_worker.cc:99: Unhandled error in a task",
-    "train rnn_tiny (per mille of budget): 605/1,000 ‰ (60%), 20.1 ‰/s, ETA 20s",
+    "train rnn_tiny (5,120 tokens/s): 121/200 update (60%), 4.0 update/s, ETA 20s",
     "Traceback (most recent call last):",
 ])
 def test_warnings_errors_and_our_own_lines_pass(line):
