@@ -11,6 +11,7 @@ stage really ran.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import tempfile
 import time
@@ -51,6 +52,10 @@ def absolute_tracking_uri(uri: str) -> str:
 
 class RunTracker:
     def __init__(self, tracking_uri: str, experiment: str):
+        # A new SQLite store logs its table creation and migrations at INFO (MLflow's and
+        # Alembic's loggers): a dozen lines at the start of a first run, none for the user.
+        for name in ("alembic", "mlflow.store.db.utils"):
+            logging.getLogger(name).setLevel(logging.WARNING)
         self.tracking_uri = absolute_tracking_uri(tracking_uri)
         self.client = MlflowClient(self.tracking_uri)
         existing = self.client.get_experiment_by_name(experiment)

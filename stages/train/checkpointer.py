@@ -249,6 +249,9 @@ def slim(checkpoint: SavedCheckpoint, weights: dict[str, torch.Tensor]) -> None:
 
 def fp32_weights(checkpoint: Path, zero_stage: int) -> dict[str, torch.Tensor]:
     if zero_stage >= 1:
+        from stages.train.engine import import_deepspeed
+
+        import_deepspeed()  # as the workers import it: quietly, and without MLflow
         from deepspeed.utils.zero_to_fp32 import (
             get_fp32_state_dict_from_zero_checkpoint,
         )

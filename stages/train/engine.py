@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Callable
 
@@ -70,6 +71,10 @@ def import_deepspeed():
     whenever it is installed, to log tuning trials; training never uses it, and importing
     it cost each train worker 0.9 s of a 2-core CPU before its first update
     (benchmarks/stage_overhead.py). MLflow stays importable afterwards."""
+    if "DS_ACCELERATOR" not in os.environ and not torch.cuda.is_available():
+        # Named, not detected: detection warns "Setting accelerator to CPU. If you have GPU
+        # ..." once per process (eight times in the smoke run), on every CPU machine.
+        os.environ["DS_ACCELERATOR"] = "cpu"
     if "deepspeed" in sys.modules or "mlflow" in sys.modules:
         import deepspeed
     else:

@@ -13,6 +13,7 @@ network computes exactly what ours does, with the dimensions in Marian's order.
 from __future__ import annotations
 
 import json
+import warnings
 from pathlib import Path
 
 import sentencepiece as spm
@@ -52,11 +53,15 @@ def write_marian(model: nn.Module, data: dict, files, output: Path) -> None:
     vocab_file = output / "vocab.json"
     vocab_file.write_text(json.dumps({processor.id_to_piece(i): i for i in range(processor.get_piece_size())},
                                      ensure_ascii=False))
-    tokenizer = MarianTokenizer(str(files.src_spm), str(files.tgt_spm), str(vocab_file),
-                                unk_token=processor.id_to_piece(special_ids["unk"]),
-                                eos_token=processor.id_to_piece(special_ids["eos"]),
-                                pad_token=processor.id_to_piece(special_ids["pad"]),
-                                model_max_length=config.max_positions)
+    with warnings.catch_warnings():
+        # MarianTokenizer recommends sacremoses for Moses punctuation normalisation, which
+        # this tokenizer does not use (its pieces are the SentencePiece model's).
+        warnings.filterwarnings("ignore", message="Recommended: pip install sacremoses")
+        tokenizer = MarianTokenizer(str(files.src_spm), str(files.tgt_spm), str(vocab_file),
+                                    unk_token=processor.id_to_piece(special_ids["unk"]),
+                                    eos_token=processor.id_to_piece(special_ids["eos"]),
+                                    pad_token=processor.id_to_piece(special_ids["pad"]),
+                                    model_max_length=config.max_positions)
     tokenizer.save_pretrained(output)
 
 
