@@ -50,7 +50,8 @@ from stages.report.config import ReportStageConfig
 # of its IsoFLOP profile and named; the profiles' note gives the intervals' coverage
 # 18: the IsoFLOP and learning-rate figures labelled at the sizes and rates measured
 # 19: the IsoFLOP intervals' redraws also redraw the noise's spread for its degrees of freedom
-# 20: a run that ended inside its warmup or whose training loss did not fall is warned of
+# 20: a run that ended inside its warmup or whose training loss did not fall is warned of; the CT2
+#     note says a "-" may be CTranslate2 not asked for
 VERSION = 20
 # The files of each upstream artifact the report reads (besides its manifest): never
 # the train stage's checkpoints; of an evaluation, what the significance tests score.

@@ -172,8 +172,8 @@ NOTES = ("BLEU: cased, detokenized (the headline); BLEU lc: lowercased, the kind
          "beam search's estimated FLOPs per test sentence (the source's work once, the target's per hypothesis "
          "at the output's length), the cost to use a model beside the FLOPs that trained it. "
          "CT2: the same beam search on the same thread by the model exported to CTranslate2 with the weights "
-         "shown (evaluate.ctranslate2; '-' where the family does not export: CTranslate2 runs Transformers "
-         "only).")
+         "shown (evaluate.ctranslate2); '-' where it was not asked for (evaluate.ctranslate2 unset), or where "
+         "the family does not export: CTranslate2 runs Transformers only.")
 
 STYLE = ("body{font-family:sans-serif;margin:2em} table.report{border-collapse:collapse} "
          "table.report td,table.report th{padding:4px 10px;text-align:right;border-bottom:1px solid #ddd} "
