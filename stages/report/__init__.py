@@ -51,7 +51,7 @@ from stages.report.config import ReportStageConfig
 # 18: the IsoFLOP and learning-rate figures labelled at the sizes and rates measured
 # 19: the IsoFLOP intervals' redraws also redraw the noise's spread for its degrees of freedom
 # 20: a run that ended inside its warmup or whose training loss did not fall is warned of; the CT2
-#     note says a "-" may be CTranslate2 not asked for
+#     note says a "-" may be CTranslate2 not asked for; the BLEU plot keeps a greedy score in view
 VERSION = 20
 # The files of each upstream artifact the report reads (besides its manifest): never
 # the train stage's checkpoints; of an evaluation, what the significance tests score.

@@ -179,7 +179,8 @@ def _bleu_vs_flops(records: list[dict], path: Path, title: str) -> None:
     # spanning a fraction of a percent; BLEU from 0 so the gaps are not exaggerated.
     flops = [record["train_flops"] for record in records]
     axes.set_xlim(min(flops) / 2, max(flops) * 2)
-    axes.set_ylim(0, max(record["bleu"] for record in records) * 1.15 + 0.5)
+    highest = max(max(record["bleu"], record.get("greedy_bleu") or 0.0) for record in records)
+    axes.set_ylim(0, highest * 1.15 + 0.5)  # a greedy score above every beam score stays in view
     axes.set_xlabel("training FLOPs (counted)")
     axes.set_ylabel("BLEU (filled: beam, hollow: greedy)")
     axes.set_title(title)

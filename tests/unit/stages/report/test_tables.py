@@ -120,3 +120,15 @@ def test_the_report_shows_each_tuned_size_s_rates_its_losses_and_the_choice(tmp_
     without = write_report([row("t.w64.2e12")], {}, tmp_path / "plain", "title")
     assert "Tuned learning rates" not in (tmp_path / "plain" / "report.md").read_text()
     assert tmp_path / "plain" / "lr_sensitivity.png" not in without
+
+
+def test_the_bleu_plot_keeps_a_greedy_score_above_every_beam_score_in_view(tmp_path, monkeypatch):
+    from stages.report import plots
+
+    kept = []
+    monkeypatch.setattr(plots, "_save", lambda figure, path: kept.append(figure.axes[0].get_ylim()))
+    records = [{"name": "a", "family": "transformer", "train_flops": 1e12, "bleu": 10.0, "greedy_bleu": 30.0},
+               {"name": "b", "family": "rnn", "train_flops": 2e12, "bleu": 12.0, "greedy_bleu": None}]
+    plots._bleu_vs_flops(records, tmp_path / "bleu.png", "t")
+    (low, high), = kept
+    assert low == 0 and high > 30.0
