@@ -33,8 +33,8 @@ FIGURES = [
            r"of artifacts|artifacts took", SIZE + r"(?= of (?:artifacts|disk))"),
     Figure("the earlier default job's wall time", "2026-11-26_multi30k_default_job_epyc_avx2.md", "28 min 10 s",
            r"default job used to train"),
-    Figure("the frontier study's wall time", "2026-11-28_isoflop_study_epyc_zen4.md", "1:10:40",
-           r"for 28 tune stages|multi30k_frontier\.yaml` (?:trains|runs)"),
+    Figure("the frontier study's wall time", "2026-11-28_isoflop_study_fp32_epyc_zen4.md", "2:06:02",
+           r"for 64 tune stages|multi30k_frontier\.yaml` (?:trains|runs)"),
     Figure("the smoke run's time", "2026-11-27_smoke_run_epyc_zen4.md", "2 min 38 s", r"nmt run configs/smoke\.yaml"),
 ]
 PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]

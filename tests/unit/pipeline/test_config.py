@@ -212,11 +212,13 @@ def test_the_frontier_study_has_the_shape_an_isoflop_study_needs():
 
 # The IsoFLOP study's measured optima, in non-embedding parameters, per family and budget
 # where the minimum was interior (diverged sizes left out):
-# benchmarks/reports/2026-11-28_isoflop_study_epyc_zen4.md (the report's table "IsoFLOP
+# benchmarks/reports/2026-11-28_isoflop_study_fp32_epyc_zen4.md (the report's table "IsoFLOP
 # profiles"). Kept in step with the report: when the study is re-run, its optima go
 # here, and the windows must bracket them.
-MEASURED_OPTIMA = {"rnn": {3.0e10: 9.07e3, 3.0e11: 80.0e3}, "decoder_only": {1.0e12: 57.1e3},
-                   "convs2s": {1.0e11: 17.9e3, 3.0e11: 42.7e3, 1.0e12: 106.7e3}}
+MEASURED_OPTIMA = {"transformer": {3.0e10: 6.27e3, 1.0e11: 14.67e3, 3.0e11: 44.82e3, 1.0e12: 84.30e3},
+                   "decoder_only": {3.0e10: 3.54e3, 1.0e11: 7.43e3, 3.0e11: 21.81e3, 1.0e12: 56.58e3},
+                   "convs2s": {3.0e10: 7.19e3, 1.0e11: 18.70e3, 3.0e11: 43.15e3, 1.0e12: 109.99e3},
+                   "rnn": {3.0e10: 8.88e3, 1.0e11: 14.33e3, 3.0e11: 32.36e3}}
 
 
 def test_the_frontier_study_s_windows_bracket_its_measured_optima():
