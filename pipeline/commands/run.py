@@ -136,7 +136,7 @@ def print_results(rows: list[ResultRow]) -> None:
 
 def _input_problems(experiment) -> list[str]:
     """The config's local corpus files that are missing or whose first lines do not parse."""
-    from stages.download.inputs import input_problems
+    from stages.download import input_problems
 
     return input_problems(experiment.download)
 

@@ -22,6 +22,7 @@ from stages.download.config import (
     SacrebleuSource,
     TsvSource,
 )
+from stages.download.inputs import input_problems  # noqa: F401  (nmt run's check before Ray)
 from stages.download.locate import locate_file
 from stages.shared.errors import InputDataError
 from stages.shared.pair_files import write_pairs
