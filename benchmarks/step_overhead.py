@@ -55,6 +55,9 @@ SHAPES = {"tiny": (PRESETS["tiny"], 8000, 25000), "small": (PRESETS["small"], 80
 
 
 class CountOps(TorchDispatchMode):
+    """The ATen operations run inside it, by name (tests/unit/stages/train/test_step_overhead.py
+    counts with it too)."""
+
     def __init__(self):
         super().__init__()
         self.ops = collections.Counter()
@@ -62,6 +65,14 @@ class CountOps(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         self.ops[func.overloadpacket.__name__] += 1
         return func(*args, **(kwargs or {}))
+
+    @property
+    def total(self) -> int:
+        return sum(self.ops.values())
+
+    @property
+    def host_syncs(self) -> int:
+        return self.ops["_local_scalar_dense"]
 
 
 class Step:
@@ -173,7 +184,7 @@ def main() -> None:
                 synchronizes[0] = 0
                 with CountOps() as counter:
                     step()
-                counts[name] = (sum(counter.ops.values()), counter.ops["_local_scalar_dense"], synchronizes[0])
+                counts[name] = (counter.total, counter.host_syncs, synchronizes[0])
                 built[name] = step
             times = {name: [] for name in built}
             for round_number in range(args.rounds):  # interleaved: a slow spell slows every row

@@ -48,6 +48,7 @@ def summary(report: dict) -> tuple[pd.DataFrame, list[str]]:
     The full table is the report's (report.md)."""
     import pandas as pd
 
+    from stages.report.comparison_tables import count
     from stages.report.tables import signature_lines, warning_lines
 
     models, comparison = report["models"], report.get("comparison") or {}
@@ -62,8 +63,10 @@ def summary(report: dict) -> tuple[pd.DataFrame, list[str]]:
         bleu = (intervals.get(group["label"]) or {}).get("BLEU")
         score = (f"{bleu['score']:.2f} [{bleu['low']:.2f}, {bleu['high']:.2f}]" if bleu and bleu.get("low") is not None
                  else _mean(members, "bleu"))
-        rows.append([group["label"], str(len(members)), _thousands(first.get("parameters")),
-                     _scientific(_mean_value(members, "train_flops")), score, _mean(members, "chrf")])
+        flops = _mean_value(members, "train_flops")
+        rows.append([group["label"], str(len(members)),
+                     "-" if first.get("parameters") is None else count(first["parameters"]),
+                     "-" if flops is None else f"{flops:.2e}", score, _mean(members, "chrf")])
     frame = pd.DataFrame(rows, columns=["model", "runs", "params", "FLOPs", "BLEU [95%]", "chrF"])
     return frame, ([f"warning: {line}" for line in warning_lines(models)] + _verdict_lines(comparison)
                    + [f"sacreBLEU {line}" for line in signature_lines(models)] + _hardware_once(models))
@@ -80,12 +83,12 @@ def _verdict_lines(comparison: dict) -> list[str]:
 def _hardware_once(models: list[dict]) -> list[str]:
     """Each distinct "trained in ... on ..." description once, naming its runs only when
     the runs differ."""
+    from stages.report.tables import trained_on
+
     described: dict[str, list[str]] = {}
     for record in models:
         if record.get("device_name"):
-            text = (f"trained in {record['precision']} on {record['device_name']} ({record['device_capability']})"
-                    + (f", decoded in {record['eval_precision']}" if record.get("eval_precision") else ""))
-            described.setdefault(text, []).append(record["name"])
+            described.setdefault(trained_on(record), []).append(record["name"])
     if len(described) == 1:
         return [f"every run {next(iter(described))}"]
     return [f"{', '.join(names)}: {text}" for text, names in described.items()]
@@ -99,16 +102,6 @@ def _mean_value(records: list[dict], field: str) -> float | None:
 def _mean(records: list[dict], field: str) -> str:
     value = _mean_value(records, field)
     return "-" if value is None else f"{value:.2f}"
-
-
-def _thousands(value) -> str:
-    if value is None:
-        return "-"
-    return f"{value / 1e6:.2f}M" if value >= 1e6 else f"{value / 1e3:.0f}k" if value >= 1e3 else str(value)
-
-
-def _scientific(value: float | None) -> str:
-    return "-" if value is None else f"{value:.1e}".replace("e+", "e")
 
 
 def model_row(name: str, train_report: dict, train_curve: list[dict], eval_report: dict | None,

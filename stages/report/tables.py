@@ -60,11 +60,6 @@ COLUMNS: tuple[tuple[str, str, Callable], ...] = (
     ("sent/s CT2", "ctranslate2_sentences_per_second", _fixed(1)),
 )
 
-# What a terminal shows (the files have every column).
-SUMMARY_COLUMNS = ("model", "precision", "params", "train tokens", "time", "FLOPs counted", "MFU", "valid ppl",
-                   "BLEU greedy", "BLEU beam", "BLEU lc beam", "chrF beam", "sent/s beam", "decode MFLOPs/sent",
-                   "sent/s CT2")
-
 
 def display_table(records: list[dict]) -> pd.DataFrame:
     """Formatted strings, one row per model, "-" where a value is missing."""
@@ -94,17 +89,21 @@ def warning_lines(records: list[dict]) -> list[str]:
     return [line for record in records for line in record.get("training_warnings") or []]
 
 
+def trained_on(record: dict) -> str:
+    """``trained in fp32 on AMD EPYC (AVX2, 1 thread(s) per worker), decoded in fp32``."""
+    threads = record.get("threads_per_worker")
+    return (f"trained in {record['precision']} on {record['device_name']} "
+            f"({record['device_capability']}{f', {threads} thread(s) per worker' if threads else ''})"
+            + (f", decoded in {record['eval_precision']}" if record.get("eval_precision") else ""))
+
+
 def hardware_lines(records: list[dict]) -> list[str]:
     """Per model: what it trained on and in which precision, and the peak FLOP/s that
     its MFU and "time x peak" used, with where that peak came from."""
     lines = []
     for record in records:
-        device = record.get("device_name")
-        if device:
-            threads = record.get("threads_per_worker")
-            lines.append(f"{record['name']}: trained in {record['precision']} on {device} "
-                         f"({record['device_capability']}{f', {threads} thread(s) per worker' if threads else ''})"
-                         + (f", decoded in {record['eval_precision']}" if record.get("eval_precision") else ""))
+        if record.get("device_name"):
+            lines.append(f"{record['name']}: {trained_on(record)}")
         if record.get("peak_flops_per_worker"):
             # Artifacts made before peaks were measured took theirs from the config.
             detail = record.get("peak_detail") or "train.peak_flops_per_worker"

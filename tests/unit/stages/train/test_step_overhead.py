@@ -6,31 +6,11 @@ host from queueing work ahead of a GPU. On the CPU: the counts are the GPU's."""
 
 from __future__ import annotations
 
-import collections
-
 import pytest
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
+from benchmarks.step_overhead import CountOps
 from tests.train_loops import single_process_distributed, train_loop
-
-
-class CountOps(TorchDispatchMode):
-    def __init__(self):
-        super().__init__()
-        self.ops = collections.Counter()
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.ops[func.overloadpacket.__name__] += 1
-        return func(*args, **(kwargs or {}))
-
-    @property
-    def total(self) -> int:
-        return sum(self.ops.values())
-
-    @property
-    def host_syncs(self) -> int:
-        return self.ops["_local_scalar_dense"]
 
 
 @pytest.fixture
