@@ -52,7 +52,8 @@ from stages.report.config import ReportStageConfig
 # 19: the IsoFLOP intervals' redraws also redraw the noise's spread for its degrees of freedom
 # 20: a run that ended inside its warmup or whose training loss did not fall is warned of; the CT2
 #     note says a "-" may be CTranslate2 not asked for; the BLEU plot keeps a greedy score in view
-VERSION = 20
+# 21: a run that wrote one sentence for half its test inputs or more is warned of
+VERSION = 21
 # The files of each upstream artifact the report reads (besides its manifest): never
 # the train stage's checkpoints; of an evaluation, what the significance tests score.
 READS = {TRAIN: ("metrics.jsonl",), EVALUATE: OUTPUT_FILES, TUNE: ("choice.json",)}
@@ -87,6 +88,9 @@ def write_report(rows: list[dict], curves: dict[str, list[dict]], output: Path, 
     from stages.report.plots import write_plots
 
     output.mkdir(parents=True, exist_ok=True)
+    for row in rows:
+        if (outputs or {}).get(row["name"]):
+            row["output_warnings"] = records.output_warnings(row["name"], outputs[row["name"]][0])
     comparison = compare(rows, outputs or {}, primary_comparisons)
     if tuning:
         families = {row["model"]: row["family"] for row in rows}

@@ -118,6 +118,9 @@ def from_reports(name: str, train_report: dict, train_curve: list[dict],
 
 # A run whose last logged training loss is above this share of its first did not learn.
 STUCK_LOSS_RATIO = 0.95
+# A model that writes one sentence for at least this share of the test set hardly reads
+# its source: its BLEU is that sentence's overlap with the references, not translation.
+ONE_SENTENCE_SHARE = 0.5
 
 
 def training_warnings(name: str, training: dict, metrics: dict, rows: list[dict]) -> list[str]:
@@ -134,3 +137,19 @@ def training_warnings(name: str, training: dict, metrics: dict, rows: list[dict]
         warnings.append(f"{name}'s training loss did not fall: {first['train_loss']:.2f} at update {first['step']:,}, "
                         f"{last['train_loss']:.2f} at update {last['step']:,}")
     return warnings
+
+
+def output_warnings(name: str, hypotheses: list[str]) -> list[str]:
+    """What says a run's test outputs are not translations: one sentence written for at
+    least ``ONE_SENTENCE_SHARE`` of the inputs (a model that learned the target side's
+    most likely sentence and not to read its source)."""
+    from collections import Counter
+
+    if len(hypotheses) < 10:
+        return []
+    sentence, times = Counter(hypotheses).most_common(1)[0]
+    if times < ONE_SENTENCE_SHARE * len(hypotheses):
+        return []
+    shown = sentence if len(sentence) <= 60 else sentence[:57] + "..."
+    return [f"{name} wrote one sentence for {times:,} of its {len(hypotheses):,} test inputs (\"{shown}\"): "
+            "it hardly reads its source, and its BLEU is that sentence's overlap with the references"]

@@ -84,9 +84,11 @@ def signature_lines(records: list[dict]) -> list[str]:
 
 
 def warning_lines(records: list[dict]) -> list[str]:
-    """Each run's training warnings (records.training_warnings): a run that did not
-    really train, whose scores say little about its model."""
-    return [line for record in records for line in record.get("training_warnings") or []]
+    """Each run's warnings (records.training_warnings, records.output_warnings): a run
+    that did not really train or does not translate, whose scores say little about its
+    model."""
+    return [line for record in records
+            for line in (record.get("training_warnings") or []) + (record.get("output_warnings") or [])]
 
 
 def trained_on(record: dict) -> str:

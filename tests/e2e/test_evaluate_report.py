@@ -112,8 +112,9 @@ def test_every_family_is_trained_evaluated_reported_and_tracked(pipeline_run):
     assert {"report.md", "report.html", "report.csv", "report.json", "bleu_vs_flops.png"} <= {
         a.path for a in run.client.list_artifacts(report.info.run_id)}
 
-    # The run prints the comparison; the rerun computes nothing.
-    assert "BLEU beam" in run.first.stdout and "rnn_tiny" in run.first.stdout
+    # The run prints the comparison (one row a model, BLEU with its interval); the rerun computes nothing.
+    assert "BLEU [95%]" in run.first.stdout
+    assert all(f"{family}_tiny" in run.first.stdout for family in FAMILIES)
     # The four data stages, each family's train and evaluate, the report.
     assert run.again.output.count("│ cached ") == 4 + 2 * len(FAMILIES) + 1
 
