@@ -53,9 +53,10 @@ class ExperimentConfig(Section):
     under one shared train and evaluate section."""
 
     name: str  # the experiment: MLflow experiment name and the report's title
-    # Where artifacts are stored: a path (relative to the working directory) or an object
-    # store URI; --artifact-root and NMT_ARTIFACT_ROOT override it.
-    artifact_root: str = "artifacts"
+    # Where artifacts are stored: a path (relative to this file, as every path in it is)
+    # or an object store URI; --artifact-root and NMT_ARTIFACT_ROOT override it (a path
+    # there is relative to the working directory, as any command-line path).
+    artifact_root: str = Field("artifacts", validate_default=True)
     # Directories searched for pinned files before any download (relative to this file).
     mirrors: list[str] = []
     download: DownloadConfig  # the language pair and each split's source
@@ -306,6 +307,11 @@ class ExperimentConfig(Section):
     @classmethod
     def _resolve_mirrors(cls, value: list[str], info: ValidationInfo) -> list[str]:
         return [resolve_path(entry, info) for entry in value]
+
+    @field_validator("artifact_root")
+    @classmethod
+    def _resolve_root(cls, value: str, info: ValidationInfo) -> str:
+        return value if "://" in value else resolve_path(value, info)
 
 
 def budget_label(flops: float) -> str:

@@ -3,6 +3,7 @@ and its store, and the tables they print."""
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -28,9 +29,25 @@ def fail(message: str, code: int) -> None:
 
 def load_experiment(config: Path, overrides: list[str]) -> ExperimentConfig:
     try:
-        return load_config(config, overrides)
+        experiment = load_config(config, overrides)
     except ConfigError as error:
         fail(str(error), 2)
+    _say_if_root_moved(config, experiment)
+    return experiment
+
+
+def _say_if_root_moved(config: Path, experiment: ExperimentConfig) -> None:
+    """A relative ``artifact_root`` is relative to the config file; it was relative to
+    the working directory. Where the new place has nothing yet and the old one holds
+    artifacts, say so: a run would otherwise train again into the new place."""
+    root = Path(experiment.artifact_root)
+    if "://" in experiment.artifact_root or root.exists():
+        return
+    old = Path.cwd() / os.path.relpath(root, config.parent.resolve())
+    if old.resolve() != root and old.is_dir() and any(old.iterdir()):
+        typer.secho(f"note: artifact_root in {config} is relative to that file, so it is {root}; {old.resolve()} "
+                    "(the same path from the working directory, where it used to be read) holds artifacts: move "
+                    "them there, or set an absolute artifact_root or --artifact-root", fg="yellow", err=True)
 
 
 def open_store(config: ExperimentConfig, artifact_root: str | None, writable: bool = False) -> ArtifactStore:

@@ -54,7 +54,8 @@ def translate_text(model: Path, model_name: str | None, input_file: Path | None,
                         print(f"{index} ||| {translation.text} ||| {translation.hypothesis.score:.4f}")
             sys.stdout.flush()
     seconds = time.time() - started
-    console.print(f"{len(lines)} lines in {seconds:.1f}s ({len(lines) / max(seconds, 1e-9):.1f} sentences/s)")
+    count = f"{len(lines):,} line{'' if len(lines) == 1 else 's'}"
+    console.print(f"{count} in {seconds:.1f}s ({len(lines) / max(seconds, 1e-9):.1f} sentences/s)")
 
 
 def search_settings(**options) -> SearchSettings:

@@ -87,11 +87,18 @@ def test_override_of_unknown_key_says_it_came_from_set():
 def test_relative_paths_resolve_against_the_config_directory(tmp_path):
     data = shipped_config("smoke.yaml")
     data["download"]["train"] = {"type": "tsv", "file": {"path": "corpus/train.tsv"}}
+    data["artifact_root"] = "runs"
     (tmp_path / "sub").mkdir()
     path = tmp_path / "sub" / "relative.yaml"
     path.write_text(yaml.safe_dump(data))
     config = load_config(path)
     assert config.download.train.file.path == str(tmp_path / "sub" / "corpus" / "train.tsv")
+    # The artifact root too (the shipped configs' ../artifacts is the repository's);
+    # an object store URI is left as written.
+    assert config.artifact_root == str(tmp_path / "sub" / "runs")
+    assert load_config(REPO / "configs" / "smoke.yaml").artifact_root == str(REPO / "artifacts")
+    uri = "s3://bucket/prefix?endpoint_override=127.0.0.1:9"
+    assert load_config(path, [f"artifact_root={uri}"]).artifact_root == uri
 
 
 def test_model_preset_and_settings_are_validated(tmp_path):

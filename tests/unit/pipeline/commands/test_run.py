@@ -62,3 +62,22 @@ def test_an_unusable_artifact_root_is_one_error_line_before_mlflow_or_ray(tmp_pa
     assert output.startswith("error: artifact root:") and message in output and "Traceback" not in output
     assert "SECRET" not in output
     assert not (tmp_path / "mlflow.db").exists()
+
+
+def test_status_from_another_directory_reads_the_same_root_and_an_old_one_is_named(tmp_path, monkeypatch):
+    """A relative artifact_root is relative to the config file: ``nmt status`` run from
+    anywhere looks in one place. Where that place is empty and the same path from the
+    working directory (where it used to be read) holds artifacts, the command says so."""
+    project = tmp_path / "project"
+    project.mkdir()
+    config = write_config(project / "exp.yaml", yaml.safe_load(SMOKE.read_text()) | {"artifact_root": "artifacts"})
+    elsewhere = tmp_path / "elsewhere"
+    (elsewhere / "artifacts" / "download").mkdir(parents=True)  # a run's artifacts under the old rule
+    monkeypatch.chdir(elsewhere)
+    result = nmt("status", str(config))
+    assert result.exit_code == 0, result.output
+    said = " ".join(result.output.split())
+    assert f"so it is {project / 'artifacts'}" in said and f"{elsewhere / 'artifacts'} (the same path" in said
+    # Once the new place exists (moved, or a run made it), nothing more is said.
+    (project / "artifacts").mkdir()
+    assert "note:" not in nmt("status", str(config)).output
