@@ -180,6 +180,10 @@ def connect_ray(address: str | None) -> None:
         # small train stage took 29 s instead of 34 on a 2-core CPU (its process, imports
         # and polling). A user's own setting wins.
         os.environ.setdefault(PREEMPTION_WATCHER_ENV, "0")
+        # Ray enables token authentication for a local instance and warns so on every
+        # start; there is nothing for a user to do (its token is made and used by Ray).
+        # Setting RAY_AUTH_MODE here instead is too late: ray has read its config.
+        logging.getLogger("ray._private.authentication.authentication_token_setup").setLevel(logging.ERROR)
     ray.init(address=address, runtime_env=runtime_env, logging_level=logging.WARNING, log_to_driver=True,
              **options)
     filter_worker_output()

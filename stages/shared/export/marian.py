@@ -26,6 +26,10 @@ from stages.shared.models.families import family_of
 
 def write_marian(model: nn.Module, data: dict, files, output: Path) -> None:
     from transformers import MarianConfig, MarianMTModel, MarianTokenizer
+    from transformers.utils import logging as transformers_logging
+
+    # Its bar over the one shard a model this size is written as says nothing to a user.
+    transformers_logging.disable_progress_bar()
 
     config = check_exportable(model)
     special_ids = data["vocabulary"]["special_ids"]
