@@ -1,8 +1,10 @@
 """Every YAML example in docs/ is a config the code accepts: a complete file, included
 from the repository (``--8<-- "PATH"``), or a fragment whose first line names the
-complete config it goes into (``# in configs/X.yaml``: merged into it, key by key; ``# in
-place of download: in configs/X.yaml``: that section replaced), validated so. The offline corpus directory's checksums are the ones
-the shipped configs pin."""
+complete config it goes into, validated merged into it (key by key, models by name):
+``# in configs/X.yaml`` is an excerpt, which changes nothing of that config as loaded (so
+a page never shows a value the file no longer has); ``# a variant of configs/X.yaml``
+changes it; ``# in place of download: in configs/X.yaml`` replaces that section. The
+offline corpus directory's checksums are the ones the shipped configs pin."""
 
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ from tests.helpers import REPO
 DOCS = REPO / "docs"
 BLOCK = re.compile(r"```yaml\n(.*?)```", re.S)
 INCLUDE = re.compile(r'^--8<-- "([^"]+)"\s*$')
-BASE = re.compile(r"^# (?:in|in place of (?P<replaced>\w+): in) (?P<path>\S+\.yaml)")
+BASE = re.compile(r"^# (?:(?P<excerpt>in)|a variant of|in place of (?P<replaced>\w+): in) (?P<path>\S+\.yaml)")
 
 
 def yaml_examples() -> list[tuple[str, str]]:
@@ -27,10 +29,19 @@ def yaml_examples() -> list[tuple[str, str]]:
 
 
 def merged(base: dict, fragment: dict) -> dict:
-    """``fragment`` into ``base``: mappings merged key by key, anything else replaced."""
+    """``fragment`` into ``base``: mappings merged key by key, ``models`` by name (a
+    model the base lacks is added), anything else replaced."""
     out = dict(base)
     for key, value in fragment.items():
-        out[key] = merged(base[key], value) if isinstance(value, dict) and isinstance(base.get(key), dict) else value
+        if key == "models" and isinstance(base.get(key), list):
+            models = {model["name"]: model for model in base[key]}
+            for model in value:
+                models[model["name"]] = merged(models.get(model["name"], {}), model)
+            out[key] = list(models.values())
+        elif isinstance(value, dict) and isinstance(base.get(key), dict):
+            out[key] = merged(base[key], value)
+        else:
+            out[key] = value
     return out
 
 
@@ -54,7 +65,11 @@ def test_every_yaml_example_in_the_docs_is_a_config_the_code_accepts(where, text
     for path in base_path.parent.iterdir():  # files the config names relative to itself
         if path.is_dir() and not (tmp_path / path.name).exists():
             (tmp_path / path.name).symlink_to(path)
-    load_config(config)
+    loaded = load_config(config)
+    if base.group("excerpt"):
+        as_shipped = load_config(base_path).model_dump(exclude={"artifact_root", "mirrors"})
+        assert loaded.model_dump(exclude={"artifact_root", "mirrors"}) == as_shipped, \
+            f"{where}: not what {base.group('path')} holds (a page showing a change says '# a variant of')"
 
 
 def test_the_offline_corpus_directory_lists_the_sums_the_configs_pin():
