@@ -47,6 +47,20 @@ def node_flags(address: str, temp_dir: Path) -> str:
                      *(f"--{port}={free_port()}" for port in ports)])
 
 
+ACTIVATE = ". ~/nmt-pipeline/.venv/bin/activate && "  # how cluster/onprem.yaml's commands begin
+
+
+def environment(work: Path) -> Path:
+    """What the nodes activate: this test's virtualenv (the README's, under .ci/run), or,
+    run from a Python that is not one, a script that puts its bin/ first on PATH."""
+    activate = Path(sys.prefix) / "bin" / "activate"
+    if activate.is_file():
+        return activate
+    script = work / "activate"
+    script.write_text(f'export PATH="{Path(sys.prefix) / "bin"}:$PATH"\n')
+    return script
+
+
 def cluster_config(machines: SshNodes, work: Path, nodes: Path, port: int, dashboard: int) -> Path:
     """cluster/onprem.yaml for these machines: their addresses, key and free ports, their
     Ray directories under ``nodes``; the token in a file of the test's own
@@ -58,17 +72,23 @@ def cluster_config(machines: SshNodes, work: Path, nodes: Path, port: int, dashb
     raw["max_workers"] = 1
     raw["file_mounts"] = {str(work / "node_token"): str(work / "token")}
     token = f"RAY_AUTH_TOKEN_PATH={work / 'node_token'} "
+    # Every command activates the nodes' environment: here, this test's own.
+    for commands in (raw["head_start_ray_commands"], raw["worker_start_ray_commands"]):
+        assert all(command.startswith(ACTIVATE) for command in commands), commands
+        commands[:] = [f". {environment(work)} && " + command[len(ACTIVATE):] for command in commands]
     head = raw["head_start_ray_commands"][-1]
     assert "--port=6379" in head and "--dashboard-port=8265" in head and "--dashboard-host=0.0.0.0" in head
+    activation, _, head = head.partition(" && ")
     raw["head_start_ray_commands"][-1] = (
-        token + head.replace("--port=6379", f"--port={port}").replace("--dashboard-port=8265", f"--dashboard-port="
-                                                                                             f"{dashboard}")
+        f"{activation} && " + token
+        + head.replace("--port=6379", f"--port={port}").replace("--dashboard-port=8265", f"--dashboard-port="
+                                                                                       f"{dashboard}")
         .replace("--dashboard-host=0.0.0.0", f"--dashboard-host={HEAD}")
         + f" --ray-client-server-port={free_port()} " + node_flags(HEAD, nodes / "head"))
-    worker = raw["worker_start_ray_commands"][-1]
+    activation, _, worker = raw["worker_start_ray_commands"][-1].partition(" && ")
     assert "$RAY_HEAD_IP:6379" in worker
-    raw["worker_start_ray_commands"][-1] = (token + worker.replace("6379", str(port)) + " --num-cpus=2 "
-                                            + node_flags(WORKER, nodes / "worker"))
+    raw["worker_start_ray_commands"][-1] = (f"{activation} && " + token + worker.replace("6379", str(port))
+                                            + " --num-cpus=2 " + node_flags(WORKER, nodes / "worker"))
     path = work / "cluster.yaml"
     path.write_text(yaml.safe_dump(raw, sort_keys=False))
     return path
@@ -100,6 +120,8 @@ def test_ray_up_runs_the_smoke_graph_through_the_jobs_api_and_ray_down_stops_it(
     up = ray("up", str(config), "--yes", "--no-config-cache")
     (tmp_path / "ray_up.log").write_text(up.stdout + up.stderr)
     assert up.returncode == 0, up.stdout[-3000:] + up.stderr[-3000:]
+    # The head's Ray runs from the environment its commands activated.
+    assert any(f"{sys.prefix}/" in process for process in cluster_processes(nodes)), cluster_processes(nodes)
     auth = user_env(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=(tmp_path / "token").read_text())
     try:
         wait = subprocess.run([sys.executable, "-m", "pipeline", "cluster-wait", "--address", f"{HEAD}:{port}",
