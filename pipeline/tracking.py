@@ -19,6 +19,7 @@ import warnings
 from pathlib import Path
 
 from mlflow.entities import Metric, Param, RunTag
+from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
 from pipeline.metrics_sink import MetricsRelay
@@ -48,6 +49,20 @@ def absolute_tracking_uri(uri: str) -> str:
     if uri.startswith(prefix) and not uri.startswith(prefix + "/"):
         return prefix + str(Path(uri[len(prefix):]).resolve())
     return uri
+
+
+def while_locked(call, *args, attempts: int = 6, **kwargs):
+    """``call``, tried again while SQLite says the database is locked. At Ctrl-C the driver
+    closes its runs while the live-metrics relay may still be writing its last rows: on
+    2 busy cores the relay held the lock past SQLite's 5 s wait, and the run ended with
+    MLflow's traceback instead of saying what it kept."""
+    for attempt in range(attempts):
+        try:
+            return call(*args, **kwargs)
+        except MlflowException as error:
+            if "database is locked" not in str(error) or attempt == attempts - 1:
+                raise
+            time.sleep(0.5 * 2 ** attempt)
 
 
 class RunTracker:
@@ -155,10 +170,10 @@ class RunTracker:
 
     def abandon_stage(self, run_id: str) -> None:
         """A stage's run that the driver stopped waiting for (interrupted, crashed)."""
-        self.client.set_terminated(run_id, status="KILLED")
+        while_locked(self.client.set_terminated, run_id, status="KILLED")
 
     def finish(self, status: str, summary: dict) -> None:
         now = int(time.time() * 1000)
-        self.client.log_batch(self.parent_id, metrics=[Metric(name, float(value), now, 0)
-                                                        for name, value in summary.items()])
-        self.client.set_terminated(self.parent_id, status=status)
+        while_locked(self.client.log_batch, self.parent_id, metrics=[Metric(name, float(value), now, 0)
+                                                                     for name, value in summary.items()])
+        while_locked(self.client.set_terminated, self.parent_id, status=status)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from pipeline.metrics_sink import MetricsSink
 from pipeline.tracking import RunTracker, absolute_tracking_uri
 
@@ -54,3 +56,35 @@ def test_a_stage_run_again_after_an_unfinished_attempt_is_linked_to_it(tmp_path)
     assert "nmt.earlier_attempt" not in tracker.client.get_run(other_key).data.tags
     hit = tracker.open_stage("train/t", "k1", {}, cache_hit=True)
     assert "nmt.earlier_attempt" not in tracker.client.get_run(hit).data.tags
+
+
+def test_a_locked_database_is_tried_again_and_any_other_error_is_raised_at_once(monkeypatch):
+    from mlflow.exceptions import MlflowException
+
+    from pipeline import tracking
+
+    monkeypatch.setattr(tracking.time, "sleep", lambda seconds: None)
+    calls = []
+
+    def locked_twice(run_id, status):
+        calls.append((run_id, status))
+        if len(calls) < 3:
+            raise MlflowException("(sqlite3.OperationalError) database is locked")
+        return "closed"
+
+    assert tracking.while_locked(locked_twice, "r1", status="KILLED") == "closed" and len(calls) == 3
+
+    def refused(run_id, status):
+        calls.append(run_id)
+        raise MlflowException("RESOURCE_DOES_NOT_EXIST: run r2")
+
+    calls.clear()
+    with pytest.raises(MlflowException, match="RESOURCE_DOES_NOT_EXIST"):
+        tracking.while_locked(refused, "r2", status="KILLED")
+    assert calls == ["r2"]
+
+    def always_locked(run_id, status):
+        raise MlflowException("database is locked")
+
+    with pytest.raises(MlflowException, match="locked"):
+        tracking.while_locked(always_locked, "r3", status="KILLED", attempts=3)
