@@ -280,35 +280,53 @@ def run_pipeline(config: ExperimentConfig, planned: list[PlannedStage], store: A
     # After a failure, stages that do not depend on it run to completion: their
     # artifacts are committed, so the next run resumes from them.
     failed: dict[str, BaseException] = {}
-    while pending:
-        # A second at a time: SIGTERM (pipeline/driver_sigterm.py) ends the run between waits.
-        done, _ = ray.wait(list(pending), num_returns=1, timeout=1.0)
-        raise_if_terminated()
-        if not done:
-            continue
-        item = pending.pop(done[0])
-        admission.release(item.stage.name)
-        ended.add(item.stage.name)
-        try:
-            result = ray.get(done[0])
-        except Exception as error:
-            # Ray hands a stage its upstream's exception, and may report the downstream
-            # stage first: look at the upstream refs, not at the order of reports.
-            upstream = _failed_upstream(item.stage, refs)
-            cause = (UpstreamFailed(f"not run: upstream stage {upstream!r} failed") if upstream
-                     else getattr(error, "cause", None) or error)
-            failed[item.stage.name] = cause
-            on_failure(item, cause)
-        else:
-            on_result(item, result)
-            results.append(result)
-        submit_what_may_start()
+    try:
+        while pending:
+            # A second at a time: SIGTERM (pipeline/driver_sigterm.py) ends the run between waits.
+            done, _ = ray.wait(list(pending), num_returns=1, timeout=1.0)
+            raise_if_terminated()
+            if not done:
+                continue
+            item = pending.pop(done[0])
+            admission.release(item.stage.name)
+            ended.add(item.stage.name)
+            try:
+                result = ray.get(done[0])
+            except Exception as error:
+                # Ray hands a stage its upstream's exception, and may report the downstream
+                # stage first: look at the upstream refs, not at the order of reports.
+                upstream = _failed_upstream(item.stage, refs)
+                cause = (UpstreamFailed(f"not run: upstream stage {upstream!r} failed") if upstream
+                         else getattr(error, "cause", None) or error)
+                failed[item.stage.name] = cause
+                on_failure(item, cause)
+            else:
+                on_result(item, result)
+                results.append(result)
+            submit_what_may_start()
+    except KeyboardInterrupt:
+        _stop(pending)
+        raise
     if waiting:  # cannot happen: with nothing running, the first waiting stage is admitted
         raise RuntimeError(f"stages never submitted: {', '.join(item.stage.name for item in waiting)}")
     if failed:
         root_causes = [error for error in failed.values() if not isinstance(error, UpstreamFailed)]
         raise (root_causes or list(failed.values()))[0]
     return results
+
+
+def _stop(pending: dict) -> None:
+    """At Ctrl-C: end the stage tasks still running, and the Ray Train runs they own,
+    before the driver closes its MLflow runs. Left running until the driver exits, their
+    live metrics kept the SQLite store locked while the driver waited to close the runs.
+    What they had checkpointed stays in their staging directories for the next run."""
+    import ray
+
+    for ref in pending:
+        try:
+            ray.cancel(ref, force=True, recursive=True)
+        except Exception as error:  # one already ended
+            log.debug("cancelling a stage task: %s", error)
 
 
 def _failed_upstream(stage: Stage, refs: dict) -> str | None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import os
+import signal
 from pathlib import Path
 
 import yaml
@@ -125,3 +126,22 @@ def processes_naming(text: str) -> list[str]:
         if text in command:
             left.append(f"{process.pid} {command[:100]}")
     return left
+
+
+def kill_everything_below(process) -> None:
+    """SIGKILL ``process`` (a ``subprocess.Popen`` started in a session of its own), its
+    process group and every process below it, and wait until they are gone: what a
+    machine that dies does to a run. Killing the group alone leaves Ray's actors and
+    workers, which Ray starts in sessions of their own, training for a few seconds
+    more; a rerun started meanwhile found the killed run still writing checkpoints."""
+    import psutil
+
+    below = psutil.Process(process.pid).children(recursive=True)
+    os.killpg(process.pid, signal.SIGKILL)
+    for child in below:
+        try:
+            child.kill()
+        except psutil.NoSuchProcess:
+            pass
+    process.wait()
+    psutil.wait_procs(below, timeout=30)

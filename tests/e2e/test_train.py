@@ -24,7 +24,7 @@ from stages.shared.models.spec import ModelSpec
 from stages.train.checkpointer import complete_checkpoints
 from stages.train.config import TrainConfig, TrainStageConfig
 from stages.train.data import TokenizedSplit
-from tests.helpers import REPO
+from tests.helpers import REPO, kill_everything_below
 
 pytestmark = pytest.mark.slow
 # Everything but wall-clock rates must be identical between an interrupted and an
@@ -229,8 +229,7 @@ def test_a_killed_run_resumes_from_its_checkpoint_and_follows_the_same_curve(tok
     killed = tmp_path / "killed"
     victim = start_in_a_new_process(config, tokenized, killed)
     wait_for_a_checkpoint(victim, killed)
-    os.killpg(victim.pid, signal.SIGKILL)
-    victim.wait()
+    kill_everything_below(victim)
     saved = complete_checkpoints(killed / train.RUN_NAME, 1, 0)
     assert saved and saved[-1].step < 40 and not (killed / "model.pt").exists()
 

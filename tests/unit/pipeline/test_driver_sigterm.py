@@ -9,14 +9,16 @@ import pytest
 import signal
 import subprocess
 import sys
-import time
 
 # A process whose command line names it a Ray Train worker, or a train stage's task
 # (Ray's title for it): on SIGTERM it takes a moment (its last update and checkpoint),
-# then exits. Beside it, an evaluate stage's task, which is left alone.
+# then exits. Beside it, an evaluate stage's task, which is left alone. The worker says
+# when its handler is in place: a SIGTERM before that would end it at once, and a
+# loaded machine can take more than a second to start a Python process.
 WORKER = ("import signal, sys, time\n"
           "signal.signal(signal.SIGTERM, lambda *a: (time.sleep(1.0), print('checkpointed', flush=True), "
           "sys.exit(0)))\n"
+          "print('worker handles SIGTERM', flush=True)\n"
           "time.sleep(60)\n")
 DRIVER = """
 import subprocess, sys, time
@@ -46,11 +48,19 @@ def _driver(grace: str, worker: list[str] = RAY_TRAIN_WORKER) -> subprocess.Pope
                                  **{k: v for k, v in __import__("os").environ.items() if k == "PYTHONPATH"}})
 
 
+def _started(driver: subprocess.Popen) -> None:
+    """Once the driver handles SIGTERM and its worker has its own handler in place."""
+    seen = set()
+    while seen != {"ready", "worker handles SIGTERM"}:
+        line = driver.stdout.readline()
+        assert line, driver.stderr.read()
+        seen.add(line.strip())
+
+
 @pytest.mark.parametrize("worker", [RAY_TRAIN_WORKER, TRAIN_STAGE_TASK], ids=["ray_train", "in_process"])
 def test_sigterm_reaches_the_train_workers_and_the_driver_ends_once_they_have(worker):
     driver = _driver("25", worker)
-    assert driver.stdout.readline().strip() == "ready"
-    time.sleep(0.3)
+    _started(driver)
     driver.send_signal(signal.SIGTERM)
     out, err = driver.communicate(timeout=30)
     assert "terminated after the worker: True" in out, err
@@ -61,8 +71,7 @@ def test_sigterm_reaches_the_train_workers_and_the_driver_ends_once_they_have(wo
 
 def test_the_driver_waits_no_longer_than_its_grace():
     driver = _driver("0.2")
-    assert driver.stdout.readline().strip() == "ready"
-    time.sleep(0.3)
+    _started(driver)
     driver.send_signal(signal.SIGTERM)
     out, err = driver.communicate(timeout=30)
     line = next(line for line in out.splitlines() if line.startswith("terminated"))
