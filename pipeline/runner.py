@@ -147,6 +147,11 @@ def connect_ray(address: str | None) -> None:
                 "THP_MEM_ALLOC_ENABLE": os.environ.get("THP_MEM_ALLOC_ENABLE", "1"),
                 # Workers draw bars, or print progress lines, as this driver's output calls for.
                 PROGRESS_ENV: choose_progress_style(),
+                # Ray Train routes a worker's print() through a logger that adds a newline:
+                # Ray's bars, which print their state with one already, then left an empty
+                # line on the driver's terminal at every redraw (a line every ten updates)
+                # instead of redrawing in place.
+                "RAY_TRAIN_ENABLE_PRINT_PATCH": "0",
                 # How often Ray Train's controller polls its workers (default 2 s): it notices
                 # the end of training a poll late. At 0.25 s a stage's last update to its
                 # commit took 1.0 s instead of 4.5 on a 2-core CPU (benchmarks/stage_overhead.py).

@@ -145,3 +145,55 @@ def kill_everything_below(process) -> None:
             pass
     process.wait()
     psutil.wait_procs(below, timeout=30)
+
+
+def run_on_a_terminal(command: list[str], columns: int = 120, timeout: float = 900, **popen) -> tuple[int, str]:
+    """``command`` with its stdout and stderr on a pseudo-terminal ``columns`` wide, as
+    a user at a terminal runs it; its exit status and everything it wrote there, the
+    carriage returns and escape codes of redrawn bars included."""
+    import fcntl
+    import pty
+    import select
+    import struct
+    import subprocess
+    import termios
+    import time
+
+    leader, follower = pty.openpty()
+    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 40, columns, 0, 0))
+    process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=follower, stderr=follower, **popen)
+    os.close(follower)
+    written, deadline = bytearray(), time.time() + timeout
+    try:
+        while time.time() < deadline:
+            if select.select([leader], [], [], 0.5)[0]:
+                try:
+                    chunk = os.read(leader, 65536)
+                except OSError:  # EIO: every process that held the terminal has closed it
+                    break
+                if not chunk:
+                    break
+                written += chunk
+            elif process.poll() is not None:  # ended, and what it wrote is read
+                break
+    finally:
+        os.close(leader)
+    try:
+        code = process.wait(timeout=max(1.0, deadline - time.time()))
+    except subprocess.TimeoutExpired:
+        process.kill()
+        code = process.wait()
+    return code, written.decode(errors="replace")
+
+
+def as_displayed(output: str) -> list[str]:
+    """A terminal's ``output`` as its lines ended up, each line's last redraw, without
+    colour or cursor codes."""
+    import re
+
+    codes = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+    shown = []
+    for line in output.split("\n"):
+        redraws = [part for part in line.split("\r") if part.strip()]
+        shown.append(codes.sub("", redraws[-1]) if redraws else "")
+    return shown

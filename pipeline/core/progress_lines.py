@@ -59,8 +59,9 @@ class LineProgress:
     def _print(self) -> None:
         now = time.monotonic()
         self.printed, elapsed = now, now - self.started
-        # Written to the stream, not print(): Ray Train replaces print in its workers with
-        # a logger call that also tees to the stream, and each line would come out twice.
+        # Written to the stream, not print(): where Ray Train's print patch is on (``nmt
+        # run`` turns it off: runner.connect_ray), print in its workers is a logger call
+        # that also tees to the stream, and each line would come out twice.
         sys.stderr.write(self.line(elapsed) + "\n")
         sys.stderr.flush()
 
