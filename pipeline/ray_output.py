@@ -11,7 +11,8 @@ noise or failures in a run's log:
 - Ray Train's INFO line for every checkpoint a worker reports ("Reporting training
   result 1: TrainingReport(...)"), which reaches the console past Ray Train's own
   ``LoggingConfig(log_level="WARNING")``.
-Ray's own log files (``/tmp/ray/session_latest/logs``) keep every line.
+Ray's own log files (``/tmp/ray/session_latest/logs``) keep every line. On a terminal,
+the state lines of the workers' progress bars go to ``worker_bars.py``, which draws them.
 
 Ray colours each line's prefix, ``(raylet)``, ``(train pid=...)``, and its "[repeated Nx
 across cluster]" notes, whatever the console is, and prints some of them (the repeated
@@ -27,8 +28,13 @@ filtered and nothing breaks.
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 import re
+import sys
+
+from pipeline.core.progress_lines import PROGRESS_ENV
 
 log = logging.getLogger("nmt")
 
@@ -48,8 +54,13 @@ def is_internal_noise(line: str) -> bool:
     return any(marker in line for marker in _BENIGN)
 
 
+_bars = None  # the driver's WorkerBars, while it draws the workers' bars itself
+
+
 def filter_worker_output() -> None:
-    """Wrap the driver's printer of worker output so it drops ``is_internal_noise`` lines."""
+    """Wrap the driver's printer of worker output so it drops ``is_internal_noise`` lines
+    and, on a terminal, draws the workers' progress bars itself (``worker_bars.py``)."""
+    global _bars
     try:
         from ray._private.ray_logging import (
             global_worker_stdstream_dispatcher as dispatcher,
@@ -61,14 +72,38 @@ def filter_worker_output() -> None:
         log.debug("Ray's worker-output printer not found; its internal lines are not filtered")
         return
     printer = printers[0]
+    from ray.experimental.tqdm_ray import RAY_TQDM_MAGIC  # what begins a worker bar's state line
+
+    if _bars is None and os.environ.get(PROGRESS_ENV) == "bars" and sys.stderr.isatty():
+        import ray
+
+        from pipeline.commands.console import console
+        from pipeline.worker_bars import WorkerBars
+
+        _bars = WorkerBars(console, here=ray.util.get_node_ip_address())
+    bars = _bars
 
     def print_filtered(data: dict) -> None:
-        lines = [line for line in data.get("lines", []) if not is_internal_noise(line)]
+        lines = []
+        for line in data.get("lines", []):
+            if bars is not None and RAY_TQDM_MAGIC in line:
+                try:
+                    bars.show(json.loads(line))
+                except (ValueError, KeyError):  # cut off, or interleaved with another line
+                    pass
+            elif not is_internal_noise(line):
+                lines.append(line)
         if lines:
             printer({**data, "lines": lines})
 
     dispatcher.remove_handler("ray_print_logs")
     dispatcher.add_handler("ray_print_logs", print_filtered)
+
+
+def stop_progress_bars() -> None:
+    """Take down the workers' bars the driver draws, if it does: before it prints tables."""
+    if _bars is not None:
+        _bars.stop()
 
 
 class _WithoutColour:

@@ -183,17 +183,15 @@ def run_on_a_terminal(command: list[str], columns: int = 120, timeout: float = 9
     except subprocess.TimeoutExpired:
         process.kill()
         code = process.wait()
-    return code, written.decode(errors="replace")
+    return code, written.decode(errors="replace")  # each \r kept: a redraw
 
 
-def as_displayed(output: str) -> list[str]:
-    """A terminal's ``output`` as its lines ended up, each line's last redraw, without
-    colour or cursor codes."""
-    import re
+def as_displayed(output: str, columns: int = 120) -> list[str]:
+    """What a terminal ``columns`` wide shows after ``output``: the lines scrolled off
+    its top, then its screen, each as it was left (redrawn, erased, overwritten)."""
+    import pyte
 
-    codes = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
-    shown = []
-    for line in output.split("\n"):
-        redraws = [part for part in line.split("\r") if part.strip()]
-        shown.append(codes.sub("", redraws[-1]) if redraws else "")
-    return shown
+    screen = pyte.HistoryScreen(columns, 40, history=100_000, ratio=0.001)
+    pyte.Stream(screen).feed(output)
+    scrolled = ["".join(line[column].data for column in range(columns)).rstrip() for line in screen.history.top]
+    return scrolled + [line.rstrip() for line in screen.display]

@@ -41,6 +41,7 @@ def run_experiment(config: Path, overrides: list[str], until: str | None, force:
     from pipeline.run_recorder import RunRecorder
     from pipeline.cluster_address import ClusterUnreachable
     from pipeline.driver_sigterm import Terminated, stop_on_sigterm
+    from pipeline.ray_output import stop_progress_bars
     from pipeline.runner import UpstreamFailed, connect_ray, run_pipeline
     from pipeline.tracking import RunTracker, default_tracking_uri
     from stages.download.config import mirrors_from
@@ -79,8 +80,11 @@ def run_experiment(config: Path, overrides: list[str], until: str | None, force:
 
     stop_on_sigterm()
     try:
-        run_pipeline(experiment, planned, store, mirrors_from(experiment.mirrors), recorder.on_result,
-                     recorder.on_failure, recorder.on_submit)
+        try:
+            run_pipeline(experiment, planned, store, mirrors_from(experiment.mirrors), recorder.on_result,
+                         recorder.on_failure, recorder.on_submit)
+        finally:
+            stop_progress_bars()  # the workers' bars, where this driver draws them: gone before the tables
     except (InputDataError, UpstreamFailed) as error:
         recorder.finish("FAILED")
         print_results(recorder.rows)

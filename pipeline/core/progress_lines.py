@@ -66,17 +66,23 @@ class LineProgress:
         sys.stderr.flush()
 
     def line(self, elapsed: float) -> str:
-        """``clean train: 1,200/3,000 pairs (40%), 850 pairs/s, ETA 2s``; on close, the time taken."""
-        done = f"{self.n:,.0f}" + (f"/{self.total:,.0f}" if self.total else "") + f" {self.unit}"
-        if self.total:
-            done += f" ({100 * self.n / self.total:.0f}%)"
-        rate = self.n / elapsed if elapsed > 0 else 0.0
-        parts = [f"{self.desc}: {done}", f"{rate:,.1f} {self.unit}/s"]
-        if self.closed:
-            parts.append(f"done in {_duration(elapsed)}")
-        elif self.total and rate > 0:
-            parts.append(f"ETA {_duration((self.total - self.n) / rate)}")
-        return ", ".join(parts)
+        return progress_line(self.desc, self.n, self.total, self.unit, elapsed, self.closed)
+
+
+def progress_line(desc: str, n: float, total: float | None, unit: str, elapsed: float, closed: bool) -> str:
+    """``clean train: 1,200/3,000 pairs (40%), 850 pairs/s, ETA 2s``; once closed, the time taken."""
+    done = f"{n:,.0f}" + (f"/{total:,.0f}" if total else "") + f" {unit}"
+    if total:
+        done += f" ({100 * n / total:.0f}%)"
+    rate = n / elapsed if elapsed > 0 else 0.0
+    parts = [f"{desc}: {done}"]
+    if not (closed and elapsed < 1.0):  # a bar done within a second reads as millions a second
+        parts.append(f"{rate:,.1f} {unit}/s")
+    if closed:
+        parts.append(f"done in {_duration(elapsed)}")
+    elif total and rate > 0:
+        parts.append(f"ETA {_duration((total - n) / rate)}")
+    return ", ".join(parts)
 
 
 def _duration(seconds: float) -> str:
