@@ -21,7 +21,7 @@ from rich.progress import BarColumn, Progress, ProgressColumn, Task, TextColumn
 from rich.table import Column
 from rich.text import Text
 
-from pipeline.core.progress_lines import progress_line
+from pipeline.core.progress_lines import duration, progress_line
 
 
 class _CountRateEta(ProgressColumn):
@@ -38,13 +38,8 @@ class _CountRateEta(ProgressColumn):
             return Text(count)
         shown = f"{count}, {speed:,.1f} {unit}/s"
         if task.total and task.completed < task.total:
-            shown += f", ETA {_duration((task.total - task.completed) / speed)}"
+            shown += f", ETA {duration((task.total - task.completed) / speed)}"
         return Text(shown)
-
-
-def _duration(seconds: float) -> str:
-    seconds = max(0, round(seconds))
-    return f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
 
 
 class WorkerBars:

@@ -79,12 +79,13 @@ def progress_line(desc: str, n: float, total: float | None, unit: str, elapsed: 
     if not (closed and elapsed < 1.0):  # a bar done within a second reads as millions a second
         parts.append(f"{rate:,.1f} {unit}/s")
     if closed:
-        parts.append(f"done in {_duration(elapsed)}")
+        parts.append(f"done in {duration(elapsed)}")
     elif total and rate > 0:
-        parts.append(f"ETA {_duration((total - n) / rate)}")
+        parts.append(f"ETA {duration((total - n) / rate)}")
     return ", ".join(parts)
 
 
-def _duration(seconds: float) -> str:
+def duration(seconds: float) -> str:
+    """``45s``, ``2m05s``."""
     seconds = max(0, round(seconds))
     return f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
