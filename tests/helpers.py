@@ -161,7 +161,9 @@ def run_on_a_terminal(command: list[str], columns: int = 120, timeout: float = 9
 
     leader, follower = pty.openpty()
     fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 40, columns, 0, 0))
-    process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=follower, stderr=follower, **popen)
+    # The terminal's size, not one a CI job exports (rich takes COLUMNS over the terminal's).
+    env = {name: value for name, value in popen.pop("env", os.environ).items() if name not in ("COLUMNS", "LINES")}
+    process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=follower, stderr=follower, env=env, **popen)
     os.close(follower)
     written, deadline = bytearray(), time.time() + timeout
     try:
