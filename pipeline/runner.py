@@ -322,9 +322,10 @@ def run_pipeline(config: ExperimentConfig, planned: list[PlannedStage], store: A
 
 def _stop(pending: dict) -> None:
     """At Ctrl-C: end the stage tasks still running, and the Ray Train runs they own,
-    before the driver closes its MLflow runs. Left running until the driver exits, their
-    live metrics kept the SQLite store locked while the driver waited to close the runs.
-    What they had checkpointed stays in their staging directories for the next run."""
+    before the driver closes its MLflow runs. Left running until the driver exits, they
+    go on logging live metrics to the SQLite store the driver is closing the runs in (a
+    CI run's Ctrl-C once took over 120 s to end; this was the likely cause, not a proven
+    one). What they had checkpointed stays in their staging directories for the next run."""
     import ray
 
     for ref in pending:
