@@ -14,6 +14,11 @@ noise or failures in a run's log:
 Ray's own log files (``/tmp/ray/session_latest/logs``) keep every line. On a terminal,
 the state lines of the workers' progress bars go to ``worker_bars.py``, which draws them.
 
+Ray also merges lines that differ only in their numbers, printed by several workers
+within 5 s, into one "[repeated 2x across cluster]" line. Progress lines
+(``progress_lines.PROGRESS_LINE``) are kept apart from that: two trainings running at
+once each print their own, where the merge showed one of them and hid the other.
+
 Ray colours each line's prefix, ``(raylet)``, ``(train pid=...)``, and its "[repeated Nx
 across cluster]" notes, whatever the console is, and prints some of them (the repeated
 lines it held back) outside any handler: the ``nmt`` command wraps its stdout and stderr
@@ -34,7 +39,7 @@ import os
 import re
 import sys
 
-from pipeline.core.progress_lines import PROGRESS_ENV
+from pipeline.core.progress_lines import PROGRESS_ENV, PROGRESS_LINE
 
 log = logging.getLogger("nmt")
 
@@ -67,6 +72,7 @@ def filter_worker_output() -> None:
         )
     except ImportError:
         return
+    keep_progress_lines_apart()
     printers = [handler for name, handler in dispatcher.handlers if name == "ray_print_logs"]
     if len(printers) != 1:
         log.debug("Ray's worker-output printer not found; its internal lines are not filtered")
@@ -98,6 +104,21 @@ def filter_worker_output() -> None:
 
     dispatcher.remove_handler("ray_print_logs")
     dispatcher.add_handler("ray_print_logs", print_filtered)
+
+
+def keep_progress_lines_apart() -> None:
+    """Exempt progress lines from Ray's merging of similar lines, by the pattern Ray's
+    deduplicators already take for lines never to merge (RAY_DEDUP_LOGS_ALLOW_REGEX,
+    read once when ray is imported, hence set on them here)."""
+    try:
+        from ray._private.ray_logging import stderr_deduplicator, stdout_deduplicator
+    except ImportError:
+        return
+    for deduplicator in (stdout_deduplicator, stderr_deduplicator):
+        allowed = getattr(deduplicator, "allow_re", None)
+        if allowed is None or PROGRESS_LINE.pattern not in allowed.pattern:
+            pattern = PROGRESS_LINE.pattern if allowed is None else f"{allowed.pattern}|{PROGRESS_LINE.pattern}"
+            deduplicator.allow_re = re.compile(pattern)
 
 
 def stop_progress_bars() -> None:

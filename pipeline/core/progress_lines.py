@@ -14,6 +14,7 @@ redraw, so a burst of quick updates does not read as millions of pairs a second.
 from __future__ import annotations
 
 import os
+import re
 import sys
 import time
 
@@ -83,6 +84,11 @@ def progress_line(desc: str, n: float, total: float | None, unit: str, elapsed: 
     elif total and rate > 0:
         parts.append(f"ETA {duration((total - n) / rate)}")
     return ", ".join(parts)
+
+
+# What ``progress_line`` writes, for whatever must tell such a line apart (ray_output.py).
+PROGRESS_LINE = re.compile(r"^.+: [\d,]+(?:/[\d,]+)? \S+(?: \(\d+%\))?"
+                           r"(?:, [\d,.]+ \S+/s(?:, (?:ETA|done in) \d+(?:m\d\d)?s)?|, done in \d+(?:m\d\d)?s)$")
 
 
 def duration(seconds: float) -> str:

@@ -41,3 +41,38 @@ def test_colour_codes_are_stripped_where_the_stream_is_not_a_terminal():
     plain_text(terminal).write(line)
     assert log_file.getvalue() == "(raylet) WARNING: ... [repeated 2x across cluster]\n"
     assert terminal.getvalue() == line
+
+
+def test_two_workers_progress_lines_both_print_where_ray_merges_similar_lines():
+    """Ray merges lines differing only in numbers from several workers within 5 s: two
+    trainings' progress lines came out as one, with "[repeated 2x across cluster]"."""
+    from ray._private.ray_logging import LogDeduplicator
+
+    from pipeline.ray_output import keep_progress_lines_apart
+
+    def printed(deduplicator) -> list[str]:
+        """Each worker's line at 0 s and again 30 s later, as two trainings print them."""
+        now = [0.0]
+        deduplicator.timesource = lambda: now[0]
+        out = []
+        for now[0] in (0.0, 0.1, 30.0, 30.1, 60.0):
+            pid = 11 if now[0] % 30 == 0 else 12
+            batch = {"ip": "10.0.0.1", "pid": pid, "lines": [
+                f"train rnn.w{pid} (8,639 tokens/s): {int(now[0]) + pid}/3,226 update (8%), 9.{pid} update/s, ETA 5m32s"]}
+            out += [line for printed in deduplicator.deduplicate(batch) for line in printed["lines"]]
+        return out + [line for printed in deduplicator.flush() for line in printed["lines"]]
+
+    merged = printed(LogDeduplicator(5, None, None))
+    assert any("repeated 2x across cluster" in line for line in merged), merged  # what Ray does by itself
+    import ray._private.ray_logging as ray_logging
+
+    deduplicator = LogDeduplicator(5, "__ray_testing_never_deduplicate__", None)
+    original = ray_logging.stdout_deduplicator
+    ray_logging.stdout_deduplicator = deduplicator
+    try:
+        keep_progress_lines_apart()
+    finally:
+        ray_logging.stdout_deduplicator = original
+    both = printed(deduplicator)
+    assert [line.split(" (")[0] for line in both] == ["train rnn.w11", "train rnn.w12"] * 2 + ["train rnn.w11"], both
+    assert deduplicator.allow_re.search("__ray_testing_never_deduplicate__")  # Ray's own pattern kept
