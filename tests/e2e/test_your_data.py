@@ -3,7 +3,9 @@ as a user would: copied beside a ``corpora/`` folder of three small TSV files (m
 here from the checked-in Multi30k sample), ``nmt run`` to its report with only the
 sizes turned down: at 200 updates its warmup and checkpoints, fractions of the run,
 still train the model (a fixed 4,000-update warmup never ended in short runs). It runs
-on a terminal, where each stage's progress is one bar redrawn in place."""
+on a terminal, where each stage's progress is one bar redrawn in place. Then the page's
+other commands on what it trained: translate, export and report, each given the run's
+``--set`` or, without it, finding the settings the run recorded."""
 
 from __future__ import annotations
 
@@ -15,7 +17,9 @@ import shutil
 import sys
 
 import pytest
+from typer.testing import CliRunner
 
+from pipeline.cli import app
 from tests.helpers import MULTI30K_SAMPLE, REPO, as_displayed, run_on_a_terminal
 
 pytestmark = pytest.mark.slow
@@ -30,7 +34,7 @@ def write_tsv(path, prefix: str, lines: int) -> None:
     path.write_text("\n".join(pairs) + "\n", encoding="utf-8")
 
 
-def test_the_your_data_example_runs_from_tsv_files_to_its_report(tmp_path):
+def test_the_your_data_example_runs_from_tsv_files_to_its_report(tmp_path, monkeypatch):
     config = tmp_path / EXAMPLE.name
     shutil.copy(EXAMPLE, config)
     (tmp_path / "corpora").mkdir()
@@ -58,3 +62,19 @@ def test_the_your_data_example_runs_from_tsv_files_to_its_report(tmp_path):
     (meta,) = (tmp_path / "artifacts" / "download").glob("*/meta.json")
     splits = json.loads(meta.read_text())["splits"]
     assert [splits[name]["pairs"] for name in ("train", "valid", "test")] == [600, 50, 50], splits
+
+    # The other commands find the model this run trained: with the run's --set, or with
+    # none, from the settings the run recorded in its artifact root.
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", env["MLFLOW_TRACKING_URI"])
+    small = [arg for item in SMALL for arg in ("--set", item)]
+    translated = CliRunner().invoke(app, ["translate", str(config), *small, "--model", "transformer_tiny"],
+                                    input="A man is riding a bike.\nTwo dogs play in the snow.\n")
+    assert translated.exit_code == 0 and len(translated.stdout.splitlines()) == 2, translated.output
+    exported = CliRunner().invoke(app, ["export", str(config), "--model", "transformer_tiny", "--format", "ctranslate2",
+                                        "-o", str(tmp_path / "ct2")])
+    assert exported.exit_code == 0 and (tmp_path / "ct2" / "model.bin").is_file(), exported.output
+    reported = CliRunner().invoke(app, ["report", str(config), *small, "-o", str(tmp_path / "again")])
+    assert reported.exit_code == 0, reported.output
+    again = json.loads((tmp_path / "again" / "report.json").read_text())["models"]
+    assert [(row["name"], row["bleu"]) for row in again] == [(row["name"], row["bleu"]) for row in rows]
