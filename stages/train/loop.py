@@ -212,7 +212,7 @@ class TrainLoop:
     def _train_on(self, batch: Batch) -> None:
         progress = self.progress
         # Dropout masks depend only on (seed, rank, batch number): resuming redraws them.
-        torch.manual_seed(hash((self.training.seed, self.rank, progress.micro_batches)) & (2**62 - 1))
+        seed_generator(self.device, hash((self.training.seed, self.rank, progress.micro_batches)) & (2**62 - 1))
         host = (batch.src, batch.tgt_in, batch.tgt_out)
         if self.device.type == "cuda":  # a copy from pinned memory is asynchronous; from pageable memory it waits
             host = tuple(t.pin_memory() for t in host)
@@ -413,3 +413,16 @@ def _grad_norm(model: torch.nn.Module) -> torch.Tensor:
     """The global L2 norm of the gradients, left on the device until it is logged."""
     grads = [p.grad for p in model.parameters() if p.grad is not None]
     return torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)).float())
+
+
+def seed_generator(device: torch.device, seed: int) -> None:
+    """Seed the random generator that ``device``'s dropout draws from, as
+    ``torch.manual_seed`` would: the CPU's, and on a GPU that device's too. Not
+    ``torch.manual_seed`` itself, which also queues a seeding of every GPU (with a
+    formatted stack, where CUDA has not started) and of other backends: 178 us a call on a
+    CPU against 2 us (benchmarks/reports/2026-11-29_reseeding_cost_xeon_amx.md), paid at
+    every batch."""
+    torch.default_generator.manual_seed(seed)
+    if device.type == "cuda":
+        torch.cuda.default_generators[device.index if device.index is not None else torch.cuda.current_device()
+                                      ].manual_seed(seed)

@@ -91,3 +91,16 @@ def test_the_counted_flops_are_the_sum_of_each_sentence_s(tokenized, monkeypatch
             expected = sum(training_flops(loop.model, int(s), int(t), source_logits)
                            for s, t in zip(batch.src_lengths, batch.tgt_lengths))
             assert loop._counted_flops(batch, source_logits) == expected
+
+
+def test_the_per_batch_reseed_draws_what_torch_manual_seed_draws_on_the_cpu():
+    """The loop reseeds dropout at every batch with seed_generator, which skips
+    torch.manual_seed's queued seeding of every GPU: the masks must not change (a resumed
+    run redraws them, and the stage's keys promise the same outputs)."""
+    from stages.train.loop import seed_generator
+
+    torch.manual_seed(12345)
+    expected = torch.nn.functional.dropout(torch.ones(64, 64), p=0.3)
+    torch.manual_seed(999)
+    seed_generator(torch.device("cpu"), 12345)
+    assert torch.equal(torch.nn.functional.dropout(torch.ones(64, 64), p=0.3), expected)
