@@ -33,7 +33,7 @@ from stages.tune.config import TuneConfig, TuneStageConfig
 class ExtraSeeds(Section):
     """Seeds trained at some budgets only, beside the experiment's ``seeds``."""
 
-    seeds: list[int] = Field(min_length=1)
+    seeds: list[int] = Field(min_length=1)  # each one not among the experiment's seeds
     budgets: list[float] = Field(min_length=1)  # each one of the experiment's budgets
 
     @field_validator("seeds", "budgets")

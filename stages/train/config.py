@@ -80,9 +80,10 @@ class TrainConfig(Section):
     lr: float = Field(default=5e-4, gt=0.0)  # peak learning rate of cosine, constant and wsd
     lr_scale: float = Field(default=1.0, gt=0.0)  # factor of the noam schedule
     min_lr: float = Field(default=0.0, ge=0.0)  # where cosine and wsd end
-    # wsd: the share of the budget its decay takes, and the decay's shape: 1-sqrt,
-    # lr * (1 - sqrt(progress)), the best of Hagele et al.'s cooldowns, or linear.
+    # wsd: the share of the budget its decay takes.
     decay_fraction: float = Field(default=0.2, gt=0, lt=1)
+    # wsd: the decay's shape: 1-sqrt, lr * (1 - sqrt(progress)), the best of Hagele et
+    # al.'s cooldowns, or linear.
     decay_shape: Literal["1-sqrt", "linear"] = "1-sqrt"
     warmup_steps: int = Field(default=4000, ge=0)  # updates of warmup, every schedule
     # Or the warmup as a share of the run's planned updates (stages/train/plan.py), so
@@ -99,9 +100,9 @@ class TrainConfig(Section):
     valid_every: int = Field(default=1000, gt=0)  # steps
     # Validation BLEU: every N updates, decode the valid split (the first
     # valid_bleu_sentences of it, or all) and a fixed random subset of train_bleu_sentences
-    # training pairs, and score both with sacreBLEU (BLEU and chrF). None: off.
+    # training pairs, and score both with sacreBLEU (BLEU and chrF). null: off.
     valid_bleu_every: int | None = Field(default=None, gt=0)
-    valid_bleu_sentences: int | None = Field(default=None, gt=0)  # the first N valid sentences; None: all
+    valid_bleu_sentences: int | None = Field(default=None, gt=0)  # the first N valid sentences; null: all
     train_bleu_sentences: int = Field(default=500, ge=0)  # training pairs decoded beside them (0: none)
     valid_bleu_beam: int = Field(default=1, gt=0)  # 1: greedy
     valid_bleu_batch_size: int = Field(default=64, gt=0)  # sentences per decoding batch

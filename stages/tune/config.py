@@ -35,7 +35,7 @@ class TuneConfig(Section):
     # ASHA (Li et al. 2020): every trial gets this many validations before it can be
     # stopped, and at each rung after it 1/reduction_factor of the trials go on.
     grace_validations: int = Field(default=2, gt=0)
-    reduction_factor: int = Field(default=3, ge=2)
+    reduction_factor: int = Field(default=3, ge=2)  # ASHA's: 1/this of the trials at a rung go on
     # Where the best rate is the lowest or highest tried, try the next rate beyond it (at
     # the grid's ratio there) and choose again, at most this many times; 0: never.
     max_extensions: int = Field(default=2, ge=0)

@@ -51,3 +51,4 @@ def test_a_measured_figure_is_stated_as_its_report_gives_it(figure):
     assert stated, f"no page states {figure.name}"
     assert all(found == figure.value for _, found in stated), \
         f"{figure.name} is {figure.value} in {figure.report}; the docs say {stated}"
+

@@ -15,3 +15,11 @@ def test_every_repository_path_the_docs_name_exists():
     named = {(page.name, path) for page in pages for path in PATH.findall(page.read_text())}
     missing = sorted((page, path) for page, path in named if not (REPO / path).exists())
     assert not missing, missing
+
+
+def test_every_dated_report_names_the_commit_it_measured():
+    """A figure the docs quote can be traced to the code that produced it."""
+    commit = re.compile(r"commit\W{0,4}(?:[^.]{0,80}?)\b[0-9a-f]{7,40}\b", re.IGNORECASE)
+    reports = sorted((REPO / "benchmarks" / "reports").glob("*.md"))
+    unnamed = [report.name for report in reports if not commit.search(report.read_text())]
+    assert reports and not unnamed, unnamed

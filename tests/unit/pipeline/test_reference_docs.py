@@ -3,6 +3,8 @@ are generated from, and say what a reader needs of each key and option."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from pipeline import reference_docs
@@ -33,6 +35,15 @@ def test_the_configuration_page_is_headed_by_yaml_keys_with_yaml_defaults_and_ev
                  "- average_fraction ({average_fraction}) must be below decay_fraction ({decay_fraction})"):
         assert rule in train
     assert "- needs at least two distinct rates to choose among; got {value}" in page.split("## `tune:`")[1]
+
+
+def test_every_key_has_a_description_and_none_says_python_s_none():
+    rows = [line for line in reference_docs.configuration_page().splitlines()
+            if line.startswith("| `")]
+    empty = [row.split("|")[1].strip() for row in rows if not row.rstrip().rstrip("|").split("|")[-1].strip()]
+    assert rows and not empty, f"keys without a description: {empty}"
+    pythonic = [row for row in rows if re.search(r"\bNone\b", row)]
+    assert not pythonic, pythonic  # a config says null
 
 
 def test_validation_rules_are_the_raised_messages_with_values_named():
