@@ -419,9 +419,9 @@ def seed_generator(device: torch.device, seed: int) -> None:
     """Seed the random generator that ``device``'s dropout draws from, as
     ``torch.manual_seed`` would: the CPU's, and on a GPU that device's too. Not
     ``torch.manual_seed`` itself, which also queues a seeding of every GPU (with a
-    formatted stack, where CUDA has not started) and of other backends: 178 us a call on a
-    CPU against 2 us (benchmarks/reports/2026-11-29_reseeding_cost_xeon_amx.md), paid at
-    every batch."""
+    formatted stack, where CUDA has not started) and of other backends: 162 us a call on a
+    CPU against 2 us (benchmarks/reports/2026-11-29_train_step_and_reseed_xeon_amx.md),
+    paid at every batch."""
     torch.default_generator.manual_seed(seed)
     if device.type == "cuda":
         torch.cuda.default_generators[device.index if device.index is not None else torch.cuda.current_device()
