@@ -27,17 +27,40 @@ import pyarrow.fs as pafs
 SECRET_QUERY_KEYS = ("access_key", "secret_key", "session_token")
 # Query options an s3:// root may carry, passed to pyarrow's S3FileSystem.
 S3_OPTIONS = ("endpoint_override", "scheme", "region", *SECRET_QUERY_KEYS)
-# Everything from the scheme to the last "@" of the same word: a secret written with a
-# raw "/", ":", "@" or "#" (which the URI then cannot parse) is still all redacted;
-# at worst a path holding an "@" is redacted too.
-_USERINFO = re.compile(r"(?P<scheme>\b[a-z][a-z0-9+.-]*://)[^\s'\"]*@", re.IGNORECASE)
-_SECRET_QUERY = re.compile(rf"(?P<key>[?&](?:{'|'.join(SECRET_QUERY_KEYS)})=)[^&\s'\"]*", re.IGNORECASE)
+# A URI in any text: from its scheme to the end of the word (a space or a quote).
+_URI = re.compile(r"\b[a-z][a-z0-9+.-]*://[^\s'\"]*", re.IGNORECASE)
+# Where a query option begins: "?name=" or "&name=", the name as written (maybe %-encoded).
+_OPTION = re.compile(r"[?&]([^=&?#\s'\"]*)=")
 
 
 def redact(text: str) -> str:
     """``text`` with every URI's credentials (user info, secret query options) replaced by ``***``."""
-    text = _USERINFO.sub(r"\g<scheme>***@", text)
-    return _SECRET_QUERY.sub(r"\g<key>***", text)
+    return _URI.sub(lambda match: _redact_uri(match.group(0)), text)
+
+
+def _redact_uri(uri: str) -> str:
+    """One URI without its credentials, whatever characters they hold, raw or
+    percent-encoded. A secret written raw may hold "/", "@", "?", "&" or "=", which the
+    URI then cannot parse one way; so the parts are found by what cannot be a secret's:
+    the query begins at the first option an s3:// root takes (its name decoded), the
+    user info is everything before the last "@" ahead of that, and a secret option's
+    value runs to the next such option or the URI's end. At worst a path holding an "@"
+    or an option's value is masked too."""
+    scheme, rest = uri.split("://", 1)
+    options = [(match.start(), match.end(), unquote(match.group(1)).lower()) for match in _OPTION.finditer(rest)]
+    known = [option for option in options if option[2] in S3_OPTIONS]
+    query = known[0][0] if known else len(rest)
+    at = rest.rfind("@", 0, query)
+    parts, shown_to = [], 0
+    if at >= 0:
+        parts.append("***@")
+        shown_to = at + 1
+    for index, (start, end, name) in enumerate(known):
+        if name in SECRET_QUERY_KEYS:
+            parts.append(rest[shown_to:end] + "***")
+            shown_to = known[index + 1][0] if index + 1 < len(known) else len(rest)
+    parts.append(rest[shown_to:])
+    return f"{scheme}://{''.join(parts)}"
 
 
 def open_filesystem(uri: str) -> tuple[pafs.FileSystem, str]:

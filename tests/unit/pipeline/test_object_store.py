@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from pipeline.core.artifacts import ArtifactStore
 from pipeline.core.context import TrainingPlacement
-from pipeline.core.object_store import _credentials, redact
+from pipeline.core.object_store import S3_OPTIONS, _credentials, redact
 
 ROOT = "s3://nmt-artifacts/shared?endpoint_override=127.0.0.1:9&scheme=http"
 KEY_ID, SECRET = "AKIAEXAMPLEKEYID0001", "wJalrXUtnFEMI-example-secret-0001"
@@ -45,24 +45,45 @@ SECRET_CHARACTERS = st.text(st.characters(min_codepoint=33, max_codepoint=126, e
 AROUND = "error: artifact root {} is not reachable (tracked as nmt.command: nmt run c.yaml --artifact-root {})"
 
 
-@settings(max_examples=300, deadline=None)
+def fragments(secret: str, context: str) -> set[str]:
+    """The secret's 4-character pieces that the text around it does not hold anyway."""
+    return {secret[i:i + 4] for i in range(len(secret) - 3)} - {context[i:i + 4] for i in range(len(context) - 3)}
+
+
+def test_a_raw_at_sign_in_a_query_secret_does_not_end_the_redaction():
+    uri = ("s3://bucket/prefix?endpoint_override=127.0.0.1:9&access_key=AKIAEXAMPLE"
+           "&secret_key=PARTONE/PARTTWO@PARTTHREE:PARTFOUR")
+    assert redact(f"nmt run c.yaml --artifact-root {uri}") == (
+        "nmt run c.yaml --artifact-root s3://bucket/prefix?endpoint_override=127.0.0.1:9&access_key=***&secret_key=***")
+
+
+@settings(max_examples=400, deadline=None)
 @given(key=SECRET_CHARACTERS, secret=SECRET_CHARACTERS)
 def test_generated_secrets_are_redacted_in_every_form_a_root_takes(key, secret):
-    assume(secret not in AROUND.format("", "") + "s3://nmt-artifacts/run?endpoint_override=h:9&access_key=***")
-    assume(key not in AROUND.format("", "") + "s3://nmt-artifacts/run?endpoint_override=h:9&secret_key=***")
+    """No four characters in a row of a key or secret survive, in user info or query,
+    raw or percent-encoded, the option's name percent-encoded too."""
     forms = [
-        f"s3://{quote(key, safe='')}:{quote(secret, safe='')}@nmt-artifacts/run?endpoint_override=h:9",
-        f"s3://nmt-artifacts/run?endpoint_override=h:9&access_key={quote(key, safe='')}"
-        f"&secret_key={quote(secret, safe='')}",
-        f"s3://{key}:{secret}@nmt-artifacts/run",  # not encoded: refused or read, never shown
+        lambda k, s: f"s3://{quote(k, safe='')}:{quote(s, safe='')}@nmt-artifacts/run?endpoint_override=h:9",
+        lambda k, s: f"s3://nmt-artifacts/run?endpoint_override=h:9&access_key={quote(k, safe='')}"
+                     f"&secret_key={quote(s, safe='')}",
+        lambda k, s: f"s3://{k}:{s}@nmt-artifacts/run",  # not encoded: refused or read, never shown
+        lambda k, s: f"s3://nmt-artifacts/run?endpoint_override=h:9&access_key={k}&secret_key={s}&scheme=http",
+        lambda k, s: f"s3://nmt-artifacts/run?access%5Fkey={k}&secret%5fkey={s}",
+        lambda k, s: f"s3://{k}:{s}@nmt-artifacts/run?secret_key={s}&region=x",
     ]
-    for uri in forms:
+    # Hypothesis could draw a secret holding an option an s3:// root takes ("&scheme="):
+    # the redaction then starts showing there, as pyarrow would read an option there.
+    assume(not any(f"{mark}{option}=" in value for value in (key, secret) for mark in "?&" for option in S3_OPTIONS))
+    for form in forms:
+        uri = form(key, secret)
         shown = redact(AROUND.format(uri, uri))
-        for value in (secret, quote(secret, safe=""), quote(secret)):
-            assert value not in shown, (uri, shown)
+        context = AROUND.format(form("", ""), form("", "")) + "***"
+        for value in (key, secret, quote(key, safe=""), quote(secret, safe="")):
+            leaked = [piece for piece in fragments(value, context) if piece in shown]
+            assert not leaked, (uri, shown, leaked)
     # Percent-encoded credentials read back as they were written.
-    assert _credentials(forms[0]) == (key, secret)
+    assert _credentials(forms[0](key, secret)) == (key, secret)
     try:
-        _credentials(forms[2])
+        _credentials(forms[2](key, secret))
     except ValueError as refused:
         assert secret not in str(refused) and "percent-encode" in str(refused)

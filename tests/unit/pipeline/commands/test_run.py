@@ -52,6 +52,9 @@ def test_evaluate_precision_is_checked_too(tmp_path, monkeypatch):
     ("a-file", "is a file, not a directory"),
     ("s3://nmt-artifacts/run?endpoint_override=127.0.0.1:9&scheme=http&access_key=AK&secret_key=SECRET%2Fx",
      "Could not connect"),
+    # A raw "@" in a query secret once ended the redaction there ("s3://***@SECRET3:SECRET4").
+    ("s3://nmt-artifacts/run?endpoint_override=127.0.0.1:9&scheme=http&access_key=AK"
+     "&secret_key=SECRET1/SECRET2@SECRET3:SECRET4", "Could not connect"),
 ])
 def test_an_unusable_artifact_root_is_one_error_line_before_mlflow_or_ray(tmp_path, monkeypatch, root, message):
     monkeypatch.chdir(tmp_path)
