@@ -46,4 +46,17 @@ def train_briefly(tokenized: Path, output: Path, family: str, settings: dict | N
     for name in ("spm.model", "src.model", "tgt.model", "vocab.json"):
         if (tokenized / name).is_file():
             shutil.copyfile(tokenized / name, output / name)
-    return output
+    return write_manifest(output)
+
+
+def write_manifest(directory: Path) -> Path:
+    """A MANIFEST.json over the directory's files, as the artifact store commits one (a
+    model file is loaded only beside the manifest that lists it); the directory."""
+    import json
+
+    from pipeline.core.artifacts import file_sha256
+
+    files = {path.name: {"size": path.stat().st_size, "sha256": file_sha256(path)}
+             for path in sorted(directory.iterdir()) if path.is_file() and path.name != "MANIFEST.json"}
+    (directory / "MANIFEST.json").write_text(json.dumps({"files": files}))
+    return directory

@@ -25,6 +25,7 @@ from stages.train.checkpointer import complete_checkpoints
 from stages.train.config import TrainConfig, TrainStageConfig
 from stages.train.data import TokenizedSplit
 from tests.helpers import REPO, kill_everything_below
+from tests.trained_models import write_manifest
 
 pytestmark = pytest.mark.slow
 # Everything but wall-clock rates must be identical between an interrupted and an
@@ -122,7 +123,7 @@ def test_consolidated_weights_load_without_deepspeed_and_match_the_engine(tokeni
     # auto resolves in the worker to what this CPU runs natively.
     resolved = "bf16" if detect_device("cpu").bf16 else "fp32"
     assert metrics["precision"] == (resolved if precision == "auto" else precision)
-    model, info = load_model_file(tmp_path / "out" / "model.pt")
+    model, info = load_model_file(write_manifest(tmp_path / "out") / "model.pt")  # as the store commits it
     assert info["info"]["averaged_steps"] == [10]
     checkpoint = complete_checkpoints(tmp_path / "out" / train.RUN_NAME, workers, zero_stage)[-1].path
     batch = TokenizedSplit(tokenized, "valid").batch(torch.arange(8).numpy())
@@ -342,7 +343,8 @@ def test_a_budget_branched_from_a_chain_of_stable_segments_trains_as_the_budget_
     assert_same_curve(rows(alone), rows(branch))
     rates = {row["step"]: row["lr"] for row in rows(branch) if "lr" in row}
     assert rates[29] == rates[5] == 2e-3 and rates[30] < 2e-3  # stable to the decay, which update 31 begins
-    (expected, _), (got, _) = load_model_file(alone / "model.pt"), load_model_file(branch / "model.pt")
+    (expected, _), (got, _) = (load_model_file(write_manifest(alone) / "model.pt"),
+                               load_model_file(write_manifest(branch) / "model.pt"))
     for name, tensor in expected.state_dict().items():
         assert torch.allclose(got.state_dict()[name], tensor, atol=1e-6), name
 

@@ -17,6 +17,7 @@ from stages.shared.inference.search import SearchSettings
 from stages.shared.inference.translator import Translator
 from stages.shared.models.spec import ModelSpec
 from stages.train.config import TrainConfig, TrainStageConfig
+from tests.trained_models import write_manifest
 
 pytestmark = pytest.mark.slow
 VALID_SENTENCES = 60
@@ -35,7 +36,7 @@ def trained(tokenized, tmp_path_factory, local_ray) -> Path:
     output = tmp_path_factory.mktemp("bleu") / "out"
     output.mkdir()
     train.run({"tokenize": tokenized}, config, output, StageContext())
-    return output
+    return write_manifest(output)  # as the store commits it: model.pt loads beside its manifest
 
 
 def rows(output: Path) -> list[dict]:

@@ -7,10 +7,10 @@ stage writes it (``save_model_file``); ``ModelFiles`` finds it with the artifact
 ``vocab.json`` and SentencePiece models, and ``SourceEncoder`` turns text into the ids
 every decoder reads.
 
-Loading checks what it loads: a weights file with the artifact's ``MANIFEST.json``
-beside it must match the sha256 the manifest records (one flipped byte otherwise loads
-silently and translates wrongly), and weights that are NaN or infinite are refused
-(they would decode to nothing, or fail deep in the search).
+Loading checks what it loads: a weights file is loaded only beside its artifact's
+``MANIFEST.json``, and only if it has the sha256 the manifest records for it (one flipped
+byte otherwise loads silently and translates wrongly); weights that are NaN or infinite
+are refused (they would decode to nothing, or fail deep in the search).
 """
 
 from __future__ import annotations
@@ -93,21 +93,32 @@ class ModelFileError(RuntimeError):
 
 
 def check_against_manifest(path: Path) -> None:
-    """Raises ``ModelFileError`` when the train artifact's manifest beside ``path``
-    records another sha256 for it. A file with no manifest beside it (copied out of its
-    artifact) is not checked: there is nothing to check it against."""
+    """Raises ``ModelFileError`` unless the manifest of the train artifact beside
+    ``path`` lists it with the sha256 it has: a weights file is loaded only from its
+    artifact, as committed. A missing, unreadable or malformed manifest, or one that
+    does not list the file, is refused as a changed one is, never loaded unchecked."""
     manifest_file = path.parent / "MANIFEST.json"
-    if not manifest_file.is_file():
-        return
+    todo = ("check the artifact with nmt verify CONFIG and retrain what it marks (nmt run --force train/MODEL), "
+            "or give the train artifact's directory, where its MANIFEST.json is")
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no such model file")
     try:
-        expected = json.loads(manifest_file.read_text())["files"][path.name]["sha256"]
-    except (ValueError, KeyError, TypeError):
-        return  # a manifest that does not list this file: not the artifact's weights
+        manifest = json.loads(manifest_file.read_text())
+    except FileNotFoundError:
+        raise ModelFileError(f"{path}: no {manifest_file.name} beside it, so its sha256 cannot be checked (a model "
+                             f"file is loaded from its train artifact); {todo}") from None
+    except (OSError, ValueError) as error:
+        raise ModelFileError(f"{path}: {manifest_file} cannot be read as a manifest ({type(error).__name__}); "
+                             f"{todo}") from None
+    entry = manifest.get("files", {}).get(path.name) if isinstance(manifest, dict) and isinstance(
+        manifest.get("files"), dict) else None
+    if not isinstance(entry, dict) or not isinstance(entry.get("sha256"), str):
+        raise ModelFileError(f"{path}: {manifest_file} does not list it with a sha256; {todo}")
     digest = hashlib.sha256()
     with open(path, "rb") as handle:
         for block in iter(lambda: handle.read(1 << 20), b""):
             digest.update(block)
-    if digest.hexdigest() != expected:
+    if digest.hexdigest() != entry["sha256"]:
         raise ModelFileError(f"{path}: its sha256 does not match {manifest_file} (the file was changed or damaged "
                              "after training); retrain it (nmt run --force train/MODEL) or restore the file")
 

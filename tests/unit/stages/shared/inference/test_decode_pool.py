@@ -17,7 +17,7 @@ import torch
 from stages.shared.inference.decode_pool import DecodeDeadlineExceeded, DecodePool, DecodeProcessExited
 from stages.shared.inference.search import SearchSettings
 from stages.shared.inference.translator import Translator, open_translator
-from tests.trained_models import train_briefly
+from tests.trained_models import train_briefly, write_manifest
 
 
 @pytest.fixture(scope="module")
@@ -75,6 +75,7 @@ def test_a_killed_process_fails_the_next_batch_with_its_pid_and_exit_code(model,
 def test_a_model_a_process_cannot_load_raises_the_loading_error(model, tmp_path):
     broken = shutil.copytree(model, tmp_path / "broken")
     (broken / "model.pt").write_bytes(b"not a checkpoint")
+    write_manifest(broken)  # committed so: the manifest lists it, and loading it fails
     with pytest.raises(RuntimeError, match="not a model file") as raised:
         DecodePool(fp32_translator(broken / "model.pt"), workers=2)
     assert f"loading the model (open_translator({broken / 'model.pt'}, cpu, fp32))" in str(raised.value)

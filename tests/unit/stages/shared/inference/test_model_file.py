@@ -1,5 +1,5 @@
 """A weights file is checked before it is loaded: against the manifest of the train
-artifact beside it, and for NaN or infinite weights."""
+artifact beside it, which must list it, and for NaN or infinite weights."""
 
 from __future__ import annotations
 
@@ -8,18 +8,13 @@ import json
 import pytest
 import torch
 
-from pipeline.core.artifacts import file_sha256
 from stages.shared.inference.model_file import ModelFileError, load_model_file
-from tests.trained_models import train_briefly
+from tests.trained_models import train_briefly, write_manifest
 
 
 @pytest.fixture
 def model_dir(tokenized, tmp_path):
-    directory = train_briefly(tokenized, tmp_path / "model", "transformer", updates=1)
-    files = {path.name: {"size": path.stat().st_size, "sha256": file_sha256(path)}
-             for path in directory.iterdir()}
-    (directory / "MANIFEST.json").write_text(json.dumps({"files": files}))
-    return directory
+    return train_briefly(tokenized, tmp_path / "model", "transformer", updates=1)  # with its manifest
 
 
 def test_a_file_matching_its_manifest_loads(model_dir):
@@ -38,10 +33,31 @@ def test_one_flipped_byte_is_refused_naming_the_file_and_manifest(model_dir):
 
 def test_nan_or_infinite_weights_are_refused_naming_a_tensor(model_dir):
     path = model_dir / "model.pt"
-    (model_dir / "MANIFEST.json").unlink()  # a file copied out of its artifact: no hash to check
     data = torch.load(path, weights_only=True)
     name = next(iter(data["state_dict"]))  # tied to others: they share its storage
     data["state_dict"][name][0] = float("nan")
     torch.save(data, path)
+    write_manifest(model_dir)  # as a diverged run's artifact would record it
     with pytest.raises(ModelFileError, match=rf"weight tensor\(s\) hold NaN or infinite values \({name}"):
         load_model_file(path)
+
+
+@pytest.mark.parametrize("manifest, said", [
+    (None, r"no MANIFEST\.json beside it"),
+    ("{not json", r"cannot be read as a manifest"),
+    (json.dumps({"files": {"vocab.json": {"sha256": "0" * 64}}}), r"does not list it with a sha256"),
+    (json.dumps(["model.pt"]), r"does not list it with a sha256"),
+])
+def test_a_missing_unreadable_or_non_listing_manifest_is_refused_not_skipped(model_dir, manifest, said):
+    """A flipped model.pt beside such a manifest loaded and translated, exit 0."""
+    path = model_dir / "model.pt"
+    raw = bytearray(path.read_bytes())
+    raw[len(raw) // 2] ^= 0x01
+    path.write_bytes(bytes(raw))
+    if manifest is None:
+        (model_dir / "MANIFEST.json").unlink()
+    else:
+        (model_dir / "MANIFEST.json").write_text(manifest)
+    with pytest.raises(ModelFileError, match=said) as refused:
+        load_model_file(path)
+    assert "nmt verify" in str(refused.value)
