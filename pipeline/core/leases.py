@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import socket
 import threading
@@ -42,6 +43,11 @@ RENEW_SECONDS = 10.0
 EXPIRE_SECONDS = 60.0  # six renewals missed: the holder is gone, not slow
 SETTLE_SECONDS = 1.0  # an object store's claim is read back after this
 POLL_SECONDS = 2.0
+# What a record's times may be and still be read as a holder's: renewed no later than
+# the reader's clock plus this (machines' clocks differ a little), an expiry of at most
+# an hour. Anything else (a hand-made file, 1e300, "x", null) is read as unreadable.
+CLOCK_SKEW_SECONDS = 60.0
+MAX_EXPIRE_SECONDS = 3600.0
 
 
 class LeaseLost(RuntimeError):
@@ -59,6 +65,7 @@ class Lease:
         self._stop = threading.Event()
         self._lost = threading.Event()
         self._renewer: threading.Thread | None = None
+        self._first_seen: dict[tuple, float] = {}  # an unreadable file's (mtime, size): when this run first saw it
 
     # ------------------------------------------------------------------ holding
 
@@ -99,8 +106,9 @@ class Lease:
     def read(self) -> dict | None:
         """The lease's record; None when there is no lease. A lease file that cannot be
         read (empty, truncated, not JSON: a holder killed while writing it, a stray file)
-        reads as a record renewed at the file's modification time, so that it expires
-        like any other instead of blocking the key for ever."""
+        or whose times are not a holder's (not finite numbers, renewed in the future,
+        an expiry out of range) reads as a record renewed when the file was written, so
+        that it expires like any other instead of blocking the key for ever."""
         try:
             with self.fs.open_input_stream(self.path) as stream:
                 data = stream.read()
@@ -110,15 +118,27 @@ class Lease:
             record = json.loads(data.decode("utf-8"))
         except (UnicodeDecodeError, json.JSONDecodeError):
             record = None
-        if isinstance(record, dict):
+        if isinstance(record, dict) and self._times_are_a_holders(record):
             return record
         return self._unreadable_record()
 
+    def _times_are_a_holders(self, record: dict) -> bool:
+        renewed, expires = record.get("renewed"), record.get("expires_after", EXPIRE_SECONDS)
+        if not all(isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+                   for value in (renewed, expires)):
+            return False
+        return 0 < expires <= MAX_EXPIRE_SECONDS and renewed <= self.clock() + CLOCK_SKEW_SECONDS
+
     def _unreadable_record(self) -> dict | None:
+        """When the file was written is its modification time, or, where that lies in the
+        future (a clock set wrong, a touched file), when this run first saw it: its age
+        is counted on the reader's clock, never from the future."""
         info = self.fs.get_file_info(self.path)
         if info.type == pafs.FileType.NotFound:
             return None
         written = info.mtime.timestamp() if info.mtime is not None else 0.0
+        if written > self.clock() + CLOCK_SKEW_SECONDS:
+            written = self._first_seen.setdefault((written, info.size), self.clock())
         return {"holder": f"an unreadable lease file ({self.path}; it expires {EXPIRE_SECONDS:.0f} s after it "
                           "was written)", "renewed": written, "expires_after": EXPIRE_SECONDS}
 

@@ -171,3 +171,44 @@ def test_processes_racing_for_one_key_never_hold_it_together(tmp_path, local):
     assert [process.exitcode for process in processes] == [0] * 4
     assert (tmp_path / "counter").read_text() == "20"
     assert not list(tmp_path.glob("k1.lease*"))
+
+
+@pytest.mark.parametrize("make", [local_lease, object_store_lease])
+@pytest.mark.parametrize("record", [
+    {"holder": "x", "renewed": 1e300, "expires_after": 60},  # renewed in the far future
+    {"holder": "x", "renewed": "now", "expires_after": 60},  # once a TypeError
+    {"holder": "x", "renewed": None},
+    {"holder": "x", "renewed": "NaN"},
+    {"holder": "x", "expires_after": 1e300},  # once a wait for ever
+    {"holder": "x", "renewed": 0, "expires_after": -5},
+])
+def test_a_lease_whose_times_are_not_a_holders_expires_by_the_file_s_age(tmp_path, make, record):
+    path = tmp_path / "train" / "k1.lease"
+    path.parent.mkdir(exist_ok=True)
+    if "renewed" not in record:
+        record = {**record, "renewed": time.time()}
+    path.write_text(json.dumps(record).replace('"NaN"', "NaN"))
+    lease = make(tmp_path)
+    with pytest.raises(TimeoutError, match="an unreadable lease file"):
+        lease.acquire(timeout=0.2)  # just written: it may be a live holder's
+    old = time.time() - leases.EXPIRE_SECONDS - 5
+    os.utime(path, (old, old))
+    lease.acquire(timeout=1)
+    assert lease.read()["token"] == lease.token
+    lease.release()
+
+
+def test_an_unreadable_lease_file_dated_in_the_future_expires_from_when_it_was_first_seen(tmp_path):
+    path = tmp_path / "train" / "k1.lease"
+    path.parent.mkdir()
+    path.write_bytes(b"garbage")
+    future = time.time() + 10 * 365 * 24 * 3600
+    os.utime(path, (future, future))
+    later = [0.0]
+    lease = local_lease(tmp_path, clock=lambda: time.time() + later[0])
+    with pytest.raises(TimeoutError, match="an unreadable lease file"):
+        lease.acquire(timeout=0.2)
+    later[0] = leases.EXPIRE_SECONDS + 5  # the reader's clock: a minute on, not ten years
+    lease.acquire(timeout=1)
+    assert lease.read()["token"] == lease.token
+    lease.release()
