@@ -52,7 +52,8 @@ class ExperimentConfig(Section):
     """One experiment: the data stages' sections, and the models trained and compared
     under one shared train and evaluate section."""
 
-    name: str  # the experiment: MLflow experiment name and the report's title
+    # the experiment: MLflow experiment name (at most 500 characters there) and the report's title
+    name: str = Field(min_length=1, max_length=500)
     # Where artifacts are stored: a path (relative to this file, as every path in it is)
     # or an object store URI; --artifact-root and NMT_ARTIFACT_ROOT override it (a path
     # there is relative to the working directory, as any command-line path).
@@ -382,4 +383,9 @@ def _apply_override(raw: dict, override: str) -> None:
         if not isinstance(child, dict):
             raise ConfigError(f"--set {override!r}: '{key}' is not a section")
         node = child
-    node[keys[-1]] = yaml.safe_load(value)
+    try:
+        node[keys[-1]] = yaml.safe_load(value)
+    except yaml.YAMLError as error:
+        raise ConfigError(f"--set {dotted.strip()}: the value is not YAML ({error.problem or error})") from None
+    except RecursionError:  # the parser recurses once per level of nesting
+        raise ConfigError(f"--set {dotted.strip()}: the value is nested too deeply to read") from None

@@ -115,12 +115,17 @@ class ArtifactStore:
                 raise OSError(f"{shown} is a file, not a directory")
             if not writable:
                 return
+            if self.is_local and Path(self.root).resolve() == Path(Path(self.root).resolve().anchor):
+                # Stages would write /download/<key>, /train/<key>, ... beside the system's own.
+                raise OSError(f"{shown} is the filesystem's root: name a directory of the artifacts' own")
             if self.is_local and info.type == pafs.FileType.NotFound:
-                # Created at the first commit; what must hold now is that it can be.
-                existing = next(parent for parent in Path(self.root).parents if parent.exists())
-                if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
-                    raise OSError(f"{shown} cannot be created: {existing} is not a writable directory")
-                return
+                # Made now, as the first commit would make it: permission bits do not say
+                # whether a directory can be made there (root may write to /proc, which
+                # refuses it), so the probe below writes into it.
+                try:
+                    os.makedirs(self.root, exist_ok=True)
+                except OSError as error:
+                    raise OSError(f"{shown} cannot be created: {error.strerror or type(error).__name__}") from None
             self.fs.create_dir(self.root, recursive=True)  # an object store's bucket
             probe = f"{self.root}/.nmt-write-check-{uuid.uuid4().hex[:8]}"
             with self.fs.open_output_stream(probe) as stream:

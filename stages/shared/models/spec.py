@@ -18,7 +18,9 @@ class ModelSpec(Section):
     ``train`` overrides keys of the experiment's train section for this model only
     (e.g. a learning rate); budgets are best left shared."""
 
-    name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")  # the stages' names: train/<name>, evaluate/<name>
+    # The stages' names: train/<name>, evaluate/<name>, and their folders' names, which
+    # its size, budget and seed lengthen (a file name holds at most 255 bytes).
+    name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$", max_length=100)
     family: Literal[NAMES]  # a folder of stages/shared/models/, listed in families.py
     preset: str = "small"  # a named size of the family (its config.py): tiny, small, base, big, ...
     # Or several of the family's presets: the model is trained at each, each run named

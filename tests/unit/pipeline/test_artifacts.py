@@ -6,6 +6,7 @@ import json
 import os
 import pickle
 import time
+from pathlib import Path
 
 import pyarrow.fs as pafs
 import pytest
@@ -201,3 +202,15 @@ def test_a_cached_copy_written_to_after_its_check_is_fetched_again(tmp_path):
     untouched = copy.stat().st_mtime_ns
     store.local_path("tokenize", "k1")  # trusted as checked: not fetched again
     assert copy.stat().st_mtime_ns == untouched
+
+
+def test_a_root_that_cannot_be_made_or_is_the_filesystem_s_own_is_refused_before_a_run(tmp_path):
+    """/proc/x passed a permission check (as root) and failed at the first commit;
+    ``/`` was taken, and stages wrote /download/<key>."""
+    if Path("/proc").is_dir():
+        with pytest.raises(OSError, match=r"^/proc/x cannot be created"):
+            ArtifactStore("/proc/x").check_usable(writable=True)
+    with pytest.raises(OSError, match="the filesystem's root"):
+        ArtifactStore("/").check_usable(writable=True)
+    ArtifactStore(str(tmp_path / "a" / "b")).check_usable(writable=True)
+    assert (tmp_path / "a" / "b").is_dir() and not list((tmp_path / "a" / "b").iterdir())  # made, probe gone

@@ -275,3 +275,15 @@ def test_the_default_comparison_uses_the_study_s_recipe():
             assert optimum / 1.5 < size["non_embedding"] < optimum * 1.5, (sized.name, size, optimum)
             compared += 1
     assert compared >= 1
+
+
+@pytest.mark.parametrize("override, said", [
+    ("name=" + "x" * 600, "name: String should have at most 500 characters"),  # MLflow's limit, met at its start
+    ("models=[{name: " + "m" * 300 + ", family: rnn, preset: tiny}]", "at most 100 characters"),  # a folder's name
+    ("seeds=" + "[" * 5000 + "]" * 5000, "--set seeds: the value is nested too deeply to read"),  # a RecursionError
+    ("seeds=[1, 2", "--set seeds: the value is not YAML"),
+])
+def test_limits_a_later_library_would_meet_are_refused_when_the_config_loads(override, said):
+    with pytest.raises(ConfigError) as refused:
+        load_config(REPO / "configs" / "smoke.yaml", [override])
+    assert said in " ".join(str(refused.value).split())
