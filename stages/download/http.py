@@ -14,6 +14,7 @@ is cut off and counts as a failed attempt (the next one resumes from the ``.part
 from __future__ import annotations
 
 import os
+import sys
 import threading
 import time
 from pathlib import Path
@@ -22,6 +23,7 @@ from typing import Any, Callable
 import requests
 
 from pipeline.core.artifacts import file_sha256
+from pipeline.core.object_store import redact
 from stages.shared.errors import InputDataError
 
 CHUNK_BYTES = 1 << 20
@@ -50,7 +52,12 @@ def fetch_url(
     last_error: Exception | None = None
     for attempt in range(retries + 1):
         if attempt:
-            time.sleep((RETRY_BACKOFF_S if backoff_s is None else backoff_s) * 2 ** (attempt - 1))
+            wait = (RETRY_BACKOFF_S if backoff_s is None else backoff_s) * 2 ** (attempt - 1)
+            # Said as it happens: five attempts against a server that is down take minutes.
+            sys.stderr.write(f"download {redact(url)}: attempt {attempt} of {retries + 1} failed ({last_error}); "
+                             f"trying again in {wait:g} s\n")
+            sys.stderr.flush()
+            time.sleep(wait)
         try:
             _download_to(url, partial, progress, timeout_s)
             break

@@ -200,7 +200,7 @@ def test_a_server_that_trickles_bytes_is_cut_off_as_stalled_not_waited_on(tmp_pa
     assert (tmp_path / "f.part").stat().st_size > 0  # what arrived is kept for the next attempt to resume
 
 
-def test_unreachable_url_says_what_to_put_where(tmp_path):
+def test_unreachable_url_says_what_to_put_where(tmp_path, capsys):
     with socket.socket() as probe:  # a loopback port with nothing listening
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
@@ -210,6 +210,9 @@ def test_unreachable_url_says_what_to_put_where(tmp_path):
 
         http.fetch_url(ref.url, tmp_path / "f", ref.sha256, _progress, retries=1, backoff_s=0.01)
     assert "unreachable after 2 attempts" in str(error.value)
+    # Each failed attempt is said as it happens, not only after the last one.
+    said = capsys.readouterr().err
+    assert f"download {ref.url}: attempt 1 of 2 failed (" in said and "trying again in 0.01 s" in said
     with pytest.raises(InputDataError) as error:
         locate_file(ref, [str(tmp_path / "empty-mirror")], tmp_path / "downloads", _progress)
     message = str(error.value)
