@@ -311,7 +311,11 @@ class ArtifactStore:
             staging = Path(self.root) / stage / f"{key}.partial"
         else:
             staging = self.local_cache / "staging" / stage / f"{key}.partial"
-        if staging.exists() and not keep_previous:
+        if staging.is_symlink() or staging.is_file():
+            # Not a directory this store made: removed itself, never followed (rmtree
+            # refuses a link; nothing outside the root is touched).
+            staging.unlink()
+        elif staging.exists() and not keep_previous:
             shutil.rmtree(staging)
         staging.mkdir(parents=True, exist_ok=True)
         return staging
@@ -379,7 +383,10 @@ class ArtifactStore:
             # Rename first so a reader never sees a directory that is half deleted.
             trash = f"{directory}.invalid-{uuid.uuid4().hex[:8]}"
             os.rename(directory, trash)
-            shutil.rmtree(trash, ignore_errors=True)
+            if os.path.islink(trash):  # the link goes, not what it points to
+                os.unlink(trash)
+            else:
+                shutil.rmtree(trash, ignore_errors=True)
         else:
             # Manifest first: if the deletion is interrupted, what remains is untrusted.
             manifest_path = f"{directory}/{MANIFEST}"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import shutil
 import time
 from pathlib import Path
 
@@ -214,3 +215,28 @@ def test_a_root_that_cannot_be_made_or_is_the_filesystem_s_own_is_refused_before
         ArtifactStore("/").check_usable(writable=True)
     ArtifactStore(str(tmp_path / "a" / "b")).check_usable(writable=True)
     assert (tmp_path / "a" / "b").is_dir() and not list((tmp_path / "a" / "b").iterdir())  # made, probe gone
+
+
+def test_symlinks_in_the_root_are_removed_never_followed(tmp_path):
+    """A ``<key>.partial`` symlink failed the stage with rmtree's OSError; replacing a
+    symlinked artifact left a stray ``<key>.invalid-*`` link behind."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "keep.txt").write_text("not the store's")
+    store = ArtifactStore(str(tmp_path / "root"))
+    (tmp_path / "root" / "clean").mkdir(parents=True)
+    (tmp_path / "root" / "clean" / "k1.partial").symlink_to(outside, target_is_directory=True)
+    staging = store.staging_dir("clean", "k1")
+    assert staging.is_dir() and not staging.is_symlink() and (outside / "keep.txt").exists()
+    (staging / "out.txt").write_text("x")
+    store.commit("clean", "k1", staging, {"version": 1})
+    # A committed artifact replaced by a link to a directory outside the root, then forced.
+    committed = tmp_path / "root" / "clean" / "k1"
+    shutil.rmtree(committed)
+    committed.symlink_to(outside, target_is_directory=True)
+    staging = store.staging_dir("clean", "k1")
+    (staging / "out.txt").write_text("y")
+    store.commit("clean", "k1", staging, {"version": 1}, replace=True)
+    assert sorted(path.name for path in (tmp_path / "root" / "clean").iterdir()) == ["k1"]
+    assert not committed.is_symlink() and (committed / "out.txt").read_text() == "y"
+    assert (outside / "keep.txt").read_text() == "not the store's"
