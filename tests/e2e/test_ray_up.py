@@ -39,15 +39,28 @@ def machines():
     assert not left, f"SSH servers outlived their nodes: {left}"
 
 
+_given: set[int] = set()
+
+
+def unused_port() -> int:
+    """A free port not given before in this test: free_port alone picks at random, and
+    two of a node's ports once came out the same (Ray refused to start the head)."""
+    while (port := free_port()) in _given:
+        pass
+    _given.add(port)
+    return port
+
+
 def node_flags(address: str, temp_dir: Path) -> str:
     """Ports and directories of a node of its own: this machine may run other Ray instances."""
     ports = ("node-manager-port", "object-manager-port", "dashboard-agent-listen-port", "dashboard-agent-grpc-port",
              "runtime-env-agent-port", "metrics-export-port")
     return " ".join([f"--node-ip-address={address}", f"--temp-dir={temp_dir}", "--object-store-memory=100000000",
-                     *(f"--{port}={free_port()}" for port in ports)])
+                     *(f"--{port}={unused_port()}" for port in ports)])
 
 
-ACTIVATE = ". ~/nmt-pipeline/.venv/bin/activate && "  # how cluster/onprem.yaml's commands begin
+VENV = "~/nmt-pipeline/.venv/bin/activate"  # the environment cluster/onprem.yaml's nodes activate
+ACTIVATE = f". {VENV} && "  # how its start commands begin
 
 
 def environment(work: Path) -> Path:
@@ -72,6 +85,12 @@ def cluster_config(machines: SshNodes, work: Path, nodes: Path, port: int, dashb
     raw["max_workers"] = 1
     raw["file_mounts"] = {str(work / "node_token"): str(work / "token")}
     token = f"RAY_AUTH_TOKEN_PATH={work / 'node_token'} "
+    # The config's setup command adds the activation to each node's ~/.bashrc, for the
+    # login shell in which `ray down` runs `ray stop`. These nodes are this machine: the
+    # test does not write its user's ~/.bashrc, so here `ray down` stops the head's Ray
+    # only where `ray` is on the login shell's PATH anyway.
+    assert all(VENV in command and "~/.bashrc" in command for command in raw["setup_commands"]), raw
+    raw["setup_commands"] = []
     # Every command activates the nodes' environment: here, this test's own.
     for commands in (raw["head_start_ray_commands"], raw["worker_start_ray_commands"]):
         assert all(command.startswith(ACTIVATE) for command in commands), commands
@@ -84,7 +103,7 @@ def cluster_config(machines: SshNodes, work: Path, nodes: Path, port: int, dashb
         + head.replace("--port=6379", f"--port={port}").replace("--dashboard-port=8265", f"--dashboard-port="
                                                                                        f"{dashboard}")
         .replace("--dashboard-host=0.0.0.0", f"--dashboard-host={HEAD}")
-        + f" --ray-client-server-port={free_port()} " + node_flags(HEAD, nodes / "head"))
+        + f" --ray-client-server-port={unused_port()} " + node_flags(HEAD, nodes / "head"))
     activation, _, worker = raw["worker_start_ray_commands"][-1].partition(" && ")
     assert "$RAY_HEAD_IP:6379" in worker
     raw["worker_start_ray_commands"][-1] = (f"{activation} && " + token + worker.replace("6379", str(port))
@@ -113,7 +132,7 @@ def cluster_processes(nodes: Path) -> list[str]:
 
 
 def test_ray_up_runs_the_smoke_graph_through_the_jobs_api_and_ray_down_stops_it(machines, multi30k, tmp_path):
-    port, dashboard = free_port(), free_port()
+    port, dashboard = unused_port(), unused_port()
     # Short: a Ray node's socket paths, under its temp dir, must fit in 107 bytes.
     nodes = Path(tempfile.mkdtemp(prefix="rayup-", dir="/tmp"))
     config = cluster_config(machines, tmp_path, nodes, port, dashboard)
