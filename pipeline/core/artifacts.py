@@ -118,19 +118,25 @@ class ArtifactStore:
             if self.is_local and Path(self.root).resolve() == Path(Path(self.root).resolve().anchor):
                 # Stages would write /download/<key>, /train/<key>, ... beside the system's own.
                 raise OSError(f"{shown} is the filesystem's root: name a directory of the artifacts' own")
+            made = None
             if self.is_local and info.type == pafs.FileType.NotFound:
-                # Made now, as the first commit would make it: permission bits do not say
+                # Made for the probe below and removed again: permission bits do not say
                 # whether a directory can be made there (root may write to /proc, which
-                # refuses it), so the probe below writes into it.
+                # refuses it), and a refused run leaves nothing behind.
+                made = next(path for path in [Path(self.root), *Path(self.root).parents] if path.parent.exists())
                 try:
                     os.makedirs(self.root, exist_ok=True)
                 except OSError as error:
                     raise OSError(f"{shown} cannot be created: {error.strerror or type(error).__name__}") from None
             self.fs.create_dir(self.root, recursive=True)  # an object store's bucket
             probe = f"{self.root}/.nmt-write-check-{uuid.uuid4().hex[:8]}"
-            with self.fs.open_output_stream(probe) as stream:
-                stream.write(b"ok")
-            self.fs.delete_file(probe)
+            try:
+                with self.fs.open_output_stream(probe) as stream:
+                    stream.write(b"ok")
+                self.fs.delete_file(probe)
+            finally:
+                if made is not None:  # the directories made for it, while empty
+                    _remove_empty_up_to(Path(self.root), made)
         except OSError as error:
             cause = redact(str(error).strip().splitlines()[0]) if str(error).strip() else type(error).__name__
             raise OSError(cause if cause.startswith(shown) else f"{shown}: {cause}") from None
@@ -420,3 +426,16 @@ def _write_json_durably(path: Path, data: dict) -> None:
         handle.flush()
         os.fsync(handle.fileno())
     os.replace(partial, path)
+
+
+def _remove_empty_up_to(directory: Path, top: Path) -> None:
+    """Remove ``directory`` and its parents up to ``top`` (included) while they are empty:
+    never what another run may have put there meanwhile."""
+    while True:
+        try:
+            directory.rmdir()
+        except OSError:  # not empty, or gone
+            return
+        if directory == top:
+            return
+        directory = directory.parent
