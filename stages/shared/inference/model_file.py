@@ -110,8 +110,8 @@ def check_against_manifest(path: Path) -> None:
     except (OSError, ValueError) as error:
         raise ModelFileError(f"{path}: {manifest_file} cannot be read as a manifest ({type(error).__name__}); "
                              f"{todo}") from None
-    entry = manifest.get("files", {}).get(path.name) if isinstance(manifest, dict) and isinstance(
-        manifest.get("files"), dict) else None
+    files = manifest.get("files") if isinstance(manifest, dict) else None
+    entry = files.get(path.name) if isinstance(files, dict) else None
     if not isinstance(entry, dict) or not isinstance(entry.get("sha256"), str):
         raise ModelFileError(f"{path}: {manifest_file} does not list it with a sha256; {todo}")
     digest = hashlib.sha256()

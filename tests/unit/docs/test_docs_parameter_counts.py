@@ -6,16 +6,13 @@ from __future__ import annotations
 
 import re
 
+from pipeline.commands.inspect import _count as shown  # as nmt inspect prints a count
 from pipeline.config import load_config
 from stages.shared.models.families import family
 from tests.helpers import REPO
 
 VOCABULARY = 1000  # configs/multi30k_frontier.yaml's bpe.vocab_size, joint
 WIDTHS = ["w4", "w8", "w16", "w32", "w64"]
-
-
-def thousands(count: int) -> str:
-    return f"{count / 1e3:.1f}k"
 
 
 def test_the_frontier_presets_table_gives_the_counted_parameters():
@@ -29,5 +26,5 @@ def test_the_frontier_presets_table_gives_the_counted_parameters():
         record = family(name)
         counts = [record.parameter_layout(record.resolve(width, settings[name]), VOCABULARY, VOCABULARY).counts()
                   for width in WIDTHS]
-        assert cells[2:7] == [thousands(count["non_embedding"]) for count in counts], (name, cells)
-        assert cells[7] == f"{thousands(counts[0]['total'])} to {thousands(counts[-1]['total'])}", (name, cells)
+        assert cells[2:7] == [shown(count["non_embedding"]) for count in counts], (name, cells)
+        assert cells[7] == f"{shown(counts[0]['total'])} to {shown(counts[-1]['total'])}", (name, cells)
