@@ -16,7 +16,7 @@ message naming the config key, never silently run. fp16 on a CPU is refused too:
 without a GPU's loss scaling it is neither fast nor safe.
 
 A CPU counts as bf16-native when torch's CPU checks report AMX tiles or AVX512-BF16
-and a short probe agrees: a bf16 matrix product must run at least half as fast as fp32
+and a short probe agrees: a bf16 matrix product must run at least a quarter as fast as fp32
 (emulated bf16 runs many times slower), and oneDNN must build a bf16
 LSTM. ``NMT_CPU_BF16=0`` makes the pipeline treat the CPU as
 lacking bf16 (so ``auto`` means fp32): on any machine, that approximates an
@@ -127,9 +127,9 @@ def _bf16_probe_problem(rate: Callable[[str], float] | None = None) -> str:
     fp32, bf16 = (rate or _matmul_rate)("float32"), (rate or _matmul_rate)("bfloat16")
     # Emulated bf16 runs many times slower than fp32, native bf16 at
     # least as fast (3.4x on a Zen 4 with AVX512-BF16). A quarter of fp32's rate lies
-    # far from both, so that processes probing side by side on busy cores (a train
-    # worker, the evaluate task beside it) reach the same verdict: thresholds at fp32's
-    # rate and at half of it each let them disagree.
+    # far from both, so that processes probing side by side (a train worker, the
+    # evaluate task beside it) reach the same verdict: thresholds at fp32's rate and at
+    # half of it each let them disagree.
     if bf16 < fp32 / 4:
         return f"the bf16 probe ran matrix products {fp32 / bf16:.1f}x slower than fp32"
     try:
@@ -141,10 +141,12 @@ def _bf16_probe_problem(rate: Callable[[str], float] | None = None) -> str:
 
 
 def _matmul_rate(dtype: str) -> float:
-    """256 x 256 matrix products per second on one thread: the best of three 10 ms
-    windows, since a window in which the scheduler gave the core to another process
-    reads slow. One thread, because threads that wait for each other at every product
-    read many times slower when other processes hold the cores."""
+    """256 x 256 matrix products per second of CPU time on one thread: the best of
+    three 10 ms windows. CPU time, not wall time: on busy cores (a train worker and the
+    evaluate task beside it, a test suite) a wall-clock window counts the time the
+    scheduler gave the core to another process, and two processes probing at once
+    reached opposite verdicts. One thread, so that the product runs on the thread whose
+    CPU time is read."""
     import torch
 
     threads = torch.get_num_threads()
@@ -154,11 +156,11 @@ def _matmul_rate(dtype: str) -> float:
         a @ b  # the first call builds oneDNN's kernel
         best = 0.0
         for _ in range(3):
-            started, repeats = time.perf_counter(), 0
-            while time.perf_counter() - started < 0.01:
+            started, repeats = time.thread_time(), 0
+            while time.thread_time() - started < 0.01:
                 a @ b
                 repeats += 1
-            best = max(best, repeats / (time.perf_counter() - started))
+            best = max(best, repeats / (time.thread_time() - started))
         return best
     finally:
         torch.set_num_threads(threads)

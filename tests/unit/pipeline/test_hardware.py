@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 import torch
 
@@ -13,6 +16,7 @@ from pipeline.core.hardware import (
     detect_device,
     resolve_precision,
 )
+from tests.helpers import REPO
 
 CUDA_BF16 = Device("cuda", "NVIDIA H100 80GB HBM3", "sm_90", True)
 CUDA_NO_BF16 = Device("cuda", "Tesla V100-SXM2-16GB", "sm_70", False, "sm_70 has no bf16 tensor cores")
@@ -107,3 +111,31 @@ def test_the_bf16_probe_measures_on_one_thread_and_gives_the_threads_back():
         patch.setattr(torch, "randn", lambda *a, **k: (seen.append(torch.get_num_threads()), real_randn(*a, **k))[1])
         assert _matmul_rate("float32") > 0
     assert set(seen) == {1} and torch.get_num_threads() == before
+
+
+PROBE_ON_A_SHARED_CORE = """
+import os, subprocess, sys
+from pipeline.core.hardware import _matmul_rate
+core = min(os.sched_getaffinity(0))
+os.sched_setaffinity(0, {core})
+alone = _matmul_rate("float32")
+hogs = [subprocess.Popen([sys.executable, "-c", f"import os; os.sched_setaffinity(0, {{{core}}})\\nwhile True: pass"])
+        for _ in range(3)]
+try:
+    import time; time.sleep(0.5)  # the hogs are spinning
+    shared = _matmul_rate("float32")
+finally:
+    for hog in hogs:
+        hog.kill()
+print(alone, shared)
+"""
+
+
+def test_the_bf16_probe_reads_the_same_rate_on_a_core_three_other_processes_share():
+    # Two processes that probed side by side once reached opposite verdicts: each
+    # window must count only the time its products ran, not the core's time given away.
+    done = subprocess.run([sys.executable, "-c", PROBE_ON_A_SHARED_CORE], capture_output=True, text=True,
+                          timeout=120, cwd=REPO)
+    assert done.returncode == 0, done.stderr
+    alone, shared = map(float, done.stdout.split())
+    assert shared > 0.5 * alone, (alone, shared)  # a wall clock reads about a quarter
