@@ -51,6 +51,17 @@ def absolute_tracking_uri(uri: str) -> str:
     return uri
 
 
+def artifact_location(tracking_uri: str) -> str | None:
+    """Where a new experiment's artifacts go: for a SQLite store, ``mlruns/`` beside the
+    database. MLflow's own default is ``./mlruns`` in the creating process's working
+    directory: with ``--tracking-uri`` elsewhere, a job submitted to a cluster left them in
+    the head's home, apart from its database. None (the server decides) for a server."""
+    prefix = "sqlite:///"
+    if not tracking_uri.startswith(prefix):
+        return None
+    return (Path(tracking_uri[len(prefix):]).parent / "mlruns").as_uri()
+
+
 def while_locked(call, *args, attempts: int = 6, **kwargs):
     """``call``, tried again while SQLite says the database is locked. At Ctrl-C the driver
     closes its runs while the live-metrics relay may still be writing its last rows: on
@@ -74,7 +85,8 @@ class RunTracker:
         self.tracking_uri = absolute_tracking_uri(tracking_uri)
         self.client = MlflowClient(self.tracking_uri)
         existing = self.client.get_experiment_by_name(experiment)
-        self.experiment_id = existing.experiment_id if existing else self.client.create_experiment(experiment)
+        self.experiment_id = existing.experiment_id if existing else self.client.create_experiment(
+            experiment, artifact_location=artifact_location(self.tracking_uri))
         self.parent_id: str | None = None
 
     def start(self, run_name: str, config_yaml: str, command: str) -> str:

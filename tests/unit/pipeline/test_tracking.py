@@ -15,6 +15,18 @@ def test_a_relative_sqlite_uri_is_made_absolute(tmp_path, monkeypatch):
     assert absolute_tracking_uri("http://127.0.0.1:5000") == "http://127.0.0.1:5000"
 
 
+def test_a_sqlite_store_keeps_the_artifacts_beside_its_database_not_in_the_working_directory(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "store").mkdir()
+    tracker = RunTracker(f"sqlite:///{tmp_path / 'store' / 'mlflow.db'}", "beside")
+    tracker.client.log_text(tracker.start("beside", "name: beside\n", "nmt run"), "x", "x.txt")
+    assert len(list((tmp_path / "store" / "mlruns").rglob("resolved_config.yaml"))) == 1
+    assert not (tmp_path / "mlruns").exists()
+    # A relative URI, as nmt's default (./mlflow.db): where MLflow put them before.
+    assert RunTracker("sqlite:///mlflow.db", "here").client.get_experiment_by_name("here").artifact_location == (
+        (tmp_path / "mlruns").as_uri())
+
+
 def test_a_metrics_sink_logs_rows_on_the_step_axis_of_an_open_stage_run(tmp_path):
     tracker = RunTracker(f"sqlite:///{tmp_path / 'mlflow.db'}", "sink")
     tracker.start("sink", "name: sink\n", "nmt run")
