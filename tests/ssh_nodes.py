@@ -1,21 +1,28 @@
 """Machines reached over SSH, for tests: one OpenSSH server per loopback address
-(127.0.0.2, 127.0.0.3, ...), each in a PID namespace of its own, with host and client
-keys made here, as ``ray up`` reaches the machines of a ``local`` provider cluster.
+(127.0.0.2, 127.0.0.3, ...), each in PID and mount namespaces of its own, with host and
+client keys made here, as ``ray up`` reaches the machines of a ``local`` provider cluster.
 
 Each server, and everything started through it (a Ray node), sees only its own
 namespace's processes: the ``ray stop`` that ``ray up`` and ``ray down`` run on each
 node stops that node's Ray and never another Ray running on this machine (the test
-suite's own, another test's). ``stop`` ends each namespace, which ends every process in
-it. Port 22 on those addresses, as Ray's SSH has no other; root, for the namespaces.
+suite's own, another test's). Each node has a home of its own too, an empty directory
+mounted over root's home in its namespace (``home``): what a cluster config writes to
+``~`` (``~/.bashrc``, ``~/.ray/auth_token``, Ray's bootstrap key) stays in the test,
+and a node's login shell has only what the config put there, as on a fresh machine.
+``stop`` ends each namespace, which ends every process in it. Port 22 on those
+addresses, as Ray's SSH has no other; root, for the namespaces.
 """
 
 from __future__ import annotations
 
 import os
+import pwd
+import shlex
 import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -27,7 +34,7 @@ def available() -> str | None:
     """Why this machine cannot start the servers, or None."""
     if os.geteuid() != 0:
         return "the SSH servers run in PID namespaces of their own, which needs root"
-    for tool in ("/usr/sbin/sshd", "ssh", "ssh-keygen", "unshare", "rsync"):
+    for tool in ("/usr/sbin/sshd", "ssh", "ssh-keygen", "unshare", "mount", "rsync"):
         if shutil.which(tool) is None:
             return f"{tool} not installed: run tests/install_system_packages.sh"
     return None
@@ -39,6 +46,10 @@ class SshNodes:
         self.dir = Path(tempfile.mkdtemp(prefix="sshn-", dir="/tmp"))
         self.key = self.dir / "client_key"
         self.servers: dict[str, subprocess.Popen] = {}
+
+    def home(self, address: str) -> Path:
+        """The node's home directory, as this machine sees it (the node sees it as ~)."""
+        return self.dir / f"home-{address}"
 
     def start(self) -> SshNodes:
         try:
@@ -75,8 +86,20 @@ StrictModes no
 PidFile {self.dir / f'sshd-{address}.pid'}
 """)
         log = open(self.dir / f"sshd-{address}.log", "wb")
+        # --mount-proc gives the server a mount namespace of its own (private), so the
+        # mounts are seen by this node's processes only: first this Python where it lies
+        # under root's home (pyenv's does), at the same path in the node's home, then
+        # that home over root's.
+        root_home, home = Path(pwd.getpwuid(0).pw_dir), self.home(address)
+        home.mkdir()
+        start = []
+        for path in _under(root_home, [Path(os.path.realpath(sys.base_prefix)), Path(sys.prefix)]):
+            (home / path.relative_to(root_home)).mkdir(parents=True)
+            start.append(f"mount --bind {shlex.quote(str(path))} {shlex.quote(str(home / path.relative_to(root_home)))}")
+        start += [f"mount --rbind {shlex.quote(str(home))} {shlex.quote(str(root_home))}",
+                  f"exec /usr/sbin/sshd -D -f {shlex.quote(str(config))}"]
         self.servers[address] = subprocess.Popen(
-            ["unshare", "--pid", "--fork", "--mount-proc", "/usr/sbin/sshd", "-D", "-f", str(config)],
+            ["unshare", "--pid", "--fork", "--mount-proc", "/bin/sh", "-c", " && ".join(start)],
             stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         deadline = time.time() + 30
         while self.ssh(address, "true", check=False).returncode != 0:
@@ -108,3 +131,9 @@ PidFile {self.dir / f'sshd-{address}.pid'}
             time.sleep(0.1)
         shutil.rmtree(self.dir, ignore_errors=True)
         return left
+
+
+def _under(home: Path, paths: list[Path]) -> list[Path]:
+    """Those of ``paths`` inside ``home``, none inside another."""
+    inside = sorted({path for path in paths if path.is_relative_to(home) and path != home})
+    return [path for path in inside if not any(path != other and path.is_relative_to(other) for other in inside)]

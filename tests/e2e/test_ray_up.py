@@ -59,54 +59,49 @@ def node_flags(address: str, temp_dir: Path) -> str:
                      *(f"--{port}={unused_port()}" for port in ports)])
 
 
-VENV = "~/nmt-pipeline/.venv/bin/activate"  # the environment cluster/onprem.yaml's nodes activate
-ACTIVATE = f". {VENV} && "  # how its start commands begin
+VENV = "~/nmt-pipeline/.venv"  # where cluster/onprem.yaml's nodes have nmt-pipeline installed
+ACTIVATION = f". {VENV}/bin/activate"  # how its commands begin; its setup adds it to ~/.bashrc
 
 
 def environment(work: Path) -> Path:
-    """What the nodes activate: this test's virtualenv (the README's, under .ci/run), or,
-    run from a Python that is not one, a script that puts its bin/ first on PATH."""
-    activate = Path(sys.prefix) / "bin" / "activate"
-    if activate.is_file():
-        return activate
-    script = work / "activate"
-    script.write_text(f'export PATH="{Path(sys.prefix) / "bin"}:$PATH"\n')
-    return script
+    """What the nodes' ~/nmt-pipeline/.venv is: this test's virtualenv (the README's,
+    under .ci/run), or, run from a Python that is not one, a directory whose
+    bin/activate puts that Python's bin/ first on PATH."""
+    if (Path(sys.prefix) / "bin" / "activate").is_file():
+        return Path(sys.prefix)
+    (work / "env" / "bin").mkdir(parents=True)
+    (work / "env" / "bin" / "activate").write_text(f'export PATH="{Path(sys.prefix) / "bin"}:$PATH"\n')
+    return work / "env"
 
 
 def cluster_config(machines: SshNodes, work: Path, nodes: Path, port: int, dashboard: int) -> Path:
     """cluster/onprem.yaml for these machines: their addresses, key and free ports, their
-    Ray directories under ``nodes``; the token in a file of the test's own
-    (RAY_AUTH_TOKEN_PATH), not ~/.ray/auth_token."""
+    Ray directories under ``nodes``, the token a file of the test's own. Its commands
+    run as written: each node's home (tests/ssh_nodes.py) has nmt-pipeline at
+    ~/nmt-pipeline/.venv (this test's environment) and nothing else, so `ray stop` in a
+    node's login shell finds Ray only if the config's setup command did its work."""
     raw = yaml.safe_load((REPO / "cluster" / "onprem.yaml").read_text())
+    for address in (HEAD, WORKER):
+        (machines.home(address) / "nmt-pipeline").mkdir()
+        (machines.home(address) / "nmt-pipeline" / ".venv").symlink_to(environment(work))
     (work / "token").write_text(secrets.token_hex(32))
     raw["provider"].update(head_ip=HEAD, worker_ips=[WORKER])
     raw["auth"] = {"ssh_user": "root", "ssh_private_key": str(machines.key)}
     raw["max_workers"] = 1
-    raw["file_mounts"] = {str(work / "node_token"): str(work / "token")}
-    token = f"RAY_AUTH_TOKEN_PATH={work / 'node_token'} "
-    # The config's setup command adds the activation to each node's ~/.bashrc, for the
-    # login shell in which `ray down` runs `ray stop`. These nodes are this machine: the
-    # test does not write its user's ~/.bashrc, so here `ray down` stops the head's Ray
-    # only where `ray` is on the login shell's PATH anyway.
-    assert all(VENV in command and "~/.bashrc" in command for command in raw["setup_commands"]), raw
-    raw["setup_commands"] = []
-    # Every command activates the nodes' environment: here, this test's own.
+    assert list(raw["file_mounts"]) == ["~/.ray/auth_token"], raw["file_mounts"]
+    raw["file_mounts"] = {"~/.ray/auth_token": str(work / "token")}  # to each node's ~, as the config says
+    assert all(ACTIVATION in command and "~/.bashrc" in command for command in raw["setup_commands"]), raw
     for commands in (raw["head_start_ray_commands"], raw["worker_start_ray_commands"]):
-        assert all(command.startswith(ACTIVATE) for command in commands), commands
-        commands[:] = [f". {environment(work)} && " + command[len(ACTIVATE):] for command in commands]
+        assert all(command.startswith(ACTIVATION + " && ") for command in commands), commands
     head = raw["head_start_ray_commands"][-1]
     assert "--port=6379" in head and "--dashboard-port=8265" in head and "--dashboard-host=0.0.0.0" in head
-    activation, _, head = head.partition(" && ")
     raw["head_start_ray_commands"][-1] = (
-        f"{activation} && " + token
-        + head.replace("--port=6379", f"--port={port}").replace("--dashboard-port=8265", f"--dashboard-port="
-                                                                                       f"{dashboard}")
+        head.replace("--port=6379", f"--port={port}").replace("--dashboard-port=8265", f"--dashboard-port={dashboard}")
         .replace("--dashboard-host=0.0.0.0", f"--dashboard-host={HEAD}")
         + f" --ray-client-server-port={unused_port()} " + node_flags(HEAD, nodes / "head"))
-    activation, _, worker = raw["worker_start_ray_commands"][-1].partition(" && ")
+    worker = raw["worker_start_ray_commands"][-1]
     assert "$RAY_HEAD_IP:6379" in worker
-    raw["worker_start_ray_commands"][-1] = (f"{activation} && " + token + worker.replace("6379", str(port))
+    raw["worker_start_ray_commands"][-1] = (worker.replace("6379", str(port))
                                             + " --num-cpus=2 " + node_flags(WORKER, nodes / "worker"))
     path = work / "cluster.yaml"
     path.write_text(yaml.safe_dump(raw, sort_keys=False))
@@ -139,6 +134,8 @@ def test_ray_up_runs_the_smoke_graph_through_the_jobs_api_and_ray_down_stops_it(
     up = ray("up", str(config), "--yes", "--no-config-cache")
     (tmp_path / "ray_up.log").write_text(up.stdout + up.stderr)
     assert up.returncode == 0, up.stdout[-3000:] + up.stderr[-3000:]
+    # The setup command made the head's login shell activate the environment, once.
+    assert (machines.home(HEAD) / ".bashrc").read_text().splitlines().count(ACTIVATION) == 1
     # The head's Ray runs from the environment its commands activated.
     assert any(f"{sys.prefix}/" in process for process in cluster_processes(nodes)), cluster_processes(nodes)
     auth = user_env(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=(tmp_path / "token").read_text())
@@ -146,6 +143,8 @@ def test_ray_up_runs_the_smoke_graph_through_the_jobs_api_and_ray_down_stops_it(
         wait = subprocess.run([sys.executable, "-m", "pipeline", "cluster-wait", "--address", f"{HEAD}:{port}",
                                "--nodes", "2", "--timeout", "300"], env=auth, capture_output=True, text=True)
         assert wait.returncode == 0, wait.stderr
+        # and the worker's, which the head's autoscaler set up
+        assert (machines.home(WORKER) / ".bashrc").read_text().splitlines().count(ACTIVATION) == 1
 
         jobs = f"http://{HEAD}:{dashboard}"
         # No token in the environment (~/.ray/auth_token, if this machine has one, is not the cluster's)
@@ -178,7 +177,8 @@ def test_ray_up_runs_the_smoke_graph_through_the_jobs_api_and_ray_down_stops_it(
         assert failing.returncode != 0  # the job's exit status is the pipeline's
     finally:
         down = ray("down", str(config), "--yes")
-        machines.ssh(WORKER, "ray stop", check=False)  # ray down stops the head's Ray, not the workers'
+        # ray down stops the head's Ray, not the workers': as docs/clusters.md says to
+        machines.ssh(WORKER, f"{VENV}/bin/ray stop", check=False)
     assert down.returncode == 0, down.stderr[-2000:]
     deadline = time.time() + 60
     while cluster_processes(nodes) and time.time() < deadline:
