@@ -220,8 +220,17 @@ def serve(
                                         help="Characters a sentence may have, checked before tokenizing "
                                              "(longer: HTTP 413)."),
     batch_deadline_s: float = typer.Option(30.0, "--batch-deadline-s", min=0.1,
-                                           help="A batch decoding longer is stopped: its decode process is "
-                                                "restarted and its requests get HTTP 503."),
+                                           help="A batch costing --max-request-cost decoding longer is stopped "
+                                                "(a costlier one gets proportionally longer): its decode process "
+                                                "is restarted and its requests get HTTP 503."),
+    max_request_cost: int = typer.Option(65_536, "--max-request-cost", min=1,
+                                         help="Hypothesis steps a request may cost: beam_size x each sentence's "
+                                              "output limit (max_length_a x its tokens + max_length_b), summed "
+                                              "(more: HTTP 413)."),
+    bulk_request_cost: int = typer.Option(8_192, "--bulk-request-cost", min=1,
+                                          help="Requests costing more are decoded in a second process per replica "
+                                               "at a lower priority, so they never hold up short ones; "
+                                               "--max-request-cost or more: no such process."),
     max_batch_sentences: int = typer.Option(64, "--max-batch-sentences", min=1,
                                             help="Sentences of concurrent requests decoded as one batch."),
     batch_wait_ms: float = typer.Option(10.0, "--batch-wait-ms", min=0.0,
@@ -253,7 +262,8 @@ def serve(
     settings = ServiceSettings(backend=backend, quantization=quantization, device=device,
                                threads=max(1, int(cpus_per_replica)), max_sentences=max_sentences,
                                max_input_tokens=max_input_tokens, max_input_chars=max_input_chars,
-                               batch_deadline_s=batch_deadline_s, max_batch_sentences=max_batch_sentences,
+                               batch_deadline_s=batch_deadline_s, max_request_cost=max_request_cost,
+                               bulk_request_cost=bulk_request_cost, max_batch_sentences=max_batch_sentences,
                                batch_wait_s=batch_wait_ms / 1000,
                                batch_max_wait_s=(max(ServiceSettings.batch_max_wait_s, batch_wait_ms / 1000)
                                                  if batch_max_wait_ms is None else batch_max_wait_ms / 1000))

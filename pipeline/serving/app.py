@@ -28,12 +28,23 @@ sentences (413), a sentence over the character or token limit (413, naming its i
 characters are counted before anything is tokenized, and tokenizing runs off the event
 loop), a ``min_length`` that a sentence's longest allowed output cannot exceed (422).
 
-No request can hold the decoder for ever: every search setting is bounded
-(``stages/shared/inference/search.py``), and each batch has a deadline (``batch_deadline_s``).
-A batch that runs past it has its decode process killed and restarted: only that
-batch's requests get a 503, and ``/health`` answers 503 until the new process has
-loaded. Requests with different search settings are decoded apart, and one group's
-failure fails that group's requests alone.
+No request can hold the decoder for ever, nor hold up the others:
+
+- every search setting is bounded (``stages/shared/inference/search.py``), and so is a
+  request's cost: the decoder steps its search may take over all its hypotheses (beam
+  size times each sentence's output limit, summed: ``SearchSettings.hypothesis_steps``).
+  A request over ``max_request_cost`` gets a 413 with the limit before it is queued.
+- A request costing more than ``bulk_request_cost`` is decoded in the bulk lane: a
+  second decode process with its own batches, at the lowest CPU priority (Linux's
+  SCHED_IDLE), so that while a long search runs, short requests keep their own decoder
+  and nearly all of a shared core. Without it one legal request of 16 long sentences at beam 16 held
+  the replica for its whole 30 s deadline, and every request sent meanwhile waited.
+- Each batch has a deadline: ``batch_deadline_s`` for a batch costing up to
+  ``max_request_cost``, scaled up with a costlier batch's cost. A batch that runs past
+  it has its decode process killed and restarted: only that batch's requests get a 503,
+  and ``/health`` answers 503 until the new process has loaded. Requests with different
+  search settings are decoded apart, and one group's failure fails that group's
+  requests alone.
 """
 
 # No ``from __future__ import annotations``: FastAPI reads the endpoint annotations as
@@ -70,7 +81,9 @@ class ServiceSettings:
     max_sentences: int = 64  # per request
     max_input_tokens: int = 256  # SentencePiece tokens per sentence, EOS included
     max_input_chars: int = 2048  # characters per sentence, checked before tokenizing
-    batch_deadline_s: float = 30.0  # a decode running longer is stopped (its process restarted)
+    batch_deadline_s: float = 30.0  # a batch costing max_request_cost decoding longer is stopped (process restarted)
+    max_request_cost: int = 65_536  # hypothesis steps a request may cost (SearchSettings.hypothesis_steps)
+    bulk_request_cost: int = 8_192  # a request costing more goes to the bulk lane (none if >= max_request_cost)
     max_batch_sentences: int = 64
     batch_wait_s: float = 0.01  # how long a batch that is not full waits for more
     batch_max_wait_s: float = 0.15  # ... while it holds fewer than the last round had in flight (batcher.py)
@@ -109,6 +122,7 @@ class TranslateResponse(BaseModel):
 
 class Stats(BaseModel):
     requests: int = 0
+    bulk_requests: int = 0  # of those, decoded in the bulk lane
     batches: int = 0  # decoder calls: a batch whose requests differ in search options makes several
     sentences: int = 0
     decode_seconds: float = 0.0  # wall time the decode process spent on them
@@ -152,6 +166,7 @@ class Job:
 
     sources: list[list[int]]
     search: SearchSettings
+    cost: int  # SearchSettings.hypothesis_steps of its sentences
 
 
 @serve.deployment
@@ -160,30 +175,44 @@ class TranslationService:
     def __init__(self, fetch_model: Callable, model_name: str, settings: ServiceSettings):
         model_dir = fetch_model()  # a local path, or the train artifact fetched from the store onto this node
         self.encoder = SourceEncoder.of(ModelFiles.find(model_dir))
-        self.decoder = DecodePool(functools.partial(open_backend, model_dir, settings.backend, settings.device,
-                                                    settings.threads, settings.quantization),
-                                  workers=1, threads_per_worker=settings.threads)
+        open_engine = functools.partial(open_backend, model_dir, settings.backend, settings.device,
+                                        settings.threads, settings.quantization)
+        self.decoder = DecodePool(open_engine, workers=1, threads_per_worker=settings.threads)
+        # The bulk lane (the module's docstring): costly requests, in a process of their own.
+        self.bulk_decoder = (DecodePool(open_engine, workers=1, threads_per_worker=settings.threads, background=True)
+                             if settings.bulk_request_cost < settings.max_request_cost else None)
         self.settings, self.model_name = settings, model_name
         self.stats = Stats()
+        self.batcher = self._batcher_for(self.decoder)
+        self.bulk_batcher = self._batcher_for(self.bulk_decoder) if self.bulk_decoder else None
+
+    def _batcher_for(self, pool: DecodePool) -> DynamicBatcher:
         # The decoding waits on the child's pipe in a worker thread: the event loop goes on.
-        self.batcher = DynamicBatcher(lambda jobs: asyncio.to_thread(self._decode, jobs), lambda job: len(job.sources),
-                                      settings.max_batch_sentences, settings.batch_wait_s, settings.batch_max_wait_s)
+        return DynamicBatcher(lambda jobs: asyncio.to_thread(self._decode, jobs, pool), lambda job: len(job.sources),
+                              self.settings.max_batch_sentences, self.settings.batch_wait_s,
+                              self.settings.batch_max_wait_s)
+
+    @property
+    def decoders(self) -> list[DecodePool]:
+        return [pool for pool in (self.decoder, self.bulk_decoder) if pool is not None]
 
     def check_health(self) -> None:
         """Ray Serve's periodic check: a replica whose decode process died is replaced."""
-        if not self.decoder.alive():
-            raise RuntimeError(f"the decode process (pid {', '.join(map(str, self.decoder.pids))}) has exited")
+        for pool in self.decoders:
+            if not pool.alive():
+                raise RuntimeError(f"the decode process (pid {', '.join(map(str, pool.pids))}) has exited")
 
     def __del__(self):  # Ray Serve's shutdown hook
-        if hasattr(self, "decoder"):  # not if the constructor failed before it
-            self.decoder.close()
+        for name in ("decoder", "bulk_decoder"):  # not those the constructor did not get to
+            if getattr(self, name, None) is not None:
+                getattr(self, name).close()
 
     @api.get("/health", response_model=Health)
     def health(self) -> Health:
-        if not self.decoder.alive():
-            raise HTTPException(503, "the decode process has exited; Ray Serve will replace this replica")
-        if not self.decoder.ready():
-            raise HTTPException(503, "the decode process is restarting (a batch ran past its deadline)")
+        if not all(pool.alive() for pool in self.decoders):
+            raise HTTPException(503, "a decode process has exited; Ray Serve will replace this replica")
+        if not all(pool.ready() for pool in self.decoders):
+            raise HTTPException(503, "a decode process is restarting (a batch ran past its deadline)")
         return Health(status="ok", backend=self.decoder.name, model=self.model_name)
 
     @api.get("/stats", response_model=Stats)
@@ -207,12 +236,20 @@ class TranslationService:
                 raise HTTPException(413, f"sentences[{index}] is {len(ids)} tokens long: at most "
                                          f"{self.settings.max_input_tokens}")
         search = request.search_settings()
+        lengths = [len(ids) for ids in sources]
+        room = functools.partial(output_room, self.decoder.positions)
         try:
-            search.check_min_length([len(ids) for ids in sources],
-                                    lambda length: output_room(self.decoder.positions, length))
+            search.check_min_length(lengths, room)
         except ValueError as error:
             raise HTTPException(422, str(error)) from None
-        found = await self.batcher.submit(Job(sources, search)) if sources else []
+        cost = search.hypothesis_steps(lengths, room)
+        if cost > self.settings.max_request_cost:
+            raise HTTPException(413, f"this request may cost {cost:,} hypothesis steps (beam_size x each "
+                                     f"sentence's output limit, max_length_a x its tokens + max_length_b, summed): "
+                                     f"at most {self.settings.max_request_cost:,} a request; send fewer sentences, "
+                                     f"a smaller beam_size or a lower max_length_b")
+        lane = self.bulk_batcher if self.bulk_batcher and cost > self.settings.bulk_request_cost else self.batcher
+        found = await lane.submit(Job(sources, search, cost)) if sources else []
         if isinstance(found, DecodeProcessExited):  # Ray Serve's health check will replace this replica
             raise HTTPException(503, f"{found}; retry: this replica is being replaced")
         if isinstance(found, DecodeDeadlineExceeded):
@@ -227,17 +264,20 @@ class TranslationService:
                 translations[index] = Translation(text=nbest[0].text, score=nbest[0].score, nbest=nbest)
         return TranslateResponse(translations=translations)
 
-    def _decode(self, jobs: list[Job]) -> list:
+    def _decode(self, jobs: list[Job], pool: DecodePool) -> list:
         """Each job's translations (``stages.shared.inference.translator.Translation`` lists), or
         the exception that failed its group: the jobs that share search settings are
-        decoded as one batch, and one group's failure is its own."""
+        decoded as one batch by ``pool``, and one group's failure is its own."""
         results: list = [None] * len(jobs)
         for search in dict.fromkeys(job.search for job in jobs):
             members = [i for i, job in enumerate(jobs) if job.search == search]
             sources = [ids for i in members for ids in jobs[i].sources]
+            # Several requests of the largest legal cost take that much longer.
+            cost = sum(jobs[i].cost for i in members)
+            deadline_s = self.settings.batch_deadline_s * max(1.0, cost / self.settings.max_request_cost)
             started = time.perf_counter()
             try:
-                decoded = iter(self.decoder.translate(sources, search, self.settings.batch_deadline_s))
+                decoded = iter(pool.translate(sources, search, deadline_s))
             except Exception as error:  # noqa: BLE001 - handed to this group's requests
                 for i in members:
                     results[i] = error
@@ -247,6 +287,7 @@ class TranslationService:
             self.stats.batches += 1
             self.stats.sentences += len(sources)
             self.stats.requests += len(members)
+            self.stats.bulk_requests += len(members) if pool is self.bulk_decoder else 0
             for i in members:
                 results[i] = [next(decoded) for _ in jobs[i].sources]
         return results

@@ -216,6 +216,9 @@ def test_concurrent_clients_each_get_their_own_translations_in_order(service, se
     (json.dumps({"sentences": ["a"], "max_length_a": 1e30}), 422, "less than or equal to 10"),
     (json.dumps({"sentences": ["a dog", "a"], "min_length": 60, "max_length_b": 50}), 422,
      "min_length (60) must be below the output length allowed for sentence 0"),
+    # Each setting within its bound, together too costly: 8 x 16 x about 1,020 steps.
+    (json.dumps({"sentences": ["a dog"] * MAX_SENTENCES, "beam_size": 16, "max_length_b": 1024}), 413,
+     "at most 65,536 a request"),
     # Sizes checked before anything is tokenized: characters, then the body itself.
     (json.dumps({"sentences": ["fine", "x" * 3000]}), 413, "sentences[1] is 3000 characters long: at most 2048"),
     (json.dumps({"sentences": ["x" * 1_000_000] * 4}), 413, "request body over"),
@@ -261,20 +264,51 @@ def test_any_json_body_gets_a_200_or_a_4xx_in_time_never_a_500(serve_process, re
         (response.status_code == 503 and "deadline" in response.text), (raw, response.status_code, response.text)
 
 
-def decode_process(serve_pid: int) -> psutil.Process:
-    """The replica's decode process: a spawned child of the Ray Serve replica, itself a
-    descendant of the nmt serve process (which started the local Ray instance)."""
+def decode_process(serve_pid: int, bulk: bool = False) -> psutil.Process:
+    """The replica's decode process (``bulk``: its bulk lane's, the one at the lowest
+    priority): a spawned child of the Ray Serve replica, itself a descendant of the nmt
+    serve process (which started the local Ray instance)."""
     def is_decode_process(child: psutil.Process) -> bool:
         try:
             parent = child.parent()
             return "spawn_main" in " ".join(child.cmdline()) and \
-                "ServeReplica" in parent.name() + " ".join(parent.cmdline())
+                "ServeReplica" in parent.name() + " ".join(parent.cmdline()) and \
+                (os.sched_getscheduler(child.pid) == os.SCHED_IDLE) == bulk
         except psutil.Error:  # a short-lived process (HAProxy's reloads start some) already gone
             return False
 
     found = [child for child in psutil.Process(serve_pid).children(recursive=True) if is_decode_process(child)]
     assert len(found) == 1, found
     return found[0]
+
+
+def test_a_costly_request_decodes_in_the_bulk_lane_while_short_ones_are_answered(serve_process, sentences,
+                                                                                 request):
+    """A legal request that takes seconds (2 sentences, beam 16, at least 600 tokens
+    each) goes to the lower-priority bulk process; short requests sent meanwhile are
+    answered before it ends, and /health stays ok."""
+    if request.node.callspec.params["serve_process"] != "ray":
+        pytest.skip("the lanes are the replica's whichever ingress forwards to it")
+    process, url = serve_process
+    assert decode_process(process.pid, bulk=True).pid != decode_process(process.pid).pid
+    before = requests.get(f"{url}/stats", timeout=30).json()
+    costly = {"sentences": sentences[:2], "beam_size": 16, "min_length": 600, "max_length_b": 700}
+    with ThreadPoolExecutor(1) as pool:
+        started = time.monotonic()
+        pending = pool.submit(requests.post, f"{url}/translate", json=costly, timeout=120)
+        time.sleep(0.3)
+        short_answered = []
+        for k in range(3):
+            assert translate(url, sentences[2 + k:3 + k], beam_size=4)
+            short_answered.append(time.monotonic() - started)
+        assert requests.get(f"{url}/health", timeout=30).status_code == 200
+        answer = pending.result()
+        costly_answered = time.monotonic() - started
+    assert answer.status_code == 200, answer.text
+    assert max(short_answered) < costly_answered, (short_answered, costly_answered)
+    after = requests.get(f"{url}/stats", timeout=30).json()
+    assert after["bulk_requests"] - before["bulk_requests"] == 1
+    assert after["requests"] - before["requests"] == 4
 
 
 # Last in this module: it kills the replica's decode process.

@@ -65,12 +65,13 @@ class DecodeDeadlineExceeded(RuntimeError):
 class DecodeProcess:
     """One child process with one engine, fed through a pipe, one batch at a time."""
 
-    def __init__(self, open_engine: Callable[[], Engine], threads: int):
-        """Starts the child; ``wait_ready`` waits until its engine has loaded."""
+    def __init__(self, open_engine: Callable[[], Engine], threads: int, background: bool = False):
+        """Starts the child (``background``: at the lowest CPU priority, ``_lower_priority``);
+        ``wait_ready`` waits until its engine has loaded."""
         context = multiprocessing.get_context("spawn")
         self._connection, child_end = context.Pipe()
         self._process = context.Process(target=_decode_batches, name="nmt-decode", daemon=True,
-                                        args=(child_end, open_engine, threads))
+                                        args=(child_end, open_engine, threads, background))
         self._process.start()
         child_end.close()  # so that the child's death reads as EOF here
         self._lock = threading.Lock()
@@ -132,13 +133,15 @@ class DecodeProcess:
 
 
 class DecodePool:
-    def __init__(self, open_engine: Callable[[], Engine], workers: int = 1, threads_per_worker: int = 1):
+    def __init__(self, open_engine: Callable[[], Engine], workers: int = 1, threads_per_worker: int = 1,
+                 background: bool = False):
         """``workers`` processes, each with the engine ``open_engine()`` returns there, on
-        ``threads_per_worker`` torch threads. Returns once every engine has loaded; raises
-        the first loading error."""
+        ``threads_per_worker`` torch threads; ``background``: at the lowest CPU priority
+        (the service's bulk lane). Returns once every engine has loaded; raises the first
+        loading error."""
         if workers < 1 or threads_per_worker < 1:
             raise ValueError(f"workers ({workers}) and threads per worker ({threads_per_worker}) must be at least 1")
-        self._open_engine, self._threads = open_engine, threads_per_worker
+        self._open_engine, self._threads, self._background = open_engine, threads_per_worker, background
         self.processes: list[DecodeProcess] = []
         try:
             self.processes = [self._start() for _ in range(workers)]
@@ -158,7 +161,7 @@ class DecodePool:
 
     def _start(self) -> DecodeProcess:
         with threads_of_spawned_children(self._threads):
-            return DecodeProcess(self._open_engine, self._threads)
+            return DecodeProcess(self._open_engine, self._threads, self._background)
 
     def translate(self, sources: list[list[int]], search, deadline_s: float | None = None) -> list[list[Any]]:
         """One batch on the first idle process; blocks until it is decoded. Past
@@ -241,11 +244,23 @@ def threads_of_spawned_children(threads: int):
                 os.environ[name] = value
 
 
-def _decode_batches(connection, open_engine: Callable[[], Engine], threads: int) -> None:
+def _lower_priority() -> None:
+    """This process at the lowest CPU priority: Linux's SCHED_IDLE (a weight of 3 against
+    a normal process's 1,024, and against 36 for one at nice 15, where Ray runs its
+    workers, so that +10 on top of that reached only 19), else nice +10."""
+    if hasattr(os, "SCHED_IDLE"):
+        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+    else:
+        os.nice(10)
+
+
+def _decode_batches(connection, open_engine: Callable[[], Engine], threads: int, background: bool = False) -> None:
     """The child: open the engine, then answer (sources, search) with ("ok", translations)
     or ("error", traceback) until the parent closes the pipe."""
     import torch
 
+    if background:
+        _lower_priority()
     torch.set_num_threads(threads)
     try:
         engine = open_engine()

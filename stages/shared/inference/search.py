@@ -69,6 +69,14 @@ class SearchSettings(Section):
         limit = int(source_tokens * self.max_length_a) + self.max_length_b
         return limit if model_limit is None else max(1, min(limit, model_limit))
 
+    def hypothesis_steps(self, source_lengths: list[int], model_limit_of=lambda length: None) -> int:
+        """The most decoder steps a search of these sentences may take over all its
+        hypotheses: the beam times each sentence's output limit, summed. What a request
+        costs a translation service: its decoding time grows with it (the beam's
+        hypotheses advance together, one token a step, until the limit at worst)."""
+        return sum(self.beam_size * self.output_length_limit(length, model_limit_of(length))
+                   for length in source_lengths)
+
     def check_min_length(self, source_lengths: list[int], model_limit_of=lambda length: None) -> None:
         """Raises ``ValueError`` naming the first sentence whose longest allowed output is
         not longer than ``min_length``: none of its hypotheses could end on their own."""

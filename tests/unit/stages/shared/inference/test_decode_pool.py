@@ -99,10 +99,12 @@ def test_a_batch_past_its_deadline_kills_its_process_and_the_pool_comes_back(mod
     translator = Translator.from_file(model)
     sources = translator.encode(lines[:8])
     endless = SearchSettings(beam_size=32, max_length_a=10.0, max_length_b=1024, min_length=1000)
-    with DecodePool(fp32_translator(model), workers=1) as pool:
+    # At the lowest priority, as a service's bulk lane: its replacement too.
+    with DecodePool(fp32_translator(model), workers=1, background=True) as pool:
         (old_pid,) = pool.pids
         with pytest.raises(DecodeDeadlineExceeded, match=f"deadline of 0.5 s.*pid {old_pid}"):
             pool.translate(sources, endless, deadline_s=0.5)
         assert pool.alive() and not pool.ready()  # being replaced: alive, not ready
         found = pool.translate(sources, SearchSettings(beam_size=2), deadline_s=60)  # waits for the new one
         assert len(found) == 8 and pool.ready() and pool.pids != {old_pid}
+        assert [os.sched_getscheduler(pid) for pid in pool.pids] == [os.SCHED_IDLE]

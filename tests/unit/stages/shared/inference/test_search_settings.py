@@ -39,3 +39,11 @@ def test_a_min_length_no_output_can_pass_names_the_sentence_and_its_limit():
         search.check_min_length([12, 9])
     with pytest.raises(ValueError, match=r"sentence 0 \(25 tokens"):
         search.check_min_length([12], model_limit_of=lambda length: 25)
+
+
+def test_a_search_costs_the_beam_times_each_sentence_s_output_limit_within_the_model_s_positions():
+    search = SearchSettings(beam_size=4, max_length_a=1.0, max_length_b=50)
+    assert search.hypothesis_steps([10, 20]) == 4 * (10 + 50) + 4 * (20 + 50)
+    # A model with 64 positions leaves 64 - 20 - 2 output tokens after a source of 20.
+    assert search.hypothesis_steps([20], lambda length: 64 - length - 2) == 4 * 42
+    assert search.hypothesis_steps([]) == 0
