@@ -1,7 +1,8 @@
 """Train stages queued beyond what the cluster can run hold nothing while they wait
 (pipeline/admission.py): ``nmt run`` of six train stages on the tests' local Ray
 instance (2 CPUs: room for two one-CPU runs), its actors and tasks watched through
-Ray's State API while it runs."""
+Ray's State API while it runs. Its seeds come from ``--set``, as a user tries one more
+seed: the other commands then find each seed's model by name (``NAME.s2``)."""
 
 from __future__ import annotations
 
@@ -43,7 +44,6 @@ def test_queued_train_stages_start_no_task_and_no_controller_until_workers_are_f
 
     raw = shipped_config("smoke.yaml")
     raw["models"] = [model for model in raw["models"] if model["family"] == "transformer"]
-    raw["seeds"] = SEEDS
     raw["train"].update(precision="fp32", max_steps=4, warmup_steps=1, valid_every=4, valid_bleu_every=None,
                         checkpoint_every=4, log_every=1)
     raw["train"].pop("max_train_flops", None)
@@ -59,7 +59,7 @@ def test_queued_train_stages_start_no_task_and_no_controller_until_workers_are_f
     watcher = threading.Thread(target=watch, args=(stop, most), daemon=True)
     watcher.start()
     try:
-        result = CliRunner().invoke(app, ["run", str(config), "--until", "train"])
+        result = CliRunner().invoke(app, ["run", str(config), "--until", "train", "--set", f"seeds={SEEDS}"])
     finally:
         stop.set()
         watcher.join()
@@ -77,3 +77,13 @@ def test_queued_train_stages_start_no_task_and_no_controller_until_workers_are_f
     while live_controllers() and time.time() < deadline:
         time.sleep(0.5)
     assert not live_controllers()
+
+    # Each seed's model, by name: with the run's --set, and without it (the settings the
+    # run recorded); a seed the run did not train is refused, naming those it did.
+    for settings in (["--set", f"seeds={SEEDS}"], []):
+        translated = CliRunner().invoke(app, ["translate", str(config), *settings, "--model", "transformer_tiny.s2"],
+                                        input="A dog runs on the beach.\n")
+        assert translated.exit_code == 0 and len(translated.stdout.splitlines()) == 1, translated.output
+    refused = CliRunner().invoke(app, ["translate", str(config), "--set", f"seeds={SEEDS}", "--model",
+                                       "transformer_tiny.s7"], input="A dog.\n")
+    assert refused.exit_code == 2 and "transformer_tiny.s6" in refused.output, refused.output
