@@ -29,6 +29,7 @@ from pipeline.core.context import (
     ray_progress,
 )
 from pipeline.graph import PlannedStage
+from pipeline.instance_reaper import start_reaper
 from pipeline.core.hardware import CPU_BF16_ENV
 from pipeline.core.leases import held
 from pipeline.driver_sigterm import raise_if_terminated
@@ -191,6 +192,8 @@ def connect_ray(address: str | None) -> None:
         logging.getLogger("ray._private.authentication.authentication_token_setup").setLevel(logging.ERROR)
     ray.init(address=address, runtime_env=runtime_env, logging_level=logging.WARNING, log_to_driver=True,
              **options)
+    if address == "local":  # ours: it ends with this process, however that ends
+        start_reaper()
     filter_worker_output()
 
 

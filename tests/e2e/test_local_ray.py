@@ -12,6 +12,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 
 import psutil
 import pytest
@@ -70,3 +71,45 @@ def test_tasks_of_the_local_instance_reach_its_own_state_api_beside_an_unansweri
     assert result.returncode == 0, result.stderr[-3000:]
     state, seconds = result.stdout.split("STATE ", 1)[1].split()
     assert state == "ALIVE" and float(seconds) < 5, result.stdout
+
+
+START_AND_WAIT = """
+import time, ray
+from pipeline.runner import connect_ray
+
+connect_ray(None)
+ray.get(ray.remote(lambda: 1).remote())
+print("READY", flush=True)
+time.sleep(600)
+"""
+
+
+def session_processes(session: int) -> list[psutil.Process]:
+    """The live (not zombie) processes of a session."""
+    found = []
+    for process in psutil.process_iter(["status"]):
+        try:
+            if os.getsid(process.pid) == session and process.info["status"] != psutil.STATUS_ZOMBIE:
+                found.append(process)
+        except (OSError, psutil.Error):
+            pass
+    return found
+
+
+def test_a_sigkilled_driver_leaves_no_process_of_its_instance():
+    """Killed outright, a driver cannot stop its instance: Ray's dashboard and
+    runtime-environment agents lived on about 60 s. The watcher it started kills them."""
+    env = {key: value for key, value in os.environ.items() if key not in ("RAY_ADDRESS", "RAY_API_SERVER_ADDRESS")}
+    driver = subprocess.Popen([sys.executable, "-c", START_AND_WAIT], cwd=REPO, env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.DEVNULL, text=True, start_new_session=True)
+    try:
+        assert driver.stdout.readline().strip() == "READY"
+        names = " ".join(process.name() for process in session_processes(driver.pid))
+        assert "raylet" in names and "ray::DashboardAgent" in names and "ray::RuntimeEnvAgent" in names, names
+    finally:
+        driver.kill()
+        driver.wait()
+    deadline = time.monotonic() + 20
+    while (left := session_processes(driver.pid)) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not left, [process.name() for process in left]
