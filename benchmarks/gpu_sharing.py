@@ -91,7 +91,9 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=20.0, help="timed seconds per run")
     parser.add_argument("--json", help="also write the rows to this file")
     args = parser.parse_args()
-    ray.init(log_to_driver=False)
+    # An instance of its own: a bare ray.init() joins whatever instance runs on the machine
+    # (in CI once a test's, whose CPUs it then waited for).
+    ray.init(address="local", log_to_driver=False)
     device = args.device or ("cuda" if ray.cluster_resources().get("GPU", 0) >= 1 else "cpu")
     print(f"{args.size} Transformer, vocabulary {args.vocab}, {args.tokens} target tokens a batch, "
           f"{args.seconds:g} s a run, on {device}")
