@@ -50,16 +50,24 @@ SERVER_PORTS = range(20000, 32768)
 _pick = random.SystemRandom()  # not the global generator, which a test may seed
 
 
+_given: set[int] = set()
+
+
 def free_port() -> int:
     """A port nothing listens on now, from ``SERVER_PORTS``, picked at random so that two
-    test processes rarely pick the same one."""
+    test processes rarely pick the same one, and never one this process was given before:
+    a server's several ports are picked before any listens, and two once came out the
+    same (the Ray head refused to start)."""
     for _ in range(200):
         port = _pick.choice(SERVER_PORTS)
+        if port in _given:
+            continue
         with socket.socket() as sock:
             try:
                 sock.bind(("127.0.0.1", port))
             except OSError:
                 continue
+            _given.add(port)
             return port
     raise RuntimeError(f"no free port in {SERVER_PORTS.start}-{SERVER_PORTS.stop - 1}")
 

@@ -39,24 +39,12 @@ def machines():
     assert not left, f"SSH servers outlived their nodes: {left}"
 
 
-_given: set[int] = set()
-
-
-def unused_port() -> int:
-    """A free port not given before in this test: free_port alone picks at random, and
-    two of a node's ports once came out the same (Ray refused to start the head)."""
-    while (port := free_port()) in _given:
-        pass
-    _given.add(port)
-    return port
-
-
 def node_flags(address: str, temp_dir: Path) -> str:
     """Ports and directories of a node of its own: this machine may run other Ray instances."""
     ports = ("node-manager-port", "object-manager-port", "dashboard-agent-listen-port", "dashboard-agent-grpc-port",
              "runtime-env-agent-port", "metrics-export-port")
     return " ".join([f"--node-ip-address={address}", f"--temp-dir={temp_dir}", "--object-store-memory=100000000",
-                     *(f"--{port}={unused_port()}" for port in ports)])
+                     *(f"--{port}={free_port()}" for port in ports)])
 
 
 VENV = "~/nmt-pipeline/.venv"  # where cluster/onprem.yaml's nodes have nmt-pipeline installed
@@ -98,7 +86,7 @@ def cluster_config(machines: SshNodes, work: Path, nodes: Path, port: int, dashb
     raw["head_start_ray_commands"][-1] = (
         head.replace("--port=6379", f"--port={port}").replace("--dashboard-port=8265", f"--dashboard-port={dashboard}")
         .replace("--dashboard-host=0.0.0.0", f"--dashboard-host={HEAD}")
-        + f" --ray-client-server-port={unused_port()} " + node_flags(HEAD, nodes / "head"))
+        + f" --ray-client-server-port={free_port()} " + node_flags(HEAD, nodes / "head"))
     worker = raw["worker_start_ray_commands"][-1]
     assert "$RAY_HEAD_IP:6379" in worker
     raw["worker_start_ray_commands"][-1] = (worker.replace("6379", str(port))
@@ -127,7 +115,7 @@ def cluster_processes(nodes: Path) -> list[str]:
 
 
 def test_ray_up_runs_the_smoke_graph_through_the_jobs_api_and_ray_down_stops_it(machines, multi30k, tmp_path):
-    port, dashboard = unused_port(), unused_port()
+    port, dashboard = free_port(), free_port()
     # Short: a Ray node's socket paths, under its temp dir, must fit in 107 bytes.
     nodes = Path(tempfile.mkdtemp(prefix="rayup-", dir="/tmp"))
     config = cluster_config(machines, tmp_path, nodes, port, dashboard)
