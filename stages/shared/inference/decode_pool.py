@@ -247,11 +247,16 @@ def threads_of_spawned_children(threads: int):
 def _lower_priority() -> None:
     """This process at the lowest CPU priority: Linux's SCHED_IDLE (a weight of 3 against
     a normal process's 1,024, and against 36 for one at nice 15, where Ray runs its
-    workers, so that +10 on top of that reached only 19), else nice +10."""
-    if hasattr(os, "SCHED_IDLE"):
+    workers, so that +10 on top of that reached only 19), else nice +10. Lowering one's
+    own priority needs no privilege, but a sandbox may refuse the call: then the process
+    runs as it is rather than not at all."""
+    try:
         os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
-    else:
-        os.nice(10)
+    except (AttributeError, OSError):  # not Linux, or refused
+        try:
+            os.nice(10)
+        except OSError:
+            pass
 
 
 def _decode_batches(connection, open_engine: Callable[[], Engine], threads: int, background: bool = False) -> None:
