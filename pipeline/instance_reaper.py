@@ -8,7 +8,11 @@ dashboard agent and runtime-environment agent lived on for about 60 s more (meas
 2 cores). So the driver starts this watcher, in a session of its own so that a Ctrl-C
 or a signal to the driver's process group does not reach it: it notes the driver's
 descendants once a second while the driver lives, and once the driver is gone, however
-it went, gives Ray ``GRACE_S`` to stop its own processes and kills those left.
+it went, lets Ray stop as it would: it waits for the instance's raylet and GCS to end
+(Ray's workers end with them), gives the rest ``GRACE_S`` more, and kills those left.
+Killing sooner cost a training stopped by SIGTERM its last checkpoint: killed 2 s after
+the driver's exit, a process was still needed for it (7 updates lost, in
+benchmarks/faults.py's term case).
 
     python -m pipeline.instance_reaper DRIVER_PID      # started by runner.connect_ray
 """
@@ -20,8 +24,10 @@ import subprocess
 import sys
 import time
 
-GRACE_S = 2.0  # after the driver is gone: a clean exit has stopped the instance by then
+RAY_EXIT_S = 30.0  # at most, for the raylet and GCS to end once the driver is gone
+GRACE_S = 5.0  # then, for the rest: Ray's workers ended within 4 s of a killed driver
 POLL_S = 1.0
+INSTANCE = ("raylet", "gcs_server")  # the processes whose end ends a Ray instance
 
 
 _started: dict[int, subprocess.Popen] = {}  # by the pid it watches: one is enough
@@ -39,7 +45,8 @@ def start_reaper() -> subprocess.Popen:
 
 def reap_after(driver_pid: int) -> list[int]:
     """Waits for ``driver_pid`` to end, then kills its descendants (as seen while it
-    lived) still running ``GRACE_S`` later; the pids it killed."""
+    lived) still running ``GRACE_S`` after the instance's raylet and GCS have ended; the
+    pids it killed."""
     import psutil
 
     try:
@@ -68,6 +75,10 @@ def reap_after(driver_pid: int) -> list[int]:
             continue
         except psutil.NoSuchProcess:
             break
+    instance = [process for process in seen.values() if _name(process) in INSTANCE]
+    deadline = time.monotonic() + RAY_EXIT_S
+    while not all(map(_ended, instance)) and time.monotonic() < deadline:
+        time.sleep(0.2)
     time.sleep(GRACE_S)
     killed = []
     for process in seen.values():
@@ -78,6 +89,25 @@ def reap_after(driver_pid: int) -> list[int]:
         except psutil.Error:
             pass
     return killed
+
+
+def _name(process) -> str:
+    import psutil
+
+    try:
+        return process.name()
+    except psutil.Error:
+        return ""
+
+
+def _ended(process) -> bool:
+    """Gone, or dead and not yet collected by its parent."""
+    import psutil
+
+    try:
+        return not process.is_running() or process.status() == psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return True
 
 
 if __name__ == "__main__":
