@@ -3,6 +3,7 @@ strings that the Markdown and HTML reports render the same way."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import pandas as pd
@@ -282,9 +283,20 @@ def _optimum(profile: dict) -> tuple[str, str, str]:
             tokens += f" [{count(optimum['tokens_interval'][0])}, {count(optimum['tokens_interval'][1])}]"
     where = "interior"
     if not optimum.get("interval"):
-        where += (" (no interval: nothing measures the noise)" if profile["noise"]["sd"] is None else
-                  f" (no interval: {1 - optimum['found_in']:.0%} of the draws have no minimum inside)")
+        if profile["noise"]["sd"] is None:
+            where += " (no interval: nothing measures the noise)"
+        else:
+            below, above = optimum["beyond"]
+            sides = [f"{share:.1%} of the draws {side} the sizes" for share, side in
+                     ((below, "below"), (above, "above")) if share > (1 - isoflop.LEVEL) / 2]
+            where += f" (no interval: {' and '.join(sides)}; add {_beyond(profile, below >= above)})"
     return parameters, tokens, where + diverged
+
+
+def _beyond(profile: dict, below: bool) -> str:
+    """The preset one step past the sizes on the side the draws left them."""
+    edge = profile["sizes"][0 if below else -1]["preset"]
+    return isoflop.size_to_add(edge, "below" if below else "above") or ("a smaller size" if below else "a larger size")
 
 
 def _isoflop_profiles(comparison: dict) -> Section:
@@ -316,8 +328,10 @@ def _isoflop_profiles(comparison: dict) -> Section:
                    f"{isoflop.DRAWS} times with the seeds' spread"
                    + (f" ({'; '.join(sources)})" if sources else "") + ", that spread itself redrawn for the "
                    "few degrees of freedom it was estimated with, each parabola refitted; in simulated studies "
-                   "these 95% intervals held the true optimum in 87.7% to 95.6% of cases, the true exponent in 93% "
-                   "to 100% (benchmarks/isoflop_calibration.py). A size whose run diverged (a final "
+                   "these 95% intervals held the true optimum in 86.7% to 95.6% of cases, the true exponent in 93% "
+                   "to 100% (benchmarks/isoflop_calibration.py). A draw whose minimum left the sizes counts as lying "
+                   "beyond them on its side; where more than 2.5% of the draws did so on a side, no interval is given "
+                   "and the table names that side. A size whose run diverged (a final "
                    "validation loss over 1.1 times its best) is left out of its profile and named. "
                    + ("No interior minimum at: " + "; ".join(flagged) + ". These budgets stay out of the exponents."
                       if flagged else "Every budget's minimum is interior."), text_columns=3)
@@ -334,9 +348,10 @@ def _exponents_row(entry: dict, what: str, law: str) -> list[str]:
         return [entry["family"], law, "-", str(len(fitted["budgets"])), "-",
                 f"{len(fitted['budgets'])} interior budgets: an exponent needs {isoflop.MIN_BUDGETS}"]
     said = f"{fitted['exponent']:.2f}"
-    if fitted["interval"]:
-        low, high = fitted["interval"]
-        said += f" [{low:.2f}, {high:.2f}]"
+    low, high = fitted["interval"] or (-math.inf, math.inf)
+    if math.isfinite(low) or math.isfinite(high):
+        # An open side: more than 2.5% of the draws put a budget's minimum beyond the sizes there.
+        said += f" [{low:.2f}, {high:.2f}]".replace("-inf", "-∞").replace("inf", "∞")
         against = "inside the interval" if low <= fitted["reference"] <= high else "outside the interval"
     else:
         against = "no interval to compare with"
@@ -353,8 +368,10 @@ def _isoflop_exponents(comparison: dict) -> Section:
                    "A straight line through log10 N_opt (non-embedding parameters, and the same optimum counted "
                    "in all parameters) and log10 D_opt (training target tokens) against log10 counted FLOPs, over the "
                    "budgets whose minimum is interior; the interval from the same draws as the profiles', the line "
-                   "refitted through each draw's minima (draws where a budget's minimum left the sizes tried are "
-                   "left out, and with more than 5% of them so, no interval). Hoffmann et al. (2022, table 2, "
+                   "refitted through each draw's minima. A draw where a budget's minimum left the sizes tried "
+                   "counts as a slope of -∞ or +∞ (the way that budget pulls the line), so a bound shown as ∞ "
+                   "means more than 2.5% of the draws went past it: the sizes do not pin the exponent down on that "
+                   "side. Hoffmann et al. (2022, table 2, "
                    f"approach 2) measured {isoflop.HOFFMANN_A} for N_opt and {isoflop.HOFFMANN_B} for D_opt for "
                    "decoder-only language models at 6e18 to 3e21 FLOPs, counting all parameters: a different "
                    "task, scale and count, so the last column says whether their value lies inside this interval, "

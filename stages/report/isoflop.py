@@ -31,6 +31,16 @@ df degrees of freedom leaves for the true one), which widens the intervals most 
 noise was measured least. With one seed per size and three sizes, nothing measures the
 noise and no interval is given.
 
+A draw whose parabola puts the minimum outside the sizes tried (or has none) is not
+dropped: dropping it would keep only the draws that agree with the sizes chosen and
+narrow the interval. It counts as lying beyond the sizes on its side (the side whose end
+the parabola is lower at), at minus or plus infinity, and the intervals are percentiles
+of all draws. So a bound is finite only where at most 2.5% of the draws left the sizes
+on its side; otherwise that bound is open (the size to add says which way). The
+exponent's draws follow: a budget's optimum beyond the sizes sends the slope to plus or
+minus infinity, and two such budgets pulling opposite ways leave it undetermined, which
+counts against both bounds.
+
 Plain data (JSON-ready): ``report.json`` holds it as ``comparison["isoflop"]``.
 """
 
@@ -159,31 +169,56 @@ def _profile(budget: float, at: list[dict], family_sd: tuple[float | None, int],
     if sd is None:
         return entry, None
     optima = redrawn_optima(x, means, np.array([len(g["valid_loss"]["each"]) for g in at]), sd, draws, rng, df)
-    entry["optimum"]["found_in"] = float(np.mean(~np.isnan(optima)))
-    if np.isnan(optima).mean() <= 1 - LEVEL:
-        bounds = np.nanquantile(optima, [(1 - LEVEL) / 2, (1 + LEVEL) / 2])
+    entry["optimum"]["found_in"] = float(np.mean(np.isfinite(optima)))
+    # The shares of the draws whose minimum lies below and above the sizes tried.
+    entry["optimum"]["beyond"] = [float(np.mean(optima == -np.inf)), float(np.mean(optima == np.inf))]
+    bounds = censored_interval(optima)
+    if np.isfinite(bounds).all():
         entry["optimum"]["interval"] = [float(10 ** v) for v in bounds]
         for field, values in read_off.items():  # tokens fall as the size grows: sorted
             entry["optimum"][f"{field}_interval"] = sorted(float(10 ** np.interp(v, x, values)) for v in bounds)
-    return entry, {"parameters": optima,
-                   **{field: np.where(np.isnan(optima), np.nan, np.interp(optima, x, values))
-                      for field, values in read_off.items()}}
+    return entry, {"parameters": optima, **{field: _read_off(optima, x, values) for field, values in read_off.items()}}
+
+
+def _read_off(optima: np.ndarray, x: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """Each draw's optimum read off as another count (log10), interpolated between the
+    sizes; a draw beyond the sizes stays beyond, on the side that count lies
+    (tokens fall as the size grows)."""
+    finite = np.isfinite(optima)
+    read = np.interp(np.where(finite, optima, x[0]), x, values)
+    beyond = np.sign(optima) * np.sign(values[-1] - values[0]) * np.inf
+    return np.where(finite, read, beyond)
+
+
+def censored_interval(draws: np.ndarray, level: float = LEVEL) -> np.ndarray:
+    """The central ``level`` percentile interval of ``draws``, where -inf and +inf are
+    draws beyond the measured range on that side and NaN an undetermined draw, counted
+    beyond on both: a bound is infinite where more than (1 - level) / 2 of the draws lie
+    past it."""
+    tail = (1 - level) / 2
+    low = np.quantile(np.where(np.isnan(draws), -np.inf, draws), tail, method="inverted_cdf")
+    high = np.quantile(np.where(np.isnan(draws), np.inf, draws), 1 - tail, method="inverted_cdf")
+    return np.array([low, high], dtype=float)
 
 
 def redrawn_optima(x: np.ndarray, means: np.ndarray, seeds: np.ndarray, sd: float, draws: int,
                    rng: np.random.Generator, df: int | None = None) -> np.ndarray:
     """The parabola's minimum (log10 parameters) for each of ``draws`` redrawings of the
-    sizes' mean losses (each with sd / sqrt(its seeds)); NaN where a draw's parabola has
-    no minimum between the smallest and largest size. With ``df``, the degrees of freedom
-    ``sd`` was estimated with, each draw first redraws the standard deviation itself."""
+    sizes' mean losses (each with sd / sqrt(its seeds)); -inf or +inf where a draw's
+    minimum is not between the smallest and largest size: the side it lies on, or for a
+    parabola that does not open upward, the side whose end it is lower at. With ``df``,
+    the degrees of freedom ``sd`` was estimated with, each draw first redraws the
+    standard deviation itself."""
     spread = np.full((draws, 1), sd) if df is None else sd * np.sqrt(df / rng.chisquare(df, size=(draws, 1)))
     redrawn = means + rng.normal(size=(draws, len(means))) * spread / np.sqrt(seeds)
     # Each draw's parabola through the sizes' means, weighted by their seeds: the point
     # fit through every seed's loss is the same least-squares problem.
-    c2, c1, _ = np.polyfit(x, redrawn.T, 2, w=np.sqrt(seeds))
+    c2, c1, c0 = np.polyfit(x, redrawn.T, 2, w=np.sqrt(seeds))
+    lower_at_smallest = c2 * x[0] ** 2 + c1 * x[0] < c2 * x[-1] ** 2 + c1 * x[-1]
     with np.errstate(divide="ignore", invalid="ignore"):
-        optima = np.where(c2 > 0, -c1 / (2 * c2), np.nan)
-    optima[(optima <= x[0]) | (optima >= x[-1])] = np.nan
+        optima = np.where(c2 > 0, -c1 / (2 * c2), np.where(lower_at_smallest, -np.inf, np.inf))
+    optima[optima <= x[0]] = -np.inf
+    optima[optima >= x[-1]] = np.inf
     return optima
 
 
@@ -215,7 +250,7 @@ def _noise(at: list[dict], family_sd: tuple[float | None, int], xs, ys,
 
 def _exponent(entries: list[dict], draws_of: dict, what: str, reference: float) -> dict:
     """log10(optimum) = a log10(C) + k through the interior budgets; the interval from
-    the draws (each budget's redrawn optimum, draws where one was lost left out)."""
+    the draws (each budget's redrawn optimum; ``draw_slopes`` for draws beyond the sizes)."""
     interior = [e for e in entries if e["optimum"] and e["optimum"].get(what)]
     result = {"budgets": [e["budget"] for e in interior], "exponent": None, "interval": None,
               "reference": reference}
@@ -226,10 +261,25 @@ def _exponent(entries: list[dict], draws_of: dict, what: str, reference: float) 
     slope, intercept = np.polyfit(log_c, log_opt, 1)
     result.update(exponent=float(slope), coefficient=float(10 ** intercept))
     if all(draws_of.get(e["budget"], {}).get(what) is not None for e in interior):
-        stacked = np.stack([draws_of[e["budget"]][what] for e in interior], axis=1)
-        kept = stacked[~np.isnan(stacked).any(axis=1)]
-        result["draws_kept"] = float(len(kept) / len(stacked))
-        if len(kept) >= LEVEL * len(stacked):
-            slopes = np.polyfit(log_c, kept.T, 1)[0]
-            result["interval"] = [float(v) for v in np.quantile(slopes, [(1 - LEVEL) / 2, (1 + LEVEL) / 2])]
+        slopes = draw_slopes(log_c, np.stack([draws_of[e["budget"]][what] for e in interior], axis=1))
+        result["draws_within"] = float(np.mean(np.isfinite(slopes)))
+        low, high = censored_interval(slopes)
+        result["interval"] = [float(low), float(high)]  # either may be infinite: open on that side
     return result
+
+
+def draw_slopes(log_c: np.ndarray, optima: np.ndarray) -> np.ndarray:
+    """The least-squares slope of each row of ``optima`` (draws x budgets) against
+    ``log_c``. A row with a budget beyond the sizes (+-inf) has an infinite slope: its
+    sign is where that budget pulls the line (an optimum beyond the top at the highest
+    budget steepens it); budgets pulling opposite ways leave it NaN, undetermined."""
+    finite = np.isfinite(optima).all(axis=1)
+    slopes = np.full(len(optima), np.nan)
+    if finite.any():
+        slopes[finite] = np.polyfit(log_c, optima[finite].T, 1)[0]
+    # The slope's derivative in budget i's optimum has the sign of log_c[i] - mean(log_c).
+    pull = np.sign(np.where(np.isfinite(optima), 0.0, optima)) * np.sign(log_c - log_c.mean())
+    up, down = (pull > 0).any(axis=1), (pull < 0).any(axis=1)
+    slopes[~finite & up & ~down] = np.inf
+    slopes[~finite & down & ~up] = -np.inf
+    return slopes

@@ -163,9 +163,58 @@ def test_a_spread_estimated_from_few_degrees_of_freedom_widens_the_optimum_s_int
 
     def width(df):
         optima = redrawn_optima(x, means, seeds, 0.05, 20000, np.random.default_rng(0), df)
-        low, high = np.nanquantile(optima, [0.025, 0.975])
+        low, high = isoflop.censored_interval(optima)
         return high - low
 
     known = width(None)
-    assert width(2) > 1.3 * known
+    assert math.isfinite(width(2)) and width(2) > 1.3 * known
     assert width(200) == pytest.approx(known, rel=0.05)
+
+
+def test_draws_beyond_the_sizes_count_on_their_side_and_open_that_bound():
+    """3% of the draws at +inf (beyond the largest size) open the upper bound, 2% do not;
+    an undetermined draw (NaN) counts past both bounds."""
+    inside = np.linspace(0.0, 1.0, 970)
+    assert isoflop.censored_interval(np.concatenate([inside, np.full(30, np.inf)]))[1] == np.inf
+    low, high = isoflop.censored_interval(np.concatenate([inside, np.full(20, np.inf), np.linspace(0, 1, 10)]))
+    assert 0 < low < 0.05 and 0.95 < high < 1
+    assert isoflop.censored_interval(np.concatenate([inside, np.full(30, np.nan)])).tolist() == [-np.inf, np.inf]
+
+
+def test_a_budget_beyond_the_sizes_pulls_the_exponent_its_way():
+    """An optimum above the sizes at the highest budget steepens the line (+inf), at the
+    lowest budget flattens it (-inf); the two at once leave the slope undetermined."""
+    log_c = np.log10([1e11, 1e12, 1e13])
+    optima = np.array([[4.0, 4.5, 5.0], [4.0, 4.5, np.inf], [np.inf, 4.5, 5.0], [np.inf, 4.5, np.inf],
+                       [-np.inf, 4.5, np.inf]])
+    slopes = isoflop.draw_slopes(log_c, optima)
+    assert slopes[0] == pytest.approx(0.5) and slopes[1] == np.inf and slopes[2] == -np.inf
+    assert np.isnan(slopes[3]) and slopes[4] == np.inf
+
+
+def test_a_redrawn_parabola_without_a_minimum_lies_beyond_the_end_it_is_lower_at():
+    from stages.report.isoflop import redrawn_optima
+
+    x = np.log10([1e4, 2e4, 4e4])
+    falling = np.array([3.0, 2.9, 2.7])  # opens downward, lowest at the largest size
+    optima = redrawn_optima(x, falling, np.ones(3), 1e-6, 10, np.random.default_rng(0))
+    assert (optima == np.inf).all()
+    assert (redrawn_optima(x, falling[::-1], np.ones(3), 1e-6, 10, np.random.default_rng(0)) == -np.inf).all()
+
+
+def test_a_profile_whose_draws_leave_the_sizes_names_the_side_and_the_size_to_add():
+    """Seeds' noise large against the profile's curvature: the minimum is interior, but
+    too many draws put it above the sizes tried for an upper bound."""
+    rng = np.random.default_rng(5)
+    # At 1e11: lowest at w16, w24 nearly as low (seeds' sd 0.03); at 1e12 a clear profile.
+    groups = [group(1e11, width, list(mean + 0.03 * rng.standard_normal(3)))
+              for width, mean in zip((8, 12, 16, 24), (2.30, 2.12, 2.05, 2.06))]
+    groups += profile_groups(0.5, [1e12], lambda budget: (24, 32, 48, 64, 96), noise=0.01, seeds=3, rng=rng)
+    (entry,) = isoflop.profiles(groups, draws=2000)
+    first = entry["profiles"][0]
+    assert first["where"] is None and "interval" not in first["optimum"]
+    below, above = first["optimum"]["beyond"]
+    assert above > 0.025 > below
+    text = "\n".join(s.table.to_csv() for s in sections({"groups": [], "intervals": {}, "tests": [],
+                                                                 "isoflop": [entry]}))
+    assert f"{above:.1%} of the draws above the sizes; add w32" in text
