@@ -78,7 +78,8 @@ def simulate(studies: int, a: float, window: int, seeds: int, curvature: float, 
     return {"interior": counts["interior"] / profiles, "interval": counts["interval"] / profiles,
             "held": counts["held"] / counts["interval"] if counts["interval"] else None,
             "a_interval": counts["a_interval"] / studies, "a_open": counts["a_open"] / studies,
-            "a_held": counts["a_held"] / counts["a_any"] if counts["a_any"] else None, "a_width": float(np.median(widths)) if widths else None}
+            "a_held": counts["a_held"] / counts["a_any"] if counts["a_any"] else None,
+            "a_width": float(np.median(widths)) if widths else None}
 
 
 def main() -> None:
@@ -93,14 +94,15 @@ def main() -> None:
     args = parser.parse_args()
     table = Table("sizes a budget", "seeds a size", "curvature", "seed sd", "minimum interior",
                   "N_opt interval given", "N_opt 95% holds", "a: both bounds", "a: one bound",
-                  "a: 95% holds (open bounds too)", "a: median width", title=f"{args.studies} simulated studies a row: 4 budgets 3e10 to 1e12, "
-                                           f"true a = {args.a}")
+                  "a: 95% holds (open bounds too)", "a: median width",
+                  title=f"{args.studies} simulated studies a row: 4 budgets 3e10 to 1e12, true a = {args.a}")
     for window, seeds, curvature, sd in itertools.product(args.window, args.seeds, args.curvature, args.sd):
         found = simulate(args.studies, args.a, window, seeds, curvature, sd, args.seed)
         share = lambda value: "-" if value is None else f"{value:.1%}"  # noqa: E731
         table.add_row(str(window), str(seeds), f"{curvature:g}", f"{sd:g}", share(found["interior"]),
                       share(found["interval"]), share(found["held"]), share(found["a_interval"]),
-                      share(found["a_open"]), share(found["a_held"]), "-" if found["a_width"] is None else f"{found['a_width']:.2f}")
+                      share(found["a_open"]), share(found["a_held"]),
+                      "-" if found["a_width"] is None else f"{found['a_width']:.2f}")
     Console(width=160).print(table)
 
 

@@ -38,7 +38,7 @@ from pathlib import Path
 
 import requests
 
-from benchmarks.serve_load import start_service
+from benchmarks.serve_load import running_service
 
 TIMEOUT_S = 60.0
 SENTENCE = "A dog runs on the beach."
@@ -187,8 +187,7 @@ def main() -> None:
     lines = [line for line in args.sources.read_text(encoding="utf-8").splitlines() if line.strip()][:500]
     cost = ("--max-request-cost", str(args.max_request_cost))
 
-    process, url = start_service(args.model, "ours", 64, 10.0, None, "ray", extra=cost)
-    try:
+    with running_service(args.model, extra=cost) as url:
         well_formed_load(url, lines, args.clients, 5)  # warm-up
         baseline = well_formed_load(url, lines, args.clients, args.seconds)
         stop, answers = threading.Event(), {}
@@ -200,26 +199,13 @@ def main() -> None:
         worst, what = worst_legal_request(url, lines, args.max_request_cost)
         one_more = send(url, json.dumps({**worst, "sentences": worst["sentences"] * 2}))
         with_worst, worst_got = with_worst_request(url, lines, args.clients, args.seconds, worst)
-    finally:
-        process.terminate()
-        process.wait(timeout=60)
     # The same, with one decode process: the costly request shares it with the short ones.
-    process, url = start_service(args.model, "ours", 64, 10.0, None, "ray",
-                                 extra=(*cost, "--bulk-request-cost", str(args.max_request_cost)))
-    try:
+    with running_service(args.model, extra=(*cost, "--bulk-request-cost", str(args.max_request_cost))) as url:
         well_formed_load(url, lines, args.clients, 5)
         single_baseline = well_formed_load(url, lines, args.clients, args.seconds)
         single_with_worst, single_got = with_worst_request(url, lines, args.clients, args.seconds, worst)
-    finally:
-        process.terminate()
-        process.wait(timeout=60)
-    process, url = start_service(args.model, "ours", 64, 10.0, None, "ray",
-                                 extra=(*cost, "--batch-deadline-s", str(args.deadline_s)))
-    try:
+    with running_service(args.model, extra=(*cost, "--batch-deadline-s", str(args.deadline_s))) as url:
         deadline_rows = past_the_deadline(url, lines, worst, what)
-    finally:
-        process.terminate()
-        process.wait(timeout=60)
 
     print(f"\nwell-formed load: {args.clients} clients, 2 sentences a request, beam 4, {args.seconds:g} s a phase")
     print("| service | phase | requests | failed | p50 ms | p99 ms | p99 / its baseline |")

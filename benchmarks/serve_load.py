@@ -20,13 +20,16 @@ and how busy the decoder was (a low figure means requests reach it too slowly).
 from __future__ import annotations
 
 import argparse
+import signal
 import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 
 import requests
@@ -76,6 +79,25 @@ def start_service(model: Path, backend: str, batch: int, wait_ms: float,
                      "the end of what it wrote:\n" + "\n".join(said))
 
 
+@contextmanager
+def running_service(model: Path, backend: str = "ours", batch: int = 64, wait_ms: float = 10.0,
+                    max_wait_ms: float | None = None, ingress: str = "ray", gpus_per_replica: float = 0.0,
+                    extra: tuple[str, ...] = ()) -> Iterator[str]:
+    """``start_service``'s URL while the block runs; then the service stopped as a user
+    stops it, with Ctrl-C (it shuts Ray Serve and its Ray instance down), killed if that
+    takes over a minute. The defaults are ``nmt serve``'s own batching: 64 sentences, 10 ms."""
+    process, url = start_service(model, backend, batch, wait_ms, max_wait_ms, ingress, gpus_per_replica, extra)
+    try:
+        yield url
+    finally:
+        process.send_signal(signal.SIGINT)
+        try:
+            process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
 def replica_stats(url: str) -> dict:
     return requests.get(f"{url}/stats", timeout=30).json()
 
@@ -123,9 +145,8 @@ def main() -> None:
     offline_at_batch = {clients: offline_rate(args.model, args.backend, lines[:256], args.beam,
                                               min(clients * args.sentences_per_request, args.max_batch_sentences), 1)
                         for clients in args.clients}
-    process, url = start_service(args.model, args.backend, args.max_batch_sentences, args.batch_wait_ms,
-                                 args.batch_max_wait_ms, args.ingress)
-    try:
+    with running_service(args.model, args.backend, args.max_batch_sentences, args.batch_wait_ms,
+                         args.batch_max_wait_ms, args.ingress) as url:
         load(url, lines, 2, 2, args.sentences_per_request, args.beam)  # warm-up
         print(f"{args.backend} backend, beam {args.beam}, {args.sentences_per_request} sentence(s) a request, "
               f"one replica with 1 CPU, {args.ingress} ingress; offline batched: {offline:.1f} sentences/s\n")
@@ -145,9 +166,6 @@ def main() -> None:
             print(f"| {clients} | {len(latencies)} | {rate:.1f} | {sentences:.1f} | {p50 * 1000:.0f} | "
                   f"{p99 * 1000:.0f} | {sentences / offline:.0%} | {mean_batch:.1f} | "
                   f"{offline_at_batch[clients]:.1f} | {busy:.0%} |", flush=True)
-    finally:
-        process.terminate()
-        process.wait(timeout=60)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""Starts ``nmt serve`` for one trained model (``serve_load.start_service``), POSTs a few
+"""Starts ``nmt serve`` for one trained model (``serve_load.running_service``), POSTs a few
 sentences to /translate, prints the answer and stops the service: the serving step of
 benchmarks/gpu_check.sh. Exits non-zero when the service does not come up or does not
 translate every sentence.
@@ -10,15 +10,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 import requests
 
-from benchmarks.serve_load import start_service
+from benchmarks.serve_load import running_service
 
 SENTENCES = ["A dog runs on the beach.", "Two men are playing soccer in a park.", "A woman reads a book."]
 
@@ -29,9 +27,7 @@ def main() -> int:
     parser.add_argument("--gpus-per-replica", type=float, default=0.0)
     args = parser.parse_args()
     started = time.monotonic()
-    # nmt serve's own batching defaults: 64 sentences, 10 ms; the Ray ingress.
-    process, url = start_service(args.model, "ours", 64, 10.0, None, "ray", args.gpus_per_replica)
-    try:
+    with running_service(args.model, gpus_per_replica=args.gpus_per_replica) as url:
         up = time.monotonic() - started
         health = requests.get(f"{url}/health", timeout=30).json()
         asked = time.monotonic()
@@ -44,13 +40,6 @@ def main() -> int:
             print("serve probe: not every sentence was translated")
             return 1
         return 0
-    finally:
-        process.send_signal(signal.SIGINT)  # nmt serve shuts Ray Serve and its Ray instance down
-        try:
-            process.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            process.kill()
-
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -5,12 +5,14 @@ itself at that rate and the tuning budget (``trials.py``), all at once where the
 cluster holds them, else one at a time in the grid's order (``concurrent_trials``);
 ASHA (asynchronous successive halving, Li et al. 2020) compares the trials' best
 validation loss after ``grace_validations`` validations and at every rung after, and
-stops all but the best 1/``reduction_factor`` there. The rate whose trial reached the lowest validation loss is chosen; a trial that
-diverged (no finite loss) can never be. Where the chosen rate is the lowest or highest
-rate tried, the best may lie beyond the grid: the stage tries the next rate out, at the
-grid's own ratio at that edge (four rates 2e-3 to 1.6e-2 choosing 1.6e-2: 3.2e-2), and
-chooses again, up to ``tune.max_extensions`` times; ``choice.json`` says whether the
-chosen rate is still at an edge (``at_edge``).
+stops all but the best 1/``reduction_factor`` there. The rate whose trial reached the
+lowest validation loss is the best; a trial that diverged (no finite loss) can never be.
+Where the best rate is the lowest or highest rate tried, the best may lie beyond the
+grid: the stage tries the next rate out, at the grid's own ratio at that edge (four
+rates 2e-3 to 1.6e-2 choosing 1.6e-2: 3.2e-2), and chooses again, up to
+``tune.max_extensions`` times; ``choice.json`` says whether the best rate is still at an
+edge (``at_edge``). The rate chosen is the best, or with ``tune.prefer_lower_within``
+the lowest rate whose trial came within that many nats of it (``choose``).
 
 The artifact: ``choice.json`` (the rate, and per rate tried its best validation loss,
 validations, FLOPs and whether ASHA stopped it) and each trial's ``metrics.jsonl`` and
@@ -31,13 +33,14 @@ from stages.tune.artifact import CHOICE_FILE, grid_edge, read_choice
 from stages.tune.config import TuneStageConfig
 
 __all__ = ["VERSION", "TASK_CPUS", "MLFLOW_FILES", "run", "worker_resources", "concurrent_trials", "read_choice",
-           "grid_edge", "beyond"]
+           "grid_edge", "beyond", "choose"]
 
 # 2: the grid extended past an edge its best rate was on (tune.max_extensions)
 # 3: each stage's trainable under its own name: two tune stages at once had overwritten
 #    each other's registration in the Ray job, so a choice made beside another may be wrong
 # 4: its trials train with train VERSION 13's engine (the loop's own clipping)
-VERSION = 4
+# 5: tune.prefer_lower_within; choice.json names the best rate beside the chosen one
+VERSION = 5
 # The stage's own task holds no CPU: its trials' Ray Train workers ask for theirs.
 TASK_CPUS = 0
 MLFLOW_FILES = (CHOICE_FILE,)
@@ -117,12 +120,13 @@ def run(inputs: dict[str, Path], config: TuneStageConfig, output: Path, ctx: Sta
         if not finite:
             raise RuntimeError(f"tune {config.model.name!r}: no trial reached a finite validation loss at any of the "
                                f"rates {sorted(row['lr'] for row in rows)}: lower tune.learning_rates")
-        chosen = min(finite, key=lambda row: row["best_valid_loss"])
+        best = choose(finite, None)
         tried = sorted(row["lr"] for row in rows)
-        edge = grid_edge(chosen["lr"], tried)
+        edge = grid_edge(best["lr"], tried)
         if edge is None or extensions >= settings.max_extensions:
             break
         rates, extensions = [beyond(tried, edge)], extensions + 1
+    chosen = choose(finite, settings.prefer_lower_within)
     for trial in trials.iterdir():  # the curves and totals stay; checkpoints and weights go
         for path in trial.iterdir():
             if path.name not in KEPT:
@@ -133,11 +137,23 @@ def run(inputs: dict[str, Path], config: TuneStageConfig, output: Path, ctx: Sta
     shown = [{**row, "best_valid_loss": row["best_valid_loss"] if math.isfinite(row["best_valid_loss"]) else None}
              for row in sorted(rows, key=lambda row: row["lr"])]
     choice = {"lr": chosen["lr"], "metric": "best validation loss", "budget": settings.budget,
+              "best_lr": best["lr"], "prefer_lower_within": settings.prefer_lower_within,
               "extensions": extensions, "at_edge": edge, "trials": shown}
     (output / CHOICE_FILE).write_text(json.dumps(choice, indent=2))
     return {"lr": chosen["lr"], "best_valid_loss": chosen["best_valid_loss"], "trials": len(rows),
             "stopped_early": sum(row["stopped_early"] for row in rows), "extensions": extensions,
             "at_edge": edge or "inside"}
+
+
+def choose(finite: list[dict], prefer_lower_within: float | None) -> dict:
+    """The trial row whose rate is chosen among ``finite`` (trials with a finite best
+    validation loss): the lowest loss, or with ``prefer_lower_within`` the lowest rate
+    whose loss is within that many nats of the lowest."""
+    best = min(finite, key=lambda row: row["best_valid_loss"])
+    if prefer_lower_within is None:
+        return best
+    return min((row for row in finite if row["best_valid_loss"] <= best["best_valid_loss"] + prefer_lower_within),
+               key=lambda row: row["lr"])
 
 
 def beyond(tried: list[float], edge: str) -> float:

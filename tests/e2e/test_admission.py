@@ -1,5 +1,5 @@
 """Train stages queued beyond what the cluster can run hold nothing while they wait
-(pipeline/admission.py): ``nmt run`` of six train stages on the tests' local Ray
+(pipeline/admission.py): ``nmt run`` of five train stages on the tests' local Ray
 instance (2 CPUs: room for two one-CPU runs), its actors and tasks watched through
 Ray's State API while it runs. Its seeds come from ``--set``, as a user tries one more
 seed: the other commands then find each seed's model by name (``NAME.s2``)."""
@@ -16,7 +16,7 @@ from pipeline.cli import app
 from tests.helpers import shipped_config, write_config
 
 pytestmark = pytest.mark.slow
-SEEDS = [1, 2, 3, 4, 5, 6]
+SEEDS = [1, 2, 3, 4, 5]  # more than twice the two runs there is room for
 
 
 def live_controllers() -> list:
@@ -69,7 +69,7 @@ def test_queued_train_stages_start_no_task_and_no_controller_until_workers_are_f
     # collects a finished stage's controller a moment after the stage's task returned,
     # while the next stage may already have started its own, so each slot can show a
     # finishing controller beside a starting one; never the queued stages' (without
-    # admission all six were alive at once).
+    # admission all five were alive at once).
     assert 1 <= most["stage tasks"] <= room and 1 <= most["controllers"] <= 2 * room < len(SEEDS), most
     # A finished stage's controller ends with its run: nothing keeps its handle (the
     # stage tasks' processes stay in the instance's pool, idle).
@@ -85,5 +85,5 @@ def test_queued_train_stages_start_no_task_and_no_controller_until_workers_are_f
                                         input="A dog runs on the beach.\n")
         assert translated.exit_code == 0 and len(translated.stdout.splitlines()) == 1, translated.output
     refused = CliRunner().invoke(app, ["translate", str(config), "--set", f"seeds={SEEDS}", "--model",
-                                       "transformer_tiny.s7"], input="A dog.\n")
-    assert refused.exit_code == 2 and "transformer_tiny.s6" in refused.output, refused.output
+                                       "transformer_tiny.s6"], input="A dog.\n")
+    assert refused.exit_code == 2 and "transformer_tiny.s5" in refused.output, refused.output

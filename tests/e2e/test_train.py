@@ -260,7 +260,8 @@ def test_each_seed_is_its_own_artifact_and_a_seed_trained_before_is_a_cache_hit(
 
     raw = shipped_config("smoke.yaml")
     raw["models"] = [model for model in raw["models"] if model["family"] == "transformer"]
-    raw["train"].update(precision="fp32", max_steps=6, warmup_steps=2, valid_every=3, checkpoint_every=3, log_every=1)
+    raw["train"].update(precision="fp32", max_steps=6, warmup_steps=2, valid_every=3, checkpoint_every=3, log_every=1,
+                        in_process=True)
     raw["train"].pop("max_train_flops", None)
     store = ArtifactStore(str(tmp_path / "artifacts"))
 
@@ -317,12 +318,13 @@ def test_a_budget_branched_from_a_chain_of_stable_segments_trains_as_the_budget_
     """wsd over 40 updates, decaying over its last quarter, trained alone; and as the sweep
     trains it: a segment stopping where a 20-update budget's decay begins (15), the next
     continuing it to where this budget's does (30), and the branch decaying from there.
-    The same updates, data order and rates: the same curve and final weights."""
+    The same updates, data order and rates: the same curve and final weights. Each run in
+    its stage's own process, as the frontier study trains its branches."""
     from stages.train.progress import STABLE_PHASE_END
 
     def config(steps: int, **stage) -> TrainStageConfig:
         base = stage_config(schedule="wsd", lr=2e-3, min_lr=1e-5, warmup_steps=5, decay_fraction=0.25,
-                            max_steps=steps, valid_every=5, checkpoint_every=5, log_every=1)
+                            max_steps=steps, valid_every=5, checkpoint_every=5, log_every=1, in_process=True)
         return base.model_copy(update=stage)
 
     def continued(name: str, config: TrainStageConfig, start: Path, output: Path) -> dict:
@@ -353,8 +355,9 @@ def test_a_branch_whose_segment_stopped_early_is_refused(tokenized, tmp_path, lo
     """A segment that stopped on another budget (its wall time, here its max_steps) is not
     the stable phase the budget shares: the branch fails, naming both and leaving nothing."""
     segment, branch = tmp_path / "segment", tmp_path / "branch"
-    run_stage(tokenized, stage_config(schedule="wsd", lr=2e-3, warmup_steps=2, max_steps=4), segment)
-    config = stage_config(schedule="wsd", lr=2e-3, warmup_steps=2, max_steps=40).model_copy(
+    run_stage(tokenized, stage_config(schedule="wsd", lr=2e-3, warmup_steps=2, max_steps=4, in_process=True),
+              segment)
+    config = stage_config(schedule="wsd", lr=2e-3, warmup_steps=2, max_steps=40, in_process=True).model_copy(
         update={"start_from": "train/segment"})
     branch.mkdir()
     with pytest.raises(Exception, match="train/segment stopped at 'max_steps' after 4 updates, not where its decay"):

@@ -78,8 +78,9 @@ def test_a_best_rate_at_the_grids_edge_extends_the_grid_and_the_choice_says_if_i
                                                                                                    local_ray):
     # Rates far below any good one: over four updates the larger always learns more, so
     # the best is the grid's top; one extension tries the next rate up, at the grid's
-    # ratio, and that one is the best and again the top.
-    config = experiment()
+    # ratio, and that one is the best and again the top. Trials in their own processes:
+    # the choice is what this is about, not how the trials start.
+    config = experiment(in_process=True)
     config = config.model_copy(update={"tune": config.tune.model_copy(
         update={"learning_rates": [1e-5, 2e-5], "max_extensions": 1})})
     item = {i.stage.name: i for i in plan(config, ArtifactStore(str(tmp_path / "artifacts")))}["tune/t"]
