@@ -206,8 +206,9 @@ def fill(directory: Path) -> Path:
 
 
 class Matrix:
-    def __init__(self, work: Path, seed: int):
+    def __init__(self, work: Path, seed: int, signal_after: int | None = None):
         self.work, self.random = work, random.Random(seed)
+        self.signal_after = signal_after  # the update SIGTERM cases signal after; None: seeded
         self.baseline_dir = work / "baseline"
         self.s3: SeaweedS3 | None = None
 
@@ -298,7 +299,8 @@ class Matrix:
         victim = nmt_run(case_dir, root, case.stage)
         filler = None
         if case.kind in SIGTERM_KINDS:
-            case.signal_at = self.random.randint(2, MAX_STEPS - 2)
+            drawn = self.random.randint(2, MAX_STEPS - 2)  # drawn either way: the other cases' moments stay
+            case.signal_at = drawn if self.signal_after is None else self.signal_after
             if wait_for(lambda: last_update(update_marks(case_dir, case.stage)) >= case.signal_at, victim):
                 case.landed = True
                 if case.kind == "preempt":
@@ -321,6 +323,7 @@ class Matrix:
             elif case.kind == "disk":
                 filler = fill(Path(root.path).parent)
         rc, output = finish(victim)
+        (case_dir / "first_run.log").write_text(output)  # what the interrupted run said, to look into a case
         if filler is not None:
             filler.unlink()
         case.first = "killed" if case.kind == "kill" else ("completed" if rc == 0 else f"failed ({rc})")
@@ -328,6 +331,7 @@ class Matrix:
             case.cause_named = "yes" if re.search(CAUSES[case.kind], output) else "no"
         if rc != 0:
             again_rc, again = finish(nmt_run(case_dir, root, case.stage))
+            (case_dir / "rerun.log").write_text(again)
             case.rerun = "completed" if again_rc == 0 else f"failed ({again_rc}): {again[-300:]}"
         else:
             case.rerun = "completed"
@@ -427,13 +431,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0, help="seeds the moment each fault strikes")
     parser.add_argument("--work", type=Path, help="working directory (default: a temporary one, removed)")
     parser.add_argument("--json", type=Path, help="also write the cases as JSON here")
+    parser.add_argument("--signal-after", type=int,
+                        help="the update preempt and term cases signal after (default: seeded, 2 to "
+                             f"{MAX_STEPS - 2}), to repeat one")
     args = parser.parse_args(argv)
     work = args.work or Path(tempfile.mkdtemp(prefix="nmt-faults-"))
     work.mkdir(parents=True, exist_ok=True)
     multi30k = os.environ.get("NMT_MIRROR")
     if not multi30k:
         raise SystemExit("set NMT_MIRROR to a directory with the Multi30k files (docs/running.md: the offline corpus directory)")
-    matrix = Matrix(work, args.seed)
+    matrix = Matrix(work, args.seed, args.signal_after)
     started = time.time()
     try:
         matrix.plan_graph()

@@ -24,8 +24,7 @@ DRIVER = """
 import subprocess, sys, time
 from pipeline.driver_sigterm import Terminated, raise_if_terminated, stop_on_sigterm
 worker = subprocess.Popen({command}, executable=sys.executable)
-bystander = subprocess.Popen(["ray::stage:evaluate/m.s1", "-c", "import time; time.sleep(60)"],
-                             executable=sys.executable)
+bystander = subprocess.Popen([{bystander!r}, "-c", "import time; time.sleep(60)"], executable=sys.executable)
 stop_on_sigterm()
 print("ready", flush=True)
 started = time.time()
@@ -42,8 +41,10 @@ RAY_TRAIN_WORKER = ["python", "-c", WORKER, "RayTrainWorker"]
 TRAIN_STAGE_TASK = ["ray::stage:train/m.s1", "-c", WORKER]
 
 
-def _driver(grace: str, worker: list[str] = RAY_TRAIN_WORKER) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-c", DRIVER.format(command=repr(worker))], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+def _driver(grace: str, worker: list[str] = RAY_TRAIN_WORKER,
+            bystander: str = "ray::stage:evaluate/m.s1") -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", DRIVER.format(command=repr(worker), bystander=bystander)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env={"NMT_SIGTERM_GRACE_S": grace, "PATH": "/usr/bin:/bin",
                                  **{k: v for k, v in __import__("os").environ.items() if k == "PYTHONPATH"}})
 
@@ -66,6 +67,19 @@ def test_sigterm_reaches_the_train_workers_and_the_driver_ends_once_they_have(wo
     assert "terminated after the worker: True" in out, err
     assert "checkpointed" in out  # the worker's own handler ran before the driver ended
     assert "evaluation left running: True" in out
+    assert "asking 1 training worker(s) here to checkpoint" in err
+
+
+def test_a_train_stage_task_that_drives_ray_train_workers_is_left_to_them():
+    """Beside a Ray Train worker, the train stage's own task drives it (through the Ray
+    Train controller it owns): SIGTERM would end it at once, and the worker with it, so
+    only the worker is signalled; the task is left running until the run shuts down."""
+    driver = _driver("25", RAY_TRAIN_WORKER, bystander="ray::stage:train/m.s1")
+    _started(driver)
+    driver.send_signal(signal.SIGTERM)
+    out, err = driver.communicate(timeout=30)
+    assert "terminated after the worker: True" in out and "checkpointed" in out, err
+    assert "evaluation left running: True" in out  # the stage task, not signalled
     assert "asking 1 training worker(s) here to checkpoint" in err
 
 
