@@ -43,7 +43,9 @@ __all__ = ["VERSION", "RUN_NAME", "RESUMABLE", "kept_checkpoint", "task_cpus", "
 # 12: a checkpoint between two logged rows saves their sums: the next row after a resume or a branch covers the same updates as an uninterrupted run's
 # 13: bf16 trains fp32 weights under torch.autocast on a GPU too; the loop clips at ZeRO 0
 #     (one fused norm), DeepSpeed's throughput timer and a world of one's all-reduce off
-VERSION = 13
+# 14: validation BLEU decodes in the faster of the run's autocast precision and fp32, measured
+#     at its first BLEU validation (train_report: bleu_decode_precision, bleu_probe_seconds_*)
+VERSION = 14
 RUN_NAME = "train_run"
 # A crashed attempt's staging directory holds its checkpoints: the next attempt resumes.
 RESUMABLE = True

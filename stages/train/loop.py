@@ -334,8 +334,11 @@ class TrainLoop:
     def _validate_bleu(self) -> None:
         """BLEU and chrF on the valid split and a fixed sample of training pairs."""
         progress = self.progress
-        scores = self.bleu(self.model)  # decodes in the run's precision itself (Translator's autocast)
+        scores = self.bleu(self.model)  # in the faster of the run's precision and fp32, measured
         self.model.train()
+        progress.hardware["bleu_decode_precision"] = self.bleu.precision
+        for precision, seconds in self.bleu.probe_seconds.items():  # what the choice was made on
+            progress.hardware[f"bleu_probe_seconds_{precision}"] = seconds
         progress.last_bleu_step = progress.step
         improved = progress.best_valid_bleu is None or scores["valid_bleu"] > progress.best_valid_bleu
         if improved:

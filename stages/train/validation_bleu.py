@@ -11,6 +11,13 @@ Sources are the tokenized ids (EOS included); references are the target ids deco
 by the target SentencePiece model, so the text scored is the normalized text that
 training saw. Each worker decodes every ``world``-th sentence and rank 0's gather
 restores the order, so a run with several workers costs each a fraction.
+
+A run that trains under bf16 or fp16 autocast decodes in whichever of that precision and
+fp32 is faster for its model on its device, measured at its first BLEU validation
+(``fastest_precision``): autocast does not make small models decode faster (on an H100,
+beam search in bf16 ran at 0.25x of fp32's rate for the tiny Transformer and 0.55-0.68x
+for the Wu et al. model: docs/training.md), and which wins depends on the model and the
+device.
 """
 
 from __future__ import annotations
@@ -29,6 +36,13 @@ from stages.shared.inference.translator import Translator
 from stages.shared.models.protocol import TranslationModel
 from stages.train.config import TrainConfig
 from stages.train.data import TokenizedSplit
+
+
+# The valid split's first sentences each precision decodes, timed, at the first BLEU
+# validation (after an untimed pass over the first few): enough to time a batch, a
+# fraction of a validation.
+PROBE_SENTENCES = 32
+WARM_UP_SENTENCES = 4
 
 
 @dataclass(frozen=True)
@@ -67,16 +81,21 @@ class BleuValidator:
         vocab = train_split.vocab
         self.src_spm = spm.SentencePieceProcessor(model_file=str(tokenized / vocab["models"]["src"]))
         self.tgt_spm = spm.SentencePieceProcessor(model_file=str(tokenized / vocab["models"]["tgt"]))
-        self.special_ids, self.device, self.precision = vocab["special_ids"], device, precision
+        self.special_ids, self.device, self.run_precision = vocab["special_ids"], device, precision
         self.samples = bleu_samples(train_split, valid_split, training, self.tgt_spm, self.special_ids["eos"])
         self.search = SearchSettings(beam_size=training.valid_bleu_beam)
         self.batch_size, self.rank, self.world = training.valid_bleu_batch_size, rank, world
+        # The precision decoding runs in: fp32 for an fp32 run, else chosen at the first call.
+        self.precision: str | None = "fp32" if precision == "fp32" else None
+        self.probe_seconds: dict[str, float] = {}  # each candidate's timed decode of the probe
 
     def __call__(self, model: TranslationModel) -> dict:
         """``{valid,train}_{bleu,chrf}`` and the seconds spent decoding; the model is
         put in eval mode and left so (the caller restores training mode)."""
         model.eval()
-        translator = Translator(model, self.src_spm, self.tgt_spm, self.special_ids, self.device, self.precision)
+        if self.precision is None:
+            self.precision = self.fastest_precision(model)
+        translator = self._translator(model, self.precision)
         started, scores = time.perf_counter(), {}
         for sample in self.samples:
             hypotheses = self._decode(translator, sample.sources)
@@ -84,6 +103,26 @@ class BleuValidator:
             scores[f"{sample.name}_chrf"] = CHRF().corpus_score(hypotheses, [sample.references]).score
         scores["bleu_decode_seconds"] = time.perf_counter() - started
         return scores
+
+    def fastest_precision(self, model: TranslationModel) -> str:
+        """The run's autocast precision or fp32, whichever decodes the valid split's first
+        ``PROBE_SENTENCES`` faster, each timed after an untimed pass over a few of them
+        (kernels chosen, caches warm). Decoding returns text, so the device has finished
+        when the clock stops. Rank 0's choice is every worker's."""
+        sources = self.samples[0].sources[:PROBE_SENTENCES]
+        for candidate in (self.run_precision, "fp32"):
+            translator = self._translator(model, candidate)
+            translator.translate_ids(sources[:WARM_UP_SENTENCES], self.search, self.batch_size)
+            started = time.perf_counter()
+            translator.translate_ids(sources, self.search, self.batch_size)
+            self.probe_seconds[candidate] = time.perf_counter() - started
+        fastest = [min(self.probe_seconds, key=self.probe_seconds.get)]
+        if self.world > 1 and dist.is_initialized():
+            dist.broadcast_object_list(fastest, src=0)
+        return fastest[0]
+
+    def _translator(self, model: TranslationModel, precision: str) -> Translator:
+        return Translator(model, self.src_spm, self.tgt_spm, self.special_ids, self.device, precision)
 
     def _decode(self, translator: Translator, sources: list[list[int]]) -> list[str]:
         """Every sentence's best hypothesis, in order: each worker decodes every

@@ -40,7 +40,8 @@ __all__ = ["VERSION", "TASK_CPUS", "MLFLOW_FILES", "run", "worker_resources", "c
 #    each other's registration in the Ray job, so a choice made beside another may be wrong
 # 4: its trials train with train VERSION 13's engine (the loop's own clipping)
 # 5: tune.prefer_lower_within; choice.json names the best rate beside the chosen one
-VERSION = 5
+# 6: its trials train with train VERSION 14 (validation BLEU's decoding precision measured)
+VERSION = 6
 # The stage's own task holds no CPU: its trials' Ray Train workers ask for theirs.
 TASK_CPUS = 0
 MLFLOW_FILES = (CHOICE_FILE,)
