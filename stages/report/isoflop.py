@@ -186,7 +186,7 @@ def _read_off(optima: np.ndarray, x: np.ndarray, values: np.ndarray) -> np.ndarr
     (tokens fall as the size grows)."""
     finite = np.isfinite(optima)
     read = np.interp(np.where(finite, optima, x[0]), x, values)
-    beyond = np.sign(optima) * np.sign(values[-1] - values[0]) * np.inf
+    beyond = np.where(np.sign(optima) * np.sign(values[-1] - values[0]) > 0, np.inf, -np.inf)
     return np.where(finite, read, beyond)
 
 
@@ -213,7 +213,7 @@ def redrawn_optima(x: np.ndarray, means: np.ndarray, seeds: np.ndarray, sd: floa
     redrawn = means + rng.normal(size=(draws, len(means))) * spread / np.sqrt(seeds)
     # Each draw's parabola through the sizes' means, weighted by their seeds: the point
     # fit through every seed's loss is the same least-squares problem.
-    c2, c1, c0 = np.polyfit(x, redrawn.T, 2, w=np.sqrt(seeds))
+    c2, c1, _ = np.polyfit(x, redrawn.T, 2, w=np.sqrt(seeds))
     lower_at_smallest = c2 * x[0] ** 2 + c1 * x[0] < c2 * x[-1] ** 2 + c1 * x[-1]
     with np.errstate(divide="ignore", invalid="ignore"):
         optima = np.where(c2 > 0, -c1 / (2 * c2), np.where(lower_at_smallest, -np.inf, np.inf))

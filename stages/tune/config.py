@@ -40,8 +40,8 @@ class TuneConfig(Section):
     # the grid's ratio there) and choose again, at most this many times; 0: never.
     max_extensions: int = Field(default=2, ge=0)
     # Among the rates whose trial came within this many nats of the best validation loss,
-    # choose the lowest (Breiman's one-standard-error rule, in the direction a longer run
-    # needs): trials shorter than their runs favour a rate the runs cannot take. Measured
+    # choose the lowest (as Breiman's one-standard-error rule prefers the simpler model, with
+    # a fixed margin): trials shorter than their runs favour a rate the runs cannot take. Measured
     # (benchmarks/reports/2026-11-29_gru_rates_at_1e12_xeon_amx.md): the GRU w24 and w32,
     # tuned at 2.5e11 for runs of 1e12, chose 3.2e-2 by 0.009 and 0.012 nats over 1.6e-2;
     # at 1e12, 3.2e-2 stalled or diverged and 1.6e-2 trained best. null: the best, always.
