@@ -66,13 +66,13 @@ def simulate(studies: int, a: float, window: int, seeds: int, curvature: float, 
                 low, high = profile["optimum"]["interval"]
                 counts["held"] += low <= N0 * (profile["budget"] / BUDGETS[0]) ** a <= high
         fitted = entry["parameters"]
-        if fitted["interval"]:  # a bound may be open (infinite): it holds the truth on that side
+        if fitted["interval"]:  # a bound may be open (None): it holds the truth on that side
             low, high = fitted["interval"]
             counts["a_any"] += 1
-            counts["a_held"] += low <= a <= high
-            counts["a_interval"] += math.isfinite(low) and math.isfinite(high)
-            counts["a_open"] += math.isfinite(low) != math.isfinite(high)
-            if math.isfinite(low) and math.isfinite(high):
+            counts["a_held"] += (low is None or low <= a) and (high is None or a <= high)
+            counts["a_interval"] += low is not None and high is not None
+            counts["a_open"] += (low is None) != (high is None)
+            if low is not None and high is not None:
                 widths.append(high - low)
     profiles = studies * len(BUDGETS)
     return {"interior": counts["interior"] / profiles, "interval": counts["interval"] / profiles,

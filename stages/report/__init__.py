@@ -54,7 +54,8 @@ from stages.report.config import ReportStageConfig
 #     note says a "-" may be CTranslate2 not asked for; the BLEU plot keeps a greedy score in view
 # 21: a run that wrote one sentence for half its test inputs or more is warned of
 # 22: IsoFLOP draws whose minimum left the sizes count beyond them on their side (not
-#     dropped); an exponent's bound can be open (infinite); the table names the side to extend
+#     dropped); an exponent's bound can be open (null in report.json, ∞ in the table); the
+#     table names the side to extend
 VERSION = 22
 # The files of each upstream artifact the report reads (besides its manifest): never
 # the train stage's checkpoints; of an evaluation, what the significance tests score.

@@ -3,7 +3,6 @@ strings that the Markdown and HTML reports render the same way."""
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import pandas as pd
@@ -289,14 +288,8 @@ def _optimum(profile: dict) -> tuple[str, str, str]:
             below, above = optimum["beyond"]
             sides = [f"{share:.1%} of the draws {side} the sizes" for share, side in
                      ((below, "below"), (above, "above")) if share > (1 - isoflop.LEVEL) / 2]
-            where += f" (no interval: {' and '.join(sides)}; add {_beyond(profile, below >= above)})"
+            where += f" (no interval: {' and '.join(sides)}" + (f"; add {profile['add']})" if profile["add"] else ")")
     return parameters, tokens, where + diverged
-
-
-def _beyond(profile: dict, below: bool) -> str:
-    """The preset one step past the sizes on the side the draws left them."""
-    edge = profile["sizes"][0 if below else -1]["preset"]
-    return isoflop.size_to_add(edge, "below" if below else "above") or ("a smaller size" if below else "a larger size")
 
 
 def _isoflop_profiles(comparison: dict) -> Section:
@@ -348,11 +341,12 @@ def _exponents_row(entry: dict, what: str, law: str) -> list[str]:
         return [entry["family"], law, "-", str(len(fitted["budgets"])), "-",
                 f"{len(fitted['budgets'])} interior budgets: an exponent needs {isoflop.MIN_BUDGETS}"]
     said = f"{fitted['exponent']:.2f}"
-    low, high = fitted["interval"] or (-math.inf, math.inf)
-    if math.isfinite(low) or math.isfinite(high):
-        # An open side: more than 2.5% of the draws put a budget's minimum beyond the sizes there.
-        said += f" [{low:.2f}, {high:.2f}]".replace("-inf", "-∞").replace("inf", "∞")
-        against = "inside the interval" if low <= fitted["reference"] <= high else "outside the interval"
+    low, high = fitted["interval"] or (None, None)
+    if low is not None or high is not None:
+        # None, an open side: more than 2.5% of the draws put a budget's minimum beyond the sizes there.
+        said += f" [{'-∞' if low is None else f'{low:.2f}'}, {'∞' if high is None else f'{high:.2f}'}]"
+        inside = (low is None or low <= fitted["reference"]) and (high is None or fitted["reference"] <= high)
+        against = "inside the interval" if inside else "outside the interval"
     else:
         against = "no interval to compare with"
     span = max(fitted["budgets"]) / min(fitted["budgets"])

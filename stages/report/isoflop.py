@@ -36,7 +36,8 @@ dropped: dropping it would keep only the draws that agree with the sizes chosen 
 narrow the interval. It counts as lying beyond the sizes on its side (the side whose end
 the parabola is lower at), at minus or plus infinity, and the intervals are percentiles
 of all draws. So a bound is finite only where at most 2.5% of the draws left the sizes
-on its side; otherwise that bound is open (the size to add says which way). The
+on its side; otherwise that bound is open (the size to add says which way; null in
+``report.json``). The
 exponent's draws follow: a budget's optimum beyond the sizes sends the slope to plus or
 minus infinity, and two such budgets pulling opposite ways leave it undetermined, which
 counts against both bounds.
@@ -169,7 +170,6 @@ def _profile(budget: float, at: list[dict], family_sd: tuple[float | None, int],
     if sd is None:
         return entry, None
     optima = redrawn_optima(x, means, np.array([len(g["valid_loss"]["each"]) for g in at]), sd, draws, rng, df)
-    entry["optimum"]["found_in"] = float(np.mean(np.isfinite(optima)))
     # The shares of the draws whose minimum lies below and above the sizes tried.
     entry["optimum"]["beyond"] = [float(np.mean(optima == -np.inf)), float(np.mean(optima == np.inf))]
     bounds = censored_interval(optima)
@@ -177,6 +177,9 @@ def _profile(budget: float, at: list[dict], family_sd: tuple[float | None, int],
         entry["optimum"]["interval"] = [float(10 ** v) for v in bounds]
         for field, values in read_off.items():  # tokens fall as the size grows: sorted
             entry["optimum"][f"{field}_interval"] = sorted(float(10 ** np.interp(v, x, values)) for v in bounds)
+    else:  # the size that would close the interval: one step past the side the draws left most
+        below, above = entry["optimum"]["beyond"]
+        entry["add"] = size_to_add(at[0 if below >= above else -1]["preset"], "below" if below >= above else "above")
     return entry, {"parameters": optima, **{field: _read_off(optima, x, values) for field, values in read_off.items()}}
 
 
@@ -262,9 +265,8 @@ def _exponent(entries: list[dict], draws_of: dict, what: str, reference: float) 
     result.update(exponent=float(slope), coefficient=float(10 ** intercept))
     if all(draws_of.get(e["budget"], {}).get(what) is not None for e in interior):
         slopes = draw_slopes(log_c, np.stack([draws_of[e["budget"]][what] for e in interior], axis=1))
-        result["draws_within"] = float(np.mean(np.isfinite(slopes)))
-        low, high = censored_interval(slopes)
-        result["interval"] = [float(low), float(high)]  # either may be infinite: open on that side
+        # An infinite bound is an open side: null, as JSON has no infinity.
+        result["interval"] = [float(bound) if np.isfinite(bound) else None for bound in censored_interval(slopes)]
     return result
 
 

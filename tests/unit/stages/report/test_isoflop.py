@@ -218,3 +218,23 @@ def test_a_profile_whose_draws_leave_the_sizes_names_the_side_and_the_size_to_ad
     text = "\n".join(s.table.to_csv() for s in sections({"groups": [], "intervals": {}, "tests": [],
                                                                  "isoflop": [entry]}))
     assert f"{above:.1%} of the draws above the sizes; add w32" in text
+
+
+def test_an_open_bound_is_null_in_the_report_s_json_and_infinity_in_its_table():
+    """The highest budget's draws leave the sizes above often (the profile of the test
+    above): the exponent's upper bound is open. report.json holds it as null (strict
+    JSON has no infinity) and the table shows it as ∞."""
+    import json
+
+    rng = np.random.default_rng(5)
+    groups = [group(1e11, width, list(mean + 0.03 * rng.standard_normal(3)))
+              for width, mean in zip((8, 12, 16, 24), (2.30, 2.12, 2.05, 2.06))]
+    groups += profile_groups(0.5, [1e10], lambda budget: (6, 8, 12, 16, 24), noise=0.01, seeds=3, rng=rng)
+    (entry,) = isoflop.profiles(groups, draws=2000)
+    low, high = entry["parameters"]["interval"]
+    assert low is not None and high is None
+    json.dumps(entry, allow_nan=False)  # raises on an infinity or NaN
+    (grows,) = [s.table for s in sections({"groups": [], "intervals": {}, "tests": [], "isoflop": [entry]})
+                if s.title.startswith("How the")]
+    row = grows[grows["law"] == "N_opt ~ C^a, non-embedding parameters"].iloc[0]
+    assert row["exponent [95%]"].endswith(", ∞]") and row["Hoffmann et al."].endswith("inside the interval")

@@ -4,7 +4,7 @@ measured on the run's own model at its first BLEU validation
 
 from __future__ import annotations
 
-import time
+from types import SimpleNamespace
 
 import pytest
 
@@ -14,17 +14,20 @@ from stages.train.validation_bleu import BleuSample, BleuValidator
 
 
 class Decoder:
-    """A Translator stand-in: every decode takes ``seconds[precision]`` and is counted."""
+    """A Translator stand-in: every decode advances the validator's clock by
+    ``seconds[precision]`` (a clock of its own: a loaded machine cannot reorder them)
+    and is counted."""
 
     seconds: dict[str, float] = {}
     decoded: list[str] = []
+    now = 0.0
 
     def __init__(self, model, src_spm, tgt_spm, special_ids, device, precision):
         self.precision = precision
 
     def translate_ids(self, sources, search, batch_size):
         type(self).decoded.append(self.precision)
-        time.sleep(self.seconds[self.precision])
+        type(self).now += self.seconds[self.precision]
         return [[type("Hypothesis", (), {"text": "ein Hund"})()] for _ in sources]
 
 
@@ -48,7 +51,8 @@ def validator(precision: str) -> BleuValidator:
 @pytest.fixture
 def decoder(monkeypatch):
     monkeypatch.setattr(validation_bleu, "Translator", Decoder)
-    Decoder.decoded = []
+    monkeypatch.setattr(validation_bleu, "time", SimpleNamespace(perf_counter=lambda: Decoder.now))
+    Decoder.decoded, Decoder.now = [], 0.0
     return Decoder
 
 
@@ -62,7 +66,7 @@ def test_the_faster_precision_is_chosen_once_and_kept(decoder, bf16, chosen):
     assert bleu.precision == chosen and set(bleu.probe_seconds) == {"bf16", "fp32"}
     # The probe: each precision on a few sentences (untimed), then timed; then both validations in the chosen one.
     assert decoder.decoded == ["bf16", "bf16", "fp32", "fp32", chosen, chosen]
-    assert bleu.probe_seconds["bf16"] == pytest.approx(bf16, abs=0.02)
+    assert bleu.probe_seconds == {"bf16": pytest.approx(bf16), "fp32": pytest.approx(0.01)}
 
 
 def test_an_fp32_run_decodes_in_fp32_without_a_probe(decoder):
