@@ -14,9 +14,11 @@ import sys
 # (Ray's title for it): on SIGTERM it takes a moment (its last update and checkpoint),
 # then exits. Beside it, an evaluate stage's task, which is left alone. The worker says
 # when its handler is in place: a SIGTERM before that would end it at once, and a
-# loaded machine can take more than a second to start a Python process.
-WORKER = ("import signal, sys, time\n"
-          "signal.signal(signal.SIGTERM, lambda *a: (time.sleep(1.0), print('checkpointed', flush=True), "
+# loaded machine can take more than a second to start a Python process. The handler
+# writes with os.write: a print could land while the main thread's own print still holds
+# stdout's buffer (a "reentrant call" error under load).
+WORKER = ("import os, signal, sys, time\n"
+          "signal.signal(signal.SIGTERM, lambda *a: (time.sleep(1.0), os.write(1, b'checkpointed\\n'), "
           "sys.exit(0)))\n"
           "print('worker handles SIGTERM', flush=True)\n"
           "time.sleep(60)\n")
