@@ -241,11 +241,16 @@ engine() {
             --json "$results/step_overhead.json"
         step gpu_sharing 120 "$python" benchmarks/gpu_sharing.py --device cpu --runs 1 2 --seconds 2 \
             --json "$results/gpu_sharing.json"
+        step checkpoint_cost 120 "$python" benchmarks/checkpoint_cost.py --device cpu --shapes tiny --rounds 1 \
+            --json "$results/checkpoint_cost.json"
     else
         # The train stage's engine against the plain step: tiny, Wu's, base and big.
         step step_overhead 240 "$python" benchmarks/step_overhead.py --device cuda --json "$results/step_overhead.json"
         # Runs of the frontier's small sizes sharing the GPU (train.gpus_per_worker): 1 to 16.
         step gpu_sharing 300 "$python" benchmarks/gpu_sharing.py --seconds 15 --json "$results/gpu_sharing.json"
+        # A resumable checkpoint against a weights-only snapshot (train.resume_every).
+        step checkpoint_cost 180 "$python" benchmarks/checkpoint_cost.py --device cuda \
+            --json "$results/checkpoint_cost.json"
     fi
 }
 

@@ -162,6 +162,18 @@ def sharing_rows(results: Results) -> list[tuple[str, str, str]]:
              cells, met)]
 
 
+def checkpoint_rows(results: Results) -> list[tuple[str, str, str]]:
+    path = results.file("checkpoint_cost.json")
+    if path is None:
+        return [("a weights-only snapshot against a resumable checkpoint", "not run", "-")]
+    rows = json.loads(path.read_text())["rows"]
+    full = {row["shape"]: row for row in rows if row["kind"] == "checkpoint"}
+    cells = ", ".join(f"{row['shape']} {row['seconds']:.2f} s against {full[row['shape']]['seconds']:.2f} s, "
+                      f"{row['bytes'] / full[row['shape']]['bytes']:.2f}x the bytes"
+                      for row in rows if row["kind"] == "snapshot")
+    return [("a weights-only snapshot against a resumable checkpoint", cells, "-")]
+
+
 def decode_rows(results: Results) -> list[tuple[str, str, str]]:
     path = results.file("decode_speed.txt")
     if path is None:
@@ -195,7 +207,7 @@ def main() -> None:
         print("Machine: " + "; ".join(line.strip() for line in environment.read_text().splitlines()[:2]))
         print()
     rows = (product_rows(results) + wu_rows(results) + step_overhead_rows(results) + sharing_rows(results)
-            + throughput_rows(results) + decode_rows(results))
+            + checkpoint_rows(results) + throughput_rows(results) + decode_rows(results))
     phases: dict[str, int] = {}
     for step in results.steps.values():
         phases[step["phase"]] = phases.get(step["phase"], 0) + step["seconds"]

@@ -120,6 +120,25 @@ class Step:
         self.engine.step()
 
 
+def random_batch(vocab: int, sentences: int, length: int, device: str):
+    """(source, target input, target output) of random ids, seeded: every row trains on it."""
+    generator = torch.Generator().manual_seed(0)
+    tgt_out = torch.randint(6, vocab, (sentences, length), generator=generator).to(device)
+    return (torch.randint(6, vocab, (sentences, length), generator=generator).to(device),
+            torch.cat([torch.full((sentences, 1), 2, device=device), tgt_out[:, :-1]], dim=1), tgt_out)
+
+
+def start_single_process_group(gpu: bool) -> None:
+    """DeepSpeed's process group of one, on a free loopback port, unless one is up."""
+    if torch.distributed.is_initialized():
+        return
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    import_deepspeed().init_distributed(dist_backend="nccl" if gpu else "gloo")
+
+
 def counted_synchronizes():
     """DeepSpeed's accelerator's ``synchronize``, counted: [calls]."""
     from deepspeed.accelerator import get_accelerator
@@ -153,14 +172,9 @@ def main() -> None:
     precisions = args.precisions or (["bf16"] if gpu else native_precisions(found))
     shapes = args.shapes or (["tiny", "wu", "base", "big"] if gpu else ["tiny", "small"])
     steps = args.steps or (10 if gpu else 3)
-    deepspeed = import_deepspeed()
+    import_deepspeed()  # quietly, as the train stage imports it, before anything else does
     synchronizes = counted_synchronizes()
-    if not torch.distributed.is_initialized():
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            port = probe.getsockname()[1]
-        os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-        deepspeed.init_distributed(dist_backend="nccl" if gpu else "gloo")
+    start_single_process_group(gpu)
     print(f"{found.describe()}, {torch.get_num_threads()} thread(s), torch {torch.__version__}; "
           f"median of {args.rounds} interleaved rounds of {steps} steps")
     print("| shape | precision | row | optimizer | ms/step | vs plain | ATen ops/step | host syncs/step | "
@@ -170,10 +184,7 @@ def main() -> None:
     for shape in shapes:
         config, vocab, gpu_tokens = SHAPES[shape]
         sentences = max(1, gpu_tokens // args.length) if gpu else args.cpu_sentences
-        generator = torch.Generator().manual_seed(0)
-        tgt_out = torch.randint(6, vocab, (sentences, args.length), generator=generator).to(device)
-        batch = (torch.randint(6, vocab, (sentences, args.length), generator=generator).to(device),
-                 torch.cat([torch.full((sentences, 1), 2, device=device), tgt_out[:, :-1]], dim=1), tgt_out)
+        batch = random_batch(vocab, sentences, args.length, device)
         for precision in precisions:
             names = ["plain", "train stage"] + (["DeepSpeed bf16 mode"] if precision == "bf16" else [])
             built, counts = {}, {}

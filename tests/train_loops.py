@@ -60,7 +60,7 @@ def train_loop(tokenized: Path, precision: str, use_gpu: bool, family: str = "tr
     rows: list[dict] = []
     progress = TrainingProgress(hardware={"precision": precision, "peak_flops_total": 1e12})
     loop = TrainLoop(engine, config, facts, train, TokenizedSplit(tokenized, "valid"), 0, 1, progress, [], None,
-                     None, rows.extend)
+                     session=None, run_dir="", filesystem=None, metrics_sink=rows.extend)
     batches = batches_from(progress.position, train.src_lengths, train.tgt_lengths, max_tokens, seed=1)
     started = time.perf_counter()
     return LoopUnderTest(loop, lambda: loop.train_update(batches, started), rows)

@@ -102,6 +102,7 @@ def train_worker(loop_config: dict) -> None:
         progress.restarts += 1
         progress.preempted = False  # the checkpoint was written on SIGTERM; the ones from here are not
         if rank == 0:
+            checkpointer.drop_snapshots_after(args.run_dir, args.filesystem, progress.step)
             mark(stage, f"resumed at update {progress.step}")
             print(f"train {config.model.name}: resumed from its checkpoint at update {progress.step:,}", flush=True)
     elif args.fetch_start is not None:
@@ -119,7 +120,7 @@ def train_worker(loop_config: dict) -> None:
         bleu = BleuValidator(tokenized, train_split, valid_split, training, str(engine.device),
                              hardware["precision"], rank, world)
     loop = TrainLoop(engine, config, facts, train_split, valid_split, rank, world, progress, history, best, session,
-                     args.metrics_sink if rank == 0 else None, bleu)
+                     args.run_dir, args.filesystem, args.metrics_sink if rank == 0 else None, bleu)
     loop.run()
 
 

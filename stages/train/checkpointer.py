@@ -16,7 +16,13 @@ complete when every rank's list is there and every file in it has its listed siz
 worker killed while Ray Train persisted its files (they are copied in no fixed order)
 leaves present but cut-off files, and such a checkpoint is skipped, never resumed from. Once training ends, every checkpoint but the newest is
 slimmed to its consolidated fp32 ``weights.pt`` (what averaging needs), dropping
-DeepSpeed's optimizer states; such a checkpoint can be averaged but not resumed. Consolidated fp32 weights
+DeepSpeed's optimizer states; such a checkpoint can be averaged but not resumed.
+
+With ``train.resume_every``, only some checkpoints are DeepSpeed's: the ones between are
+snapshots, ``snapshot_<step>/`` beside them, written by rank 0 alone (``save_snapshot``):
+the fp32 weights and ``progress.json``, about a third of a checkpoint (Adam keeps two
+moments per weight) and one file, not a sharded save. They are what averaging reads in
+a run's last updates; no run resumes from one. Consolidated fp32 weights
 come from DeepSpeed's own ``zero_to_fp32`` for ZeRO stages 1-3 (the optimizer's fp32
 master copy, gathered from every rank's partition) and from the model states file
 for stage 0, where every rank holds the whole model.
@@ -28,6 +34,7 @@ import json
 import posixpath
 import shutil
 import tempfile
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,7 +44,8 @@ import torch
 from stages.train.progress import TrainingProgress
 
 DEEPSPEED_TAG = "deepspeed"
-WEIGHTS = "weights.pt"  # a slimmed checkpoint's consolidated fp32 weights
+WEIGHTS = "weights.pt"  # a slimmed checkpoint's or a snapshot's consolidated fp32 weights
+SNAPSHOT = "snapshot_"  # the name of a weights-only snapshot's directory starts with it
 # How the engine holds its states. 2: bf16 keeps fp32 weights and torch's Adam under
 # torch.autocast on a GPU too (deepspeed_config.py); before, a GPU's bf16 run saved the
 # states of DeepSpeed's bf16 optimizer wrapper, which this engine cannot load.
@@ -55,6 +63,11 @@ class SavedCheckpoint:
     progress: dict
     resumable: bool = True  # DeepSpeed's files (optimizer states included) are all there
 
+    @property
+    def snapshot(self) -> bool:
+        """A weights-only snapshot (``save_snapshot``), not a DeepSpeed checkpoint."""
+        return posixpath.basename(str(self.path)).startswith(SNAPSHOT)
+
 
 def complete_checkpoints(storage: Path | str, world_size: int, zero_stage: int,
                          filesystem: pafs.FileSystem | None = None) -> list[SavedCheckpoint]:
@@ -70,13 +83,20 @@ def complete_checkpoints(storage: Path | str, world_size: int, zero_stage: int,
     found = []
     for progress_file in sorted(path for path in sizes if path.endswith("/progress.json")):
         directory = posixpath.dirname(progress_file)
-        if not posixpath.basename(directory).startswith("checkpoint_"):
+        name = posixpath.basename(directory)
+        if name.startswith(SNAPSHOT):
+            # Rank 0 wrote it alone; complete once its files all reached the storage.
+            resumable, averageable = False, (f"{directory}/{WEIGHTS}" in sizes
+                                             and _persisted_whole(filesystem, sizes, directory, 0))
+        elif name.startswith("checkpoint_"):
+            # Slimmed on the local disk after training, the weights renamed into place.
+            averageable = f"{directory}/{WEIGHTS}" in sizes
+            resumable = not averageable and _deepspeed_files_present(
+                set(sizes), f"{directory}/{DEEPSPEED_TAG}", world_size, zero_stage) and all(
+                _persisted_whole(filesystem, sizes, directory, rank) for rank in range(world_size))
+        else:
             continue
-        slimmed = f"{directory}/{WEIGHTS}" in sizes
-        resumable = not slimmed and _deepspeed_files_present(
-            set(sizes), f"{directory}/{DEEPSPEED_TAG}", world_size, zero_stage) and all(
-            _persisted_whole(filesystem, sizes, directory, rank) for rank in range(world_size))
-        if not resumable and not slimmed:
+        if not resumable and not averageable:
             continue
         try:
             progress = _read_json(filesystem, progress_file)
@@ -84,7 +104,8 @@ def complete_checkpoints(storage: Path | str, world_size: int, zero_stage: int,
             continue  # cut off while being persisted
         path = Path(directory) if isinstance(filesystem, pafs.LocalFileSystem) else directory
         found.append(SavedCheckpoint(path, progress["step"], progress, resumable))
-    return sorted(found, key=lambda checkpoint: checkpoint.step)
+    # A resumable checkpoint last among those of one step: the one a run ends with.
+    return sorted(found, key=lambda checkpoint: (checkpoint.step, checkpoint.resumable))
 
 
 def newest_resumable(run_dir: str, filesystem: pafs.FileSystem, world: int, zero_stage: int, session):
@@ -126,6 +147,59 @@ def save(engine, rank: int, progress: TrainingProgress, history: list[dict], bes
         session.report(metrics, directory)
 
 
+def save_snapshot(engine, rank: int, progress: TrainingProgress, run_dir: str, filesystem: pafs.FileSystem,
+                  keep: int) -> None:
+    """In every worker (ZeRO-3 gathers the weights from all of them): a weights-only
+    snapshot of this moment, which rank 0 writes to ``run_dir``/snapshot_<step>; the
+    newest ``keep`` snapshots stay. It leaves ``progress.last_checkpoint_step`` alone:
+    that is the update a run can resume from."""
+    if rank != 0 and engine.zero_optimization_stage() != 3:
+        return
+    weights = best_weights(engine)
+    if rank != 0:
+        return
+    with tempfile.TemporaryDirectory(prefix="nmt-snapshot-") as directory:
+        root = Path(directory)
+        torch.save(weights, root / WEIGHTS)
+        (root / "progress.json").write_text(json.dumps(progress.to_json(), indent=2))
+        _write_file_sizes(root, 0)
+        persist(directory, run_dir, f"{SNAPSHOT}{progress.step:09d}", filesystem)
+    snapshots = [c for c in complete_checkpoints(run_dir, 1, 0, filesystem) if c.snapshot]
+    for old in snapshots[:-keep]:
+        filesystem.delete_dir(str(old.path))
+
+
+def drop_snapshots_after(run_dir: str, filesystem: pafs.FileSystem, step: int) -> None:
+    """Delete the snapshots an earlier attempt wrote after the checkpoint a run resumes
+    from at ``step``: the run writes them again, and one it might not reach (a wall-time
+    budget ends sooner) must not be averaged in or taken for the run's last."""
+    try:
+        listing = filesystem.get_file_info(pafs.FileSelector(run_dir, allow_not_found=True))
+    except OSError:
+        return
+    for info in listing:
+        name = posixpath.basename(info.path)
+        number = name[len(SNAPSHOT):]
+        if info.type == pafs.FileType.Directory and name.startswith(SNAPSHOT) and number.isdigit() and int(number) > step:
+            filesystem.delete_dir(info.path)
+
+
+def persist(directory: str, run_dir: str, name: str, filesystem: pafs.FileSystem) -> None:
+    """Copy a local checkpoint ``directory`` to ``run_dir``/``name`` on ``filesystem``,
+    replacing one an earlier attempt left there. On a local disk the copy lands under a
+    hidden name and is renamed: there whole or not at all. On an object store, where a
+    rename is a copy, the size lists written last (``_write_file_sizes``) tell a cut-off one."""
+    target = posixpath.join(run_dir, name)
+    local = isinstance(filesystem, pafs.LocalFileSystem)
+    staging = posixpath.join(run_dir, f".{name}.{uuid.uuid4().hex[:8]}") if local else target
+    if filesystem.get_file_info(target).type != pafs.FileType.NotFound:
+        filesystem.delete_dir(target)
+    filesystem.create_dir(staging, recursive=True)  # copy_files makes only the directories inside
+    pafs.copy_files(directory, staging, source_filesystem=pafs.LocalFileSystem(), destination_filesystem=filesystem)
+    if local:
+        filesystem.move(staging, target)
+
+
 def restore(engine, directory: Path) -> tuple[TrainingProgress, list[dict], dict | None]:
     """In every worker: the engine's state from a checkpoint, and its progress, logged
     rows and best weights."""
@@ -151,7 +225,16 @@ def best_weights(engine) -> dict:
         state = engine._zero3_consolidated_16bit_state_dict() or {}
     else:
         state = engine.module.state_dict()
-    return {name: tensor.detach().float().cpu().clone() for name, tensor in state.items()}
+    # One copy per tensor, not per name: a tied weight (the Transformer's joint embedding
+    # is also its target embedding and output projection) stays one tensor, saved once.
+    copies: dict[tuple, torch.Tensor] = {}
+    weights = {}
+    for name, tensor in state.items():
+        identity = (tensor.device, tensor.data_ptr(), tensor.dtype, tuple(tensor.shape), tensor.stride())
+        if identity not in copies:
+            copies[identity] = tensor.detach().float().cpu().clone()
+        weights[name] = copies[identity]
+    return weights
 
 
 def saved_best(checkpoint: SavedCheckpoint) -> dict[str, torch.Tensor] | None:

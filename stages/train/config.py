@@ -27,7 +27,7 @@ class TrainConfig(Section):
     """
 
     # How the run is spread out, not what it trains: not in artifact keys.
-    NOT_IN_KEY: ClassVar[frozenset[str]] = frozenset({"in_process", "gpus_per_worker"})
+    NOT_IN_KEY: ClassVar[frozenset[str]] = frozenset({"in_process", "gpus_per_worker", "resume_every"})
 
     # Ray Train workers, each with one DeepSpeed engine (data parallel).
     workers: int = Field(default=1, gt=0)
@@ -114,6 +114,13 @@ class TrainConfig(Section):
     # Or the interval as a share of the run's planned updates.
     checkpoint_fraction: float | None = Field(default=None, gt=0, lt=1)
     keep_checkpoints: int = Field(default=5, gt=0)  # the newest N stay in the artifact
+    # Updates between resumable checkpoints (DeepSpeed's states, the optimizer's
+    # included). The checkpoints between them are weights-only snapshots, which
+    # averaging reads and no run resumes from: a third of the size (Adam keeps two
+    # moments per weight) and no sharded save. A run's last checkpoint and one written on
+    # SIGTERM are always resumable. null: every checkpoint is. The trained model is the
+    # same either way, so it is not part of the artifact key.
+    resume_every: int | None = Field(default=None, gt=0)
     # The final model averages the last N checkpoints (the paper averaged 5, section 6.1).
     average_last: int = Field(default=1, gt=0)
     # Or the checkpoints of the run's last share of updates (with checkpoint_fraction,

@@ -62,7 +62,8 @@ def _timed(part: str):
 class TrainLoop:
     def __init__(self, engine, config: TrainStageConfig, facts: dict, train_split: TokenizedSplit,
                  valid_split: TokenizedSplit, rank: int, world: int, progress: TrainingProgress,
-                 history: list[dict], best: dict | None, session, metrics_sink=None, bleu=None):
+                 history: list[dict], best: dict | None, session, run_dir: str, filesystem,
+                 metrics_sink=None, bleu=None):
         self.engine, self.model, self.config, self.training = engine, engine.module, config, config.train
         self.pad_id = facts["special_ids"]["pad"]
         self.train_split, self.valid_split = train_split, valid_split
@@ -80,6 +81,7 @@ class TrainLoop:
         self.metrics_sink = metrics_sink  # rank 0's live MLflow logging, when tracked
         self.bleu = bleu  # validation_bleu.BleuValidator, when train.valid_bleu_every is set
         self.session = session  # where its checkpoints go (session.py)
+        self.run_dir, self.filesystem = run_dir, filesystem  # where its snapshots go, beside them
         self.preempt = False  # a worker got SIGTERM: stop after this update (preemption.py)
 
     def _record(self, row: dict) -> None:
@@ -128,7 +130,10 @@ class TrainLoop:
             self._validations_due()
             progress.stop_reason = self._stop_reason()
             if progress.step % training.checkpoint_every == 0 and not progress.stop_reason:
-                self._checkpoint()
+                if self._resumable_due():
+                    self._checkpoint()
+                else:
+                    self._snapshot()
         bar.close()
         if self.rank == 0:
             mark(f"train/{self.config.model.name}", "last update")
@@ -359,6 +364,17 @@ class TrainLoop:
             self.best = checkpointer.best_weights(self.engine) if self.rank == 0 else None
         else:
             progress.validations_without_improvement += 1
+
+    def _resumable_due(self) -> bool:
+        """Whether this update's checkpoint is a resumable one (``train.resume_every``
+        updates or more after the last) rather than a weights-only snapshot."""
+        every = self.training.resume_every
+        return every is None or self.progress.step - max(self.progress.last_checkpoint_step, 0) >= every
+
+    @_timed("checkpoints")
+    def _snapshot(self) -> None:
+        checkpointer.save_snapshot(self.engine, self.rank, self.progress, self.run_dir, self.filesystem,
+                                   self.training.keep_checkpoints)
 
     @_timed("checkpoints")
     def _checkpoint(self) -> None:

@@ -13,8 +13,6 @@ and the checkpoint to restart from. Two runners, one worker (``bootstrap.train_w
 
 from __future__ import annotations
 
-import posixpath
-import uuid
 from typing import Any, Callable
 
 import pyarrow.fs as pafs
@@ -55,25 +53,13 @@ class InProcessSession:
 
     def report(self, metrics: dict, directory: str) -> None:
         """Copy the checkpoint in ``directory`` to ``run_dir``/checkpoint_<step>, then
-        delete all but the newest ``keep`` complete ones, as Ray Train's
+        delete all but the newest ``keep`` resumable ones, as Ray Train's
         ``CheckpointConfig(num_to_keep=...)`` does."""
-        from stages.train.checkpointer import complete_checkpoints
+        from stages.train.checkpointer import complete_checkpoints, persist
 
-        name = f"checkpoint_{metrics['step']:09d}"
-        target = posixpath.join(self.run_dir, name)
-        local = isinstance(self.filesystem, pafs.LocalFileSystem)
-        # On a local disk the copy lands under a hidden name and is renamed: a checkpoint
-        # is there whole or not at all. On an object store, where a rename is a copy,
-        # the files' size lists written last (checkpointer.py) tell a cut-off one.
-        staging = posixpath.join(self.run_dir, f".{name}.{uuid.uuid4().hex[:8]}") if local else target
-        self.filesystem.create_dir(self.run_dir, recursive=True)
-        if self.filesystem.get_file_info(target).type != pafs.FileType.NotFound:
-            self.filesystem.delete_dir(target)  # an earlier attempt's, at the same step
-        pafs.copy_files(directory, staging, source_filesystem=pafs.LocalFileSystem(),
-                        destination_filesystem=self.filesystem)
-        if local:
-            self.filesystem.move(staging, target)
-        for old in complete_checkpoints(self.run_dir, 1, self.zero_stage, self.filesystem)[:-self.keep]:
+        persist(directory, self.run_dir, f"checkpoint_{metrics['step']:09d}", self.filesystem)
+        resumable = [c for c in complete_checkpoints(self.run_dir, 1, self.zero_stage, self.filesystem) if c.resumable]
+        for old in resumable[:-self.keep]:  # snapshots have their own count (checkpointer.save_snapshot)
             self.filesystem.delete_dir(str(old.path))
         if self.report_to_tune is not None:
             self.report_to_tune(metrics)

@@ -405,6 +405,31 @@ def test_in_process_training_follows_ray_train_s_curve_and_keeps_as_many_checkpo
     assert not (tmp_path / train.RUN_NAME / "checkpoint_manager_snapshot.json").exists()
 
 
+def test_weights_only_snapshots_between_resumable_checkpoints_average_into_the_same_model(tokenized, tmp_path,
+                                                                                           local_ray):
+    """train.resume_every: the checkpoints between two resumable ones are snapshots of
+    the weights, a fraction of a checkpoint's size, averaged as checkpoints are; curve
+    and averaged model are those of a run whose every checkpoint is resumable (why the
+    setting is not part of the key)."""
+    settings = dict(in_process=True, max_steps=20, checkpoint_every=5, keep_checkpoints=3, average_last=3)
+    plain, snapshots = tmp_path / "plain", tmp_path / "snapshots"
+    run_stage(tokenized, stage_config(**settings), plain)
+    run_stage(tokenized, stage_config(resume_every=10, **settings), snapshots)
+    assert_same_curve(rows(plain), rows(snapshots))
+    kept = complete_checkpoints(snapshots / train.RUN_NAME, 1, 0)
+    assert [(c.step, c.snapshot) for c in kept] == [(5, True), (10, False), (15, True), (20, False)]
+    assert [c.step for c in complete_checkpoints(plain / train.RUN_NAME, 1, 0)] == [10, 15, 20]
+    models = [load_model_file(write_manifest(output) / "model.pt") for output in (plain, snapshots)]
+    assert models[0][1]["info"]["averaged_steps"] == models[1][1]["info"]["averaged_steps"] == [10, 15, 20]
+    for (name, want), got in zip(models[0][0].state_dict().items(), models[1][0].state_dict().values()):
+        assert torch.allclose(want, got, atol=1e-6), name
+
+    def size(directory: Path) -> int:
+        return sum(path.stat().st_size for path in directory.rglob("*") if path.is_file())
+
+    assert size(kept[2].path) < 0.5 * size(kept[3].path)  # the final checkpoint keeps Adam's moments
+
+
 def in_process(config: TrainStageConfig) -> TrainStageConfig:
     return config.model_copy(update={"train": config.train.model_copy(update={"in_process": True})})
 

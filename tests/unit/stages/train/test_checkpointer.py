@@ -101,3 +101,76 @@ def test_a_gpu_bf16_checkpoint_of_the_earlier_engine_layout_is_refused_with_what
     (cpu / "history.jsonl").write_text("")
     progress, _, _ = restore(engine, cpu)
     assert engine.loaded and progress.step == 40
+
+
+class StandInEngine:
+    """What ``save_snapshot`` asks of a DeepSpeed engine: its ZeRO stage and its module."""
+
+    def __init__(self, value: float):
+        self.module = torch.nn.Linear(2, 1)
+        torch.nn.init.constant_(self.module.weight, value)
+
+    def zero_optimization_stage(self) -> int:
+        return 0
+
+
+def snapshot_at(tmp_path, step: int, keep: int = 2, rank: int = 0) -> None:
+    import pyarrow.fs as pafs
+
+    from stages.train.checkpointer import save_snapshot
+    from stages.train.progress import TrainingProgress
+
+    save_snapshot(StandInEngine(float(step)), rank, TrainingProgress(step=step), str(tmp_path),
+                  pafs.LocalFileSystem(), keep)
+
+
+def test_snapshots_hold_the_weights_are_listed_beside_checkpoints_and_the_newest_keep_stay(tmp_path):
+    """A snapshot is averageable, never resumable; a checkpoint of the same update sorts
+    after it; its own count keeps the newest ``keep`` snapshots and no checkpoint."""
+    from stages.train.checkpointer import checkpoint_weights
+
+    write_checkpoint(tmp_path, "checkpoint_000000010", 10)
+    for step in (20, 30, 40):
+        snapshot_at(tmp_path, step)
+    snapshot_at(tmp_path, 50, rank=1)  # only rank 0 writes
+    write_checkpoint(tmp_path, "checkpoint_000000040", 40)
+    found = complete_checkpoints(tmp_path, world_size=1, zero_stage=0)
+    assert [(c.step, c.snapshot, c.resumable) for c in found] == [(10, False, True), (30, True, False),
+                                                                 (40, True, False), (40, False, True)]
+    assert checkpoint_weights(found[1], 0)["weight"].eq(30.0).all()
+    assert not list(tmp_path.glob(".snapshot_*"))  # nothing left under its staging name
+
+
+def test_a_snapshot_cut_off_on_its_way_to_the_storage_is_not_listed(tmp_path):
+    snapshot_at(tmp_path, 20)
+    snapshot_at(tmp_path, 30)
+    (tmp_path / "snapshot_000000030" / WEIGHTS).write_bytes(b"cut")
+    assert [c.step for c in complete_checkpoints(tmp_path, world_size=1, zero_stage=0)] == [20]
+
+
+def test_a_resumed_run_drops_the_snapshots_after_its_checkpoint(tmp_path):
+    """An earlier attempt's snapshots past the checkpoint a run resumes from would be
+    averaged in, or taken for the run's last, if the run stopped sooner this time."""
+    import pyarrow.fs as pafs
+
+    from stages.train.checkpointer import drop_snapshots_after
+
+    write_checkpoint(tmp_path, "checkpoint_000000020", 20)
+    for step in (10, 30, 40):
+        snapshot_at(tmp_path, step, keep=5)
+    drop_snapshots_after(str(tmp_path), pafs.LocalFileSystem(), 20)
+    assert [c.step for c in complete_checkpoints(tmp_path, world_size=1, zero_stage=0)] == [10, 20]
+    drop_snapshots_after(str(tmp_path / "missing"), pafs.LocalFileSystem(), 20)  # a run with no storage yet
+
+
+def test_a_tied_weight_is_one_tensor_in_the_saved_weights(tmp_path):
+    """best.pt and snapshots hold a weight shared by several modules once, not per name."""
+    from stages.train.checkpointer import best_weights
+
+    engine = StandInEngine(1.0)
+    engine.module = torch.nn.Sequential(torch.nn.Embedding(1000, 64), torch.nn.Linear(64, 1000, bias=False))
+    engine.module[1].weight = engine.module[0].weight
+    weights = best_weights(engine)
+    assert weights["0.weight"] is weights["1.weight"]
+    torch.save(weights, tmp_path / "w.pt")
+    assert (tmp_path / "w.pt").stat().st_size < 1.2 * 1000 * 64 * 4

@@ -27,7 +27,7 @@ def test_only_a_run_of_one_cpu_worker_trains_in_its_stage_s_process(settings, in
 
 def test_in_process_is_not_in_the_key_and_its_task_holds_the_worker_s_cpus():
     plain, local = stage_config(), stage_config(in_process=True, cpus_per_worker=2)
-    assert key_exclusions(local) == {"train": {"in_process": True, "gpus_per_worker": True}}
+    assert key_exclusions(local) == {"train": {"in_process": True, "gpus_per_worker": True, "resume_every": True}}
     exclude = key_exclusions(local)
     assert (plain.model_dump(mode="json", exclude=exclude)["train"]
             == {**local.model_dump(mode="json", exclude=exclude)["train"], "cpus_per_worker": 1})
