@@ -26,7 +26,8 @@ class TrainConfig(Section):
     stops at the first budget it reaches; at least one must be set.
     """
 
-    # How the run is spread out, not what it trains: not in artifact keys.
+    # How the run is spread out or how often it can resume, not what it trains: not in
+    # artifact keys.
     NOT_IN_KEY: ClassVar[frozenset[str]] = frozenset({"in_process", "gpus_per_worker", "resume_every"})
 
     # Ray Train workers, each with one DeepSpeed engine (data parallel).

@@ -15,13 +15,15 @@ from stages.train.config import TrainConfig, TrainStageConfig
 
 def trial_config(config: TrainStageConfig, budget: float) -> TrainStageConfig:
     """The train stage's config for a trial: the tuning budget alone (wall time stays a
-    cap), a checkpoint (and so a
-    report to Tune) after every validation, the loss alone judging (no BLEU decoding, no
-    early stopping of its own), one checkpoint kept, and the final weights unaveraged."""
+    cap), a resumable checkpoint (and so a report to Tune, which counts ASHA's
+    ``grace_validations`` in reports) after every validation, the loss alone judging (no
+    BLEU decoding, no early stopping of its own), one checkpoint kept, and the final
+    weights unaveraged."""
     changes = {"max_train_flops": budget, "max_steps": None, "max_epochs": None, "max_train_tokens": None,
                "valid_bleu_every": None, "best_metric": "valid_loss",
                "early_stopping_patience": None, "checkpoint_every": config.train.valid_every,
-               "checkpoint_fraction": None, "average_fraction": None, "average_last": 1, "keep_checkpoints": 1}
+               "checkpoint_fraction": None, "resume_every": None, "average_fraction": None, "average_last": 1,
+               "keep_checkpoints": 1}
     train = TrainConfig.model_validate({**config.train.model_dump(exclude_unset=True), **changes})
     return config.model_copy(update={"train": train})
 

@@ -33,3 +33,15 @@ def test_gpu_trials_are_counted_by_gpus():
     assert concurrent_trials(config, {"CPU": 16.0, "GPU": 4.0}) == 4
     assert worker_resources(config, {"CPU": 16.0, "GPU": 4.0}) == {"CPU": 4.0, "GPU": 4.0}
     assert worker_resources(config, {"CPU": 16.0, "GPU": 3.0}) == {"CPU": 1.0, "GPU": 1.0}
+
+
+def test_every_trial_checkpoint_is_resumable_so_each_validation_reports_to_tune():
+    """A weights-only snapshot reports nothing to Tune: with the runs' resume_every kept,
+    ASHA would count a rung every resume_every updates, not every validation."""
+    from stages.tune.trials import trial_config
+    from stages.train.config import TrainStageConfig
+
+    runs = TrainStageConfig(model=ModelSpec(name="t", family="transformer", preset="tiny"),
+                            train=TrainConfig(max_steps=100, valid_every=10, checkpoint_every=5, resume_every=50))
+    trial = trial_config(runs, 1e10).train
+    assert trial.resume_every is None and trial.checkpoint_every == 10
