@@ -164,24 +164,33 @@ def save_snapshot(engine, rank: int, progress: TrainingProgress, run_dir: str, f
         (root / "progress.json").write_text(json.dumps(progress.to_json(), indent=2))
         _write_file_sizes(root, 0)
         persist(directory, run_dir, f"{SNAPSHOT}{progress.step:09d}", filesystem)
-    snapshots = [c for c in complete_checkpoints(run_dir, 1, 0, filesystem) if c.snapshot]
-    for old in snapshots[:-keep]:
-        filesystem.delete_dir(str(old.path))
+    for _, path in _snapshot_directories(run_dir, filesystem)[:-keep]:
+        filesystem.delete_dir(path)
 
 
 def drop_snapshots_after(run_dir: str, filesystem: pafs.FileSystem, step: int) -> None:
     """Delete the snapshots an earlier attempt wrote after the checkpoint a run resumes
     from at ``step``: the run writes them again, and one it might not reach (a wall-time
-    budget ends sooner) must not be averaged in or taken for the run's last."""
+    budget ends sooner) must not be averaged in or taken for the run's last. A snapshot
+    cut off by a crash is always among them: nothing was saved after it."""
+    for written, path in _snapshot_directories(run_dir, filesystem):
+        if written > step:
+            filesystem.delete_dir(path)
+
+
+def _snapshot_directories(run_dir: str, filesystem: pafs.FileSystem) -> list[tuple[int, str]]:
+    """(step, path) of every snapshot directory in ``run_dir``, oldest first, by name
+    alone: one listing, no file read."""
     try:
         listing = filesystem.get_file_info(pafs.FileSelector(run_dir, allow_not_found=True))
-    except OSError:
-        return
+    except OSError:  # an object store's bucket that does not exist yet
+        return []
+    found = []
     for info in listing:
         name = posixpath.basename(info.path)
-        number = name[len(SNAPSHOT):]
-        if info.type == pafs.FileType.Directory and name.startswith(SNAPSHOT) and number.isdigit() and int(number) > step:
-            filesystem.delete_dir(info.path)
+        if info.type == pafs.FileType.Directory and name.startswith(SNAPSHOT) and name[len(SNAPSHOT):].isdigit():
+            found.append((int(name[len(SNAPSHOT):]), info.path))
+    return sorted(found)
 
 
 def persist(directory: str, run_dir: str, name: str, filesystem: pafs.FileSystem) -> None:
