@@ -200,7 +200,7 @@ def test_a_config_that_is_not_utf8_names_file_and_line(tmp_path):
 
 def test_the_frontier_study_has_the_shape_an_isoflop_study_needs():
     """configs/multi30k_frontier.yaml: every family at four budgets over 1.5 decades, a
-    window of at least three sizes at each, tuned rates, three seeds at the two smallest budgets."""
+    window of at least three sizes at each, tuned rates, three seeds at the second budget."""
     import math
 
     from pipeline.config import load_config
@@ -214,7 +214,7 @@ def test_the_frontier_study_has_the_shape_an_isoflop_study_needs():
             window = [sized for sized in model.at_sizes() if budget in config.budgets_of(sized)]
             assert len(window) >= 3, f"{model.name} at {budget:g}: {len(window)} sizes"
     assert len(config.tuned_sizes()) == sum(len(model.sizes) for model in config.models)
-    assert [len(config.seeds_at(budget)) for budget in sorted(config.budgets)] == [3, 3, 1, 1]
+    assert [len(config.seeds_at(budget)) for budget in sorted(config.budgets)] == [1, 3, 1, 1]
 
 
 # The IsoFLOP study's measured optima, in non-embedding parameters, per family and budget
