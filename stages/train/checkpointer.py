@@ -153,10 +153,8 @@ def save_snapshot(engine, rank: int, progress: TrainingProgress, run_dir: str, f
     snapshot of this moment, which rank 0 writes to ``run_dir``/snapshot_<step>; the
     newest ``keep`` snapshots stay. It leaves ``progress.last_checkpoint_step`` alone:
     that is the update a run can resume from."""
-    if rank != 0 and engine.zero_optimization_stage() != 3:
-        return
-    weights = best_weights(engine)
-    if rank != 0:
+    weights = rank0_weights(engine, rank)
+    if weights is None:
         return
     with tempfile.TemporaryDirectory(prefix="nmt-snapshot-") as directory:
         root = Path(directory)
@@ -246,6 +244,16 @@ def best_weights(engine) -> dict:
     return weights
 
 
+def rank0_weights(engine, rank: int) -> dict | None:
+    """``best_weights`` on rank 0, None on the others. Every rank must call it: under
+    ZeRO-3 the gather is collective, and a rank that stayed out would leave rank 0
+    waiting for it; below stage 3 the other ranks skip the copy."""
+    if rank != 0 and engine.zero_optimization_stage() != 3:
+        return None
+    weights = best_weights(engine)
+    return weights if rank == 0 else None
+
+
 def saved_best(checkpoint: SavedCheckpoint) -> dict[str, torch.Tensor] | None:
     """A local checkpoint's best validated weights, if it has any."""
     path = checkpoint.path / "best.pt"
@@ -300,12 +308,19 @@ def _read_json(filesystem: pafs.FileSystem, path: str):
 
 
 def _deepspeed_files_present(files: set[str], directory: str, world_size: int, zero_stage: int) -> bool:
-    if f"{directory}/mp_rank_00_model_states.pt" not in files:
+    """Whether DeepSpeed's files for every rank are among ``files``. Below ZeRO-3 rank 0
+    writes the whole module's states; under ZeRO-3 each rank writes its partition's. From
+    stage 1 on, each rank writes its optimizer partition."""
+    def every_rank_wrote(suffix: str) -> bool:
+        return all(any(path.startswith(f"{directory}/") and path.endswith(f"zero_pp_rank_{rank}_{suffix}")
+                       for path in files) for rank in range(world_size))
+
+    if zero_stage == 3:
+        if not every_rank_wrote("mp_rank_00_model_states.pt"):
+            return False
+    elif f"{directory}/mp_rank_00_model_states.pt" not in files:
         return False
-    if zero_stage == 0:
-        return True
-    return all(any(path.startswith(f"{directory}/") and path.endswith(f"zero_pp_rank_{rank}_mp_rank_00_optim_states.pt")
-                   for path in files) for rank in range(world_size))
+    return zero_stage == 0 or every_rank_wrote("mp_rank_00_optim_states.pt")
 
 
 def download_checkpoints(checkpoints: list[SavedCheckpoint], filesystem: pafs.FileSystem,

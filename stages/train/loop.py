@@ -361,7 +361,7 @@ class TrainLoop:
         if improved:
             progress.best_step = progress.step
             progress.validations_without_improvement = 0
-            self.best = checkpointer.best_weights(self.engine) if self.rank == 0 else None
+            self.best = checkpointer.rank0_weights(self.engine, self.rank)  # every rank joins ZeRO-3's gather
         else:
             progress.validations_without_improvement += 1
 

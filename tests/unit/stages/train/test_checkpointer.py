@@ -3,6 +3,8 @@ and averaging the last ones into the final weights."""
 
 from __future__ import annotations
 
+import json
+
 import torch
 
 from stages.train.checkpointer import (
@@ -23,7 +25,6 @@ def write_checkpoint(root, name: str, step: int, ranks: tuple[int, ...] = (0,), 
                      progress: str | None = None, slimmed: bool = False):
     """A checkpoint directory as a run leaves it: rank 0's progress.json and DeepSpeed's
     files of the given ranks (or, slimmed, only the consolidated weights)."""
-    import json
 
     directory = root / name
     deepspeed = directory / DEEPSPEED_TAG
@@ -70,6 +71,27 @@ def test_under_zero_stage_0_the_model_states_alone_make_a_checkpoint_complete(tm
     (tmp_path / "checkpoint_000002").mkdir()  # a directory whose files never arrived
     assert [c.step for c in complete_checkpoints(tmp_path, world_size=4, zero_stage=0)] == [100]
     assert complete_checkpoints(tmp_path / "missing", world_size=1, zero_stage=0) == []
+
+
+def test_under_zero_stage_3_every_rank_s_model_and_optimizer_partitions_make_a_checkpoint_complete(tmp_path):
+    """ZeRO-3 writes no mp_rank_00_model_states.pt: each rank writes its partition's."""
+    def zero3_checkpoint(name: str, step: int, model_ranks: tuple[int, ...]) -> None:
+        directory = tmp_path / name
+        (directory / DEEPSPEED_TAG).mkdir(parents=True)
+        (directory / "progress.json").write_text(json.dumps({"step": step}))
+        for rank in (0, 1):
+            written = {"progress.json": len((directory / "progress.json").read_bytes())} if rank == 0 else {}
+            kinds = ("optim", "model") if rank in model_ranks else ("optim",)
+            for kind in kinds:
+                shard = f"{DEEPSPEED_TAG}/zero_pp_rank_{rank}_mp_rank_00_{kind}_states.pt"
+                (directory / shard).write_bytes(b"partition")
+                written[shard] = len(b"partition")
+            (directory / f"files.rank{rank}.json").write_text(json.dumps(written))
+
+    zero3_checkpoint("checkpoint_000001", 100, model_ranks=(0, 1))
+    zero3_checkpoint("checkpoint_000002", 200, model_ranks=(0,))  # rank 1's model partition never written
+    assert [c.step for c in complete_checkpoints(tmp_path, world_size=2, zero_stage=3)] == [100]
+    assert complete_checkpoints(tmp_path, world_size=2, zero_stage=1) == []  # stage 1 needs the whole module's
 
 
 def test_a_gpu_bf16_checkpoint_of_the_earlier_engine_layout_is_refused_with_what_to_do(tmp_path):
