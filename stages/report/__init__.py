@@ -56,7 +56,9 @@ from stages.report.config import ReportStageConfig
 # 22: IsoFLOP draws whose minimum left the sizes count beyond them on their side (not
 #     dropped); an exponent's bound can be open (null in report.json, ∞ in the table); the
 #     table names the side to extend
-VERSION = 22
+# 23: the tuned-rates note names a size whose best trial's rate is at an edge though
+#     tune.prefer_lower_within chose a rate inside
+VERSION = 23
 # The files of each upstream artifact the report reads (besides its manifest): never
 # the train stage's checkpoints; of an evaluation, what the significance tests score.
 READS = {TRAIN: ("metrics.jsonl",), EVALUATE: OUTPUT_FILES, TUNE: ("choice.json",)}

@@ -50,8 +50,12 @@ def _tuning(comparison: dict) -> Section:
     rows, edges = [], {}
     for entry in comparison["tuning"]:
         # From the rates tried, not choice.json's at_edge: choices made before it have none.
-        edge = grid_edge(entry["lr"], sorted(trial["lr"] for trial in entry["trials"]))
-        edges.setdefault(entry.get("family", entry["model"]), []).append((entry, edge))
+        rates = sorted(trial["lr"] for trial in entry["trials"])
+        edge = grid_edge(entry["lr"], rates)
+        # tune.prefer_lower_within can choose a rate inside the grid below a best trial
+        # that is still at its edge: the note names those too.
+        best_edge = grid_edge(entry["best_lr"], rates) if entry.get("best_lr", entry["lr"]) != entry["lr"] else None
+        edges.setdefault(entry.get("family", entry["model"]), []).append((entry, edge, best_edge))
         for trial in entry["trials"]:
             loss = trial["best_valid_loss"]
             chosen = trial["lr"] == entry["lr"]
@@ -74,13 +78,20 @@ def _tuning(comparison: dict) -> Section:
                                                         for family, chosen in edges.items()), text_columns=2)
 
 
-def _tuning_sentence(family: str, chosen: list[tuple[dict, str | None]]) -> str:
-    inside = [entry["model"] for entry, edge in chosen if edge is None]
-    at_edge = [f"{entry['model']} ({entry['lr']:g}, the {edge} tried)" for entry, edge in chosen if edge]
+def _tuning_sentence(family: str, chosen: list[tuple[dict, str | None, str | None]]) -> str:
+    inside = [entry["model"] for entry, edge, _ in chosen if edge is None]
+    at_edge = [f"{entry['model']} ({entry['lr']:g}, the {edge} tried)" for entry, edge, _ in chosen if edge]
+    best_at_edge = [f"{entry['model']} (best {entry['best_lr']:g}, the {best_edge} tried; chosen {entry['lr']:g})"
+                    for entry, edge, best_edge in chosen if best_edge and not edge]
     if not at_edge:
-        return f"{family}: every chosen rate is inside the rates tried ({len(inside)} of {len(chosen)} choices)."
-    return (f"{family}: {len(inside)} of {len(chosen)} chosen rates inside the rates tried; at an edge: "
-            + ", ".join(at_edge) + ".")
+        sentence = f"{family}: every chosen rate is inside the rates tried ({len(inside)} of {len(chosen)} choices)."
+    else:
+        sentence = (f"{family}: {len(inside)} of {len(chosen)} chosen rates inside the rates tried; at an edge: "
+                    + ", ".join(at_edge) + ".")
+    if best_at_edge:
+        sentence += (" Inside only by tune.prefer_lower_within, the best trial's rate at an edge: "
+                     + ", ".join(best_at_edge) + ".")
+    return sentence
 
 
 def _mean_std(summary: dict) -> str:

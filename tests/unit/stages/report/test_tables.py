@@ -117,6 +117,13 @@ def test_the_report_shows_each_tuned_size_s_rates_its_losses_and_the_choice(tmp_
     top = next(line for line in text.splitlines() if line.startswith("| t.w32 ") and "0.004" in line)
     assert "extension" in top and "yes, at the grid's edge" in top
     assert "0 of 1 chosen rates inside the rates tried; at an edge: t.w32 (0.004, the highest tried)." in text
+    # A rate chosen inside the grid by tune.prefer_lower_within below a best trial at its top: named.
+    lower = [{**edge[0], "lr": 2e-3, "best_lr": 4e-3, "prefer_lower_within": 0.2}]
+    write_report([row("t.w32.2e12")], {}, tmp_path / "lower", "title", tuning=lower)
+    text = (tmp_path / "lower" / "report.md").read_text()
+    assert ("t: every chosen rate is inside the rates tried (1 of 1 choices). Inside only by "
+            "tune.prefer_lower_within, the best trial's rate at an edge: t.w32 (best 0.004, the highest tried; "
+            "chosen 0.002).") in text
     without = write_report([row("t.w64.2e12")], {}, tmp_path / "plain", "title")
     assert "Tuned learning rates" not in (tmp_path / "plain" / "report.md").read_text()
     assert tmp_path / "plain" / "lr_sensitivity.png" not in without
