@@ -97,6 +97,7 @@ class ExperimentConfig(Section):
         if self.extra_seeds is not None:
             self._check_extra_seeds()
         self._check_size_budgets()
+        self._check_tune_overrides()
         if self.branch_budgets:
             self._check_branching()
         for sized in self.tuned_sizes():
@@ -121,6 +122,20 @@ class ExperimentConfig(Section):
             if unknown:
                 raise ValueError(f"report.primary_comparisons: {', '.join(map(repr, unknown))} is not a configured "
                                  f"model; the models (and sizes) are {', '.join(sizes)}")
+
+    def _check_tune_overrides(self) -> None:
+        for model in self.models:
+            if not model.tune:
+                continue
+            if self.tune is None:
+                raise ValueError(f"model {model.name!r}: tune overrides the experiment's tune section, which this "
+                                 "config does not have: add a 'tune' section (or drop the model's)")
+            try:
+                self.tune_of(model)
+            except ValidationError as error:
+                problem = error.errors()[0]
+                where = ".".join(["tune", *(str(part) for part in problem["loc"])])
+                raise ValueError(f"model {model.name!r}: {where}: {problem['msg']}") from None
 
     def _check_size_budgets(self) -> None:
         for model in self.models:
@@ -149,10 +164,11 @@ class ExperimentConfig(Section):
         """What budgets branched from one stable phase need, each error naming its key."""
         if len(self.budgets) < 2:
             raise ValueError("branch_budgets shares one stable phase among budgets: list at least two in 'budgets'")
-        if self.tune is not None and self.tune.budget_fraction is not None:
-            raise ValueError("tune.budget_fraction chooses a rate per budget, but branch_budgets trains one stable "
-                             "phase (at one rate) for all budgets: use one or the other")
         for model in self.models:
+            if self.tune is not None and self.tune_of(model).budget_fraction is not None:
+                where = f"model {model.name!r}: " if "budget_fraction" in model.tune else ""
+                raise ValueError(f"{where}tune.budget_fraction chooses a rate per budget, but branch_budgets trains "
+                                 "one stable phase (at one rate) for all budgets: use one or the other")
             where = f"model {model.name!r}: " if model.train else ""
             merged = {**self.train.model_dump(exclude_unset=True), **model.train}
             schedule = merged.get("schedule", TrainConfig.model_fields["schedule"].default)
@@ -180,14 +196,21 @@ class ExperimentConfig(Section):
             return []
         return [sized for model in self.models for sized in model.at_sizes() if "lr" not in sized.train]
 
-    def tune_budget(self, budget: float | None) -> float:
-        """The budget a run at ``budget`` has its rate chosen at (its tune stage's trials'):
-        ``tune.budget``, or with ``tune.budget_fraction`` that fraction of the run's, at
-        least ``tune.budget`` and at most the run's own."""
-        fraction = self.tune.budget_fraction
-        if fraction is None or budget is None:
-            return self.tune.budget
-        return min(budget, max(self.tune.budget, fraction * budget))
+    def tune_of(self, model: ModelSpec) -> TuneConfig:
+        """The tune section ``model``'s rates are chosen with: the experiment's, then the
+        model's own ``tune`` overrides (as ``train_stage_config`` merges ``train``)."""
+        if not model.tune:
+            return self.tune
+        return TuneConfig.model_validate({**self.tune.model_dump(exclude_unset=True), **model.tune})
+
+    def tune_budget(self, sized: ModelSpec, budget: float | None) -> float:
+        """The budget a run of ``sized`` at ``budget`` has its rate chosen at (its tune
+        stage's trials'): ``tune.budget``, or with ``tune.budget_fraction`` that fraction
+        of the run's, at least ``tune.budget`` and at most the run's own."""
+        tune = self.tune_of(sized)
+        if tune.budget_fraction is None or budget is None:
+            return tune.budget
+        return min(budget, max(tune.budget, tune.budget_fraction * budget))
 
     def tunings(self) -> list[tuple[str, ModelSpec, float]]:
         """Each tune stage: its name, the size whose rate it chooses and its trials'
@@ -197,7 +220,7 @@ class ExperimentConfig(Section):
         stages: dict[str, tuple[ModelSpec, float]] = {}
         for sized in self.tuned_sizes():
             for budget in self.budgets_of(sized) or [None]:
-                stages.setdefault(self._rate_stage(sized, budget), (sized, self.tune_budget(budget)))
+                stages.setdefault(self._rate_stage(sized, budget), (sized, self.tune_budget(sized, budget)))
         return [(name, sized, budget) for name, (sized, budget) in stages.items()]
 
     def _rate_stage(self, sized: ModelSpec, budget: float | None) -> str | None:
@@ -205,13 +228,13 @@ class ExperimentConfig(Section):
         when its rate is not tuned."""
         if self.tune is None or "lr" in sized.train:
             return None
-        if self.tune.budget_fraction is None:
+        if self.tune_of(sized).budget_fraction is None:
             return tune_stage(sized.name)
-        return tune_stage(f"{sized.name}.{budget_label(self.tune_budget(budget))}")
+        return tune_stage(f"{sized.name}.{budget_label(self.tune_budget(sized, budget))}")
 
     def tune_stage_config(self, sized: ModelSpec, budget: float) -> TuneStageConfig:
         return TuneStageConfig(model=sized, train=self.train_stage_config(sized).train,
-                               tune=self.tune.model_copy(update={"budget": budget}))
+                               tune=self.tune_of(sized).model_copy(update={"budget": budget}))
 
     def _sizes(self) -> list[ModelSpec]:
         return [sized for model in self.models for sized in model.at_sizes()]

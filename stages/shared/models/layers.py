@@ -15,12 +15,13 @@ from stages.shared.models.dropout import Dropout
 
 
 def sinusoidal_table(positions: int, dim: int) -> Tensor:
-    """PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(...) (section 3.5)."""
+    """PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(...) (section 3.5).
+    An odd ``dim`` (the ``w3`` presets) ends on a sine without its cosine."""
     position = torch.arange(positions, dtype=torch.float32).unsqueeze(1)
     frequency = torch.exp(torch.arange(0, dim, 2, dtype=torch.float32) * (-math.log(10000.0) / dim))
     table = torch.zeros(positions, dim)
     table[:, 0::2] = torch.sin(position * frequency)
-    table[:, 1::2] = torch.cos(position * frequency)
+    table[:, 1::2] = torch.cos(position * frequency[:dim // 2])
     return table
 
 

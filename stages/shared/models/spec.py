@@ -35,6 +35,10 @@ class ModelSpec(Section):
     size_budgets: dict[str, list[float]] = Field(default={}, exclude=True)
     settings: dict[str, Any] = {}  # hyperparameters over the preset's (d_model, layers, dropout, ...)
     train: dict[str, Any] = {}  # train keys for this model only (lr, warmup_steps, ...)
+    # Tune keys for this model only (say a longer trial, budget_fraction, for a family whose
+    # short trials favour a rate its runs cannot take), over the experiment's tune section.
+    # Left out of keys: a tune stage's key holds the tune section it ran with, merged.
+    tune: dict[str, Any] = Field(default={}, exclude=True)
     # Set by the experiment's seeds and budgets, not in a config: the configured model
     # this run is one of (its name without the budget and seed suffixes). Left out
     # of keys and manifests: the run's name and train overrides already say it.

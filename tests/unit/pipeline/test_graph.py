@@ -200,9 +200,46 @@ def test_a_rate_tuned_per_budget_is_chosen_at_a_fraction_of_each_run_s_budget_wi
     fifth = {item.stage.name: item.key for item in plan(load_config(SMOKE, tuned_per_budget(0.2)), store)}
     assert fifth["tune/t.w64.1e11"] == planned["tune/t.w64.1e11"].key and "tune/t.w64.4e11" in fifth
     # A run's trials never train past the run's own budget.
-    assert load_config(SMOKE, tuned_per_budget(1.0)).tune_budget(4e11) == 4e11
-    assert load_config(SMOKE, [*tuned_per_budget(0.25)[:-1], "tune={learning_rates: [3e-4, 1e-3], budget: 1e12, "
-                               "budget_fraction: 0.25}"]).tune_budget(4e11) == 4e11
+    whole = load_config(SMOKE, tuned_per_budget(1.0))
+    assert whole.tune_budget(whole.models[0], 4e11) == 4e11
+    floor = load_config(SMOKE, [*tuned_per_budget(0.25)[:-1], "tune={learning_rates: [3e-4, 1e-3], budget: 1e12, "
+                                "budget_fraction: 0.25}"])
+    assert floor.tune_budget(floor.models[0], 4e11) == 4e11
+
+
+def test_a_model_s_own_tune_keys_choose_its_rates_and_leave_the_other_models_stages_alone(store):
+    shared = load_config(SMOKE, [*tuned_per_budget(0.25)[:-2], "models=[{name: t, family: transformer, sizes: [w64]}, "
+                                 "{name: c, family: convs2s, sizes: [w16]}]", tuned_per_budget(0.25)[-1]])
+    own = load_config(SMOKE, [*tuned_per_budget(0.25)[:-2], "models=[{name: t, family: transformer, sizes: [w64]}, "
+                              "{name: c, family: convs2s, sizes: [w16], tune: {budget_fraction: 0.5}}]",
+                              tuned_per_budget(0.25)[-1]])
+    before = {item.stage.name: item.key for item in plan(shared, store)}
+    after = {item.stage.name: item for item in plan(own, store)}
+    # Its 2e12 runs tune at half their budget (1e12), its 4e11 runs at 2e11; the other
+    # model's stages keep their names and keys.
+    assert sorted(name for name in after if name.startswith("tune/c.")) == ["tune/c.w16.1e11", "tune/c.w16.1e12",
+                                                                             "tune/c.w16.2e11"]
+    assert after["tune/c.w16.1e12"].stage.config_of(own).tune.budget == 1e12
+    assert after["train/c.w16.2e12"].stage.config_of(own).lr_from == "tune/c.w16.1e12"
+    assert {name: key for name, key in before.items() if "/t." in name} == \
+        {name: item.key for name, item in after.items() if "/t." in name}
+    # The stage both configs share (1e11 trials) is the same artifact.
+    assert after["tune/c.w16.1e11"].key == before["tune/c.w16.1e11"]
+
+
+@pytest.mark.parametrize("override, message", [
+    ("{budget_fraction: 2.0}", "model 'c': tune.budget_fraction: Input should be less than or equal to 1"),
+    ("{budget_fracton: 0.5}", "model 'c': tune.budget_fracton: Extra inputs are not permitted"),
+])
+def test_a_model_s_tune_keys_are_checked_by_name(override, message):
+    from pipeline.config import ConfigError
+
+    with pytest.raises(ConfigError, match=message):
+        load_config(SMOKE, [*tuned_per_budget(0.25)[:-2], f"models=[{{name: c, family: convs2s, sizes: [w16], "
+                                                           f"tune: {override}}}]", tuned_per_budget(0.25)[-1]])
+    with pytest.raises(ConfigError, match="model 'c': tune overrides the experiment's tune section"):
+        load_config(SMOKE, [*PER_BUDGET[:-1], "models=[{name: c, family: convs2s, sizes: [w16], "
+                                              "tune: {budget_fraction: 0.5}}]"])
 
 
 def test_rates_tuned_per_budget_cannot_share_one_branched_stable_phase():

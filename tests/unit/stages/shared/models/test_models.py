@@ -294,3 +294,16 @@ def test_every_family_s_model_implements_the_translation_model_protocol(family):
 
     model = build_model(family.name, "tiny", {}, VOCAB, VOCAB, (SRC_TAG, TGT_TAG))
     assert isinstance(model, TranslationModel) and model.family == family.name
+
+
+def test_an_odd_width_s_sinusoid_table_ends_on_a_sine():
+    """The w3 presets: PE(pos, 2i) = sin, PE(pos, 2i+1) = cos at 10000^(-2i/d), the last
+    column of an odd width a sine without its cosine (an even width's layout unchanged)."""
+    from stages.shared.models.layers import sinusoidal_table
+
+    position = torch.arange(50, dtype=torch.float32)
+    odd = sinusoidal_table(50, 3)
+    assert odd.shape == (50, 3)
+    assert torch.allclose(odd[:, 0], torch.sin(position)) and torch.allclose(odd[:, 1], torch.cos(position))
+    assert torch.allclose(odd[:, 2], torch.sin(position * 10000 ** (-2 / 3)), atol=1e-6)
+    assert torch.allclose(sinusoidal_table(50, 4)[:, 3], torch.cos(position * 10000 ** (-2 / 4)), atol=1e-6)
