@@ -110,7 +110,9 @@ class ExperimentConfig(Section):
             try:
                 self.train_stage_config(model)
             except ValidationError as error:
-                raise _override_refused(model, "train", error) from None
+                problem = error.errors()[0]
+                where = ".".join(["train", *(str(part) for part in problem["loc"])])
+                raise ValueError(f"model {model.name!r}: {where}: {problem['msg']}") from None
         return self
 
     def _check_primary_comparisons(self) -> None:
@@ -131,7 +133,9 @@ class ExperimentConfig(Section):
             try:
                 self.tune_of(model)
             except ValidationError as error:
-                raise _override_refused(model, "tune", error) from None
+                problem = error.errors()[0]
+                where = ".".join(["tune", *(str(part) for part in problem["loc"])])
+                raise ValueError(f"model {model.name!r}: {where}: {problem['msg']}") from None
 
     def _check_size_budgets(self) -> None:
         for model in self.models:
@@ -332,14 +336,6 @@ class ExperimentConfig(Section):
     @classmethod
     def _resolve_root(cls, value: str, info: ValidationInfo) -> str:
         return value if "://" in value else resolve_path(value, info)
-
-
-def _override_refused(model: ModelSpec, section: str, error: ValidationError) -> ValueError:
-    """A model's own ``train`` or ``tune`` keys that its section refuses, as an error naming
-    the model and the dotted key (``model 'c': tune.budget_fraction: ...``)."""
-    problem = error.errors()[0]
-    where = ".".join([section, *(str(part) for part in problem["loc"])])
-    return ValueError(f"model {model.name!r}: {where}: {problem['msg']}")
 
 
 def budget_label(flops: float) -> str:
