@@ -247,6 +247,12 @@ def test_rates_tuned_per_budget_cannot_share_one_branched_stable_phase():
 
     with pytest.raises(ConfigError, match="tune.budget_fraction chooses a rate per budget, but branch_budgets"):
         load_config(SMOKE, [*tuned_per_budget(0.25), "train.warmup_steps=5", "branch_budgets=true"])
+    # A model's own fraction, under a section without one, is refused naming the model.
+    with pytest.raises(ConfigError, match="model 't': tune.budget_fraction chooses a rate per budget"):
+        load_config(SMOKE, [*PER_BUDGET[:-1], "models=[{name: t, family: transformer, sizes: [w64], "
+                                              "tune: {budget_fraction: 0.25}}]",
+                            "tune={learning_rates: [3e-4, 1e-3], budget: 1e11}", "train.warmup_steps=5",
+                            "branch_budgets=true"])
 
 
 @pytest.mark.parametrize("change, message", [
