@@ -9,7 +9,8 @@
 #   wu       configs/multi30k_en_de_wu2021.yaml on one GPU (8,192 tokens an update, as the
 #            paper's 2 x 4,096), lowercased BLEU on test2016 against Wu et al.'s 41.0
 #   engine   the train stage's step against the plain step (ATen ops, host syncs, time);
-#            runs of a small model sharing the GPU (train.gpus_per_worker), 1 to 16 at once
+#            runs of a small model sharing the GPU (train.gpus_per_worker), 1 to 16 at once;
+#            a snapshot against a checkpoint; train.compile against eager in the update
 #   bench    training throughput and MFU against MarianMTModel (Transformer base and big,
 #            bf16, 25,000 tokens a batch); decoding on CUDA against CTranslate2
 #   all      the four in turn (default)
@@ -243,6 +244,8 @@ engine() {
             --json "$results/gpu_sharing.json"
         step checkpoint_cost 120 "$python" benchmarks/checkpoint_cost.py --device cpu --shapes tiny --rounds 1 \
             --json "$results/checkpoint_cost.json"
+        step compile_cost 240 "$python" benchmarks/compile_cost.py --device cpu --families transformer --updates 4 \
+            --json "$results/compile_cost.json"
     else
         # The train stage's engine against the plain step: tiny, Wu's, base and big.
         step step_overhead 240 "$python" benchmarks/step_overhead.py --device cuda --json "$results/step_overhead.json"
@@ -251,6 +254,9 @@ engine() {
         # A resumable checkpoint against a weights-only snapshot (train.resume_every).
         step checkpoint_cost 180 "$python" benchmarks/checkpoint_cost.py --device cuda \
             --json "$results/checkpoint_cost.json"
+        # train.compile in the update, eager against compiled: where it wins, after how many updates.
+        step compile_cost 420 "$python" benchmarks/compile_cost.py --device cuda --updates 80 \
+            --json "$results/compile_cost.json"
     fi
 }
 

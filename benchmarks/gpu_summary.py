@@ -174,6 +174,19 @@ def checkpoint_rows(results: Results) -> list[tuple[str, str, str]]:
     return [("a weights-only snapshot against a resumable checkpoint", cells, "-")]
 
 
+def compile_rows(results: Results) -> list[tuple[str, str, str]]:
+    path = results.file("compile_cost.json")
+    if path is None:
+        return [("train.compile in the train stage's update", "not run", "-")]
+    rows = json.loads(path.read_text())["rows"]
+    cells = "; ".join(
+        f"{row['family']} {row['preset']}: {row['compiled_seconds_per_update'] / row['eager_seconds_per_update']:.2f}x "
+        f"eager's time an update, {row['graphs']} graph(s), {row['compiling_seconds']:.0f} s compiling"
+        + (f", paid back after {row['updates_to_pay_back']:,.0f} updates" if row["updates_to_pay_back"] else "")
+        for row in rows)
+    return [("train.compile in the train stage's update: compiled against eager", cells, "-")]
+
+
 def decode_rows(results: Results) -> list[tuple[str, str, str]]:
     path = results.file("decode_speed.txt")
     if path is None:
@@ -207,7 +220,7 @@ def main() -> None:
         print("Machine: " + "; ".join(line.strip() for line in environment.read_text().splitlines()[:2]))
         print()
     rows = (product_rows(results) + wu_rows(results) + step_overhead_rows(results) + sharing_rows(results)
-            + checkpoint_rows(results) + throughput_rows(results) + decode_rows(results))
+            + checkpoint_rows(results) + compile_rows(results) + throughput_rows(results) + decode_rows(results))
     phases: dict[str, int] = {}
     for step in results.steps.values():
         phases[step["phase"]] = phases.get(step["phase"], 0) + step["seconds"]

@@ -10,6 +10,7 @@ from pydantic import Field, model_validator
 
 from pipeline.core.hardware import Precision
 from pipeline.core.section import Section
+from stages.shared.models.families import family
 from stages.shared.models.spec import ModelSpec
 
 
@@ -55,8 +56,10 @@ class TrainConfig(Section):
     precision: Precision = "auto"
     # DeepSpeed ZeRO: 1 shards the optimizer states, 2 also the gradients, 3 also the weights.
     zero_stage: int = Field(default=0, ge=0, le=3)
-    # torch.compile the model's forward (dynamic shapes). Pays a compilation at the start
-    # of each run; worth it on a GPU for long runs.
+    # torch.compile the model's training forward, once for every batch shape (dynamic
+    # shapes: stages/train/engine.py). Pays one compilation at the start of each run
+    # (train_report.json's compiled_graphs counts them); no faster than eager on the CPUs
+    # measured (docs/hardware.md). Refused for the rnn and convs2s families.
     compile: bool = False
     # Tokens per batch and side on each worker (padded: sentences x longest); the paper
     # used about 25,000 per side over 8 GPUs.
@@ -237,4 +240,7 @@ class TrainStageConfig(Section):
             raise ValueError(f"settings.ae_fraction {NEEDS_A_PLAN}")
         if self.until_decay and self.train.schedule != "wsd":
             raise ValueError("a stable-phase segment (until_decay) needs train.schedule: wsd")
+        refused = family(self.model.family).compile_refused
+        if self.train.compile and refused:
+            raise ValueError(f"train.compile is refused for the {self.model.family} family: {refused}")
         return self

@@ -24,13 +24,12 @@ def build_engine(model: torch.nn.Module, training: TrainConfig, precision: str,
     CPU as on a GPU) rather than one kernel per parameter and operation; at ZeRO stage 0
     outside fp16 DeepSpeed calls it as it is (deepspeed_config.py). DeepSpeed's fp16 and
     ZeRO modes wrap it and call it on their fp32 master weights.
-    ``train.compile`` compiles the model's forward in place (parameter names, and so
-    checkpoints, unchanged), with dynamic shapes since every batch has its own.
+    ``train.compile`` compiles the model's forward in place: compile_in_place.
     """
     deepspeed = import_deepspeed()
     width = getattr(model.config, "d_model", None) or model.config.hidden
     if training.compile:
-        model.compile(dynamic=True)
+        compile_in_place(model)
     optimizer_class = torch.optim.AdamW if training.optimizer == "adamw" else torch.optim.Adam
     # lr=1: the LambdaLR factor is the learning rate itself.
     optimizer = optimizer_class(model.parameters(), lr=1.0, betas=training.betas, eps=training.eps,
@@ -44,6 +43,42 @@ def build_engine(model: torch.nn.Module, training: TrainConfig, precision: str,
         # all-reduce it over a group of one and copy it back, each update.
         engine.enable_backward_allreduce = False
     return engine
+
+
+# The backend torch.compile hands the traced graphs to. Tests trace with "eager": the same
+# graphs and guards, so the same recompilations, without generating code.
+COMPILE_BACKEND = "inductor"
+
+
+def compile_in_place(model: torch.nn.Module) -> None:
+    """Compile ``model``'s forward in place (parameter names, and so checkpoints,
+    unchanged), once for every batch shape: with symbolic batch size and lengths, since
+    token-budget batches each have their own. Without duck sizing: by default
+    torch.compile gives dimensions of equal size one symbol, so a first batch whose source
+    and target are equally long ties the two, and the next batch compiles the model again
+    (a second compilation of 36 s for Transformer-Tiny on a 2-core CPU; on a GPU one
+    such per run). The setting is the process's: a train worker's process compiles
+    nothing else. A batch of one sentence still compiles once more (torch specializes
+    sizes 0 and 1), which token budgets make rare: only a sentence longer than half of
+    ``max_tokens`` is batched alone."""
+    import torch.fx.experimental._config as symbolic_shapes
+    from torch._dynamo.utils import counters
+
+    symbolic_shapes.use_duck_shape = False
+    # A process that compiled an earlier run's model (a worker Ray reuses for the next
+    # stage) starts afresh: that model's cached graphs would count against this one's
+    # recompilation limit, and its graphs in compiled_graphs.
+    torch._dynamo.reset()
+    counters["stats"]["unique_graphs"] = 0
+    model.compile(dynamic=True, backend=COMPILE_BACKEND)
+
+
+def compiled_graphs() -> int:
+    """How many graphs torch.compile has compiled since compile_in_place: 1 for a run
+    whose every batch fitted the first graph."""
+    from torch._dynamo.utils import counters
+
+    return int(counters["stats"]["unique_graphs"])
 
 
 # DeepSpeed's CPU shared-memory allreduce, a C++ extension: see skip_inference_allreduce_build.

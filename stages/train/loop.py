@@ -38,6 +38,7 @@ from stages.train.budget_bar import BudgetBar
 from stages.train.config import TrainStageConfig
 from stages.train.data import Batch, TokenizedSplit
 from stages.train.deepspeed_config import bf16_autocast, loop_clips
+from stages.train.engine import compiled_graphs
 from stages.shared.models.flops import projects_source, training_flops
 from stages.shared.models.loss import translation_loss
 from stages.train.progress import STABLE_PHASE_END, TrainingProgress, budget_reached
@@ -135,6 +136,8 @@ class TrainLoop:
                 else:
                     self._snapshot()
         bar.close()
+        if training.compile:  # one, unless a batch of one sentence came (engine.compile_in_place)
+            progress.hardware["compiled_graphs"] = compiled_graphs()
         if self.rank == 0:
             mark(f"train/{self.config.model.name}", "last update")
         # The end of a run is always validated and checkpointed: the final model and

@@ -67,6 +67,9 @@ class ModelFamily:
     attention_modules: Callable[[Any], list] = lambda model: []
     ctranslate2: Ctranslate2Export | None = None
     marian: bool = False  # Hugging Face's MarianMTModel can hold it (export --format huggingface)
+    # Why train.compile is refused for the family (None: it compiles once for every batch
+    # shape, stages/train/engine.py): what torch.compile cannot do with its layers.
+    compile_refused: str | None = None
 
     def check_vocabularies(self, src_vocab: int, tgt_vocab: int) -> None:
         """ValueError where the family needs one vocabulary and the sides have two."""

@@ -129,6 +129,12 @@ class DecoderOnlyTranslator(nn.Module):
     def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:
         return self.forward_all(src, tgt_in)[1]
 
+    def compile(self, *args, **kwargs) -> None:
+        """``nn.Module.compile``, and ``forward_all`` compiled alike: training calls it
+        (its loss reads the source's logits too), not the module."""
+        super().compile(*args, **kwargs)
+        self.forward_all = torch.compile(self.forward_all, *args, **kwargs)
+
     def start_decoding(self, src: Tensor) -> DecoderOnlyState:
         batch = src.size(0)
         src_tag = torch.full((batch, 1), self.src_tag_id, dtype=src.dtype, device=src.device)

@@ -24,4 +24,6 @@ FAMILY = ModelFamily(
     name="rnn", config=RnnConfig, presets=PRESETS, build=build, parameter_layout=parameters.parameter_layout,
     forward_flops=flops.forward_flops,
     plot_marker="s", attention_modules=attention_modules,
+    compile_refused="torch.compile does not trace nn.GRU, nn.LSTM or pack_padded_sequence: it would train "
+                    "eagerly between graph breaks",
 )
