@@ -46,6 +46,7 @@ from stages.shared.models.loss import translation_loss  # noqa: E402
 from stages.train.batching import token_batches  # noqa: E402
 from stages.train.config import TrainConfig  # noqa: E402
 from stages.train.deepspeed_config import bf16_autocast  # noqa: E402
+from stages.train import engine as train_engine  # noqa: E402
 from stages.train.engine import build_engine, compiled_graphs, import_deepspeed  # noqa: E402
 
 # ConvS2S refuses train.compile (its record's compile_refused); it is here to measure why.
@@ -105,8 +106,12 @@ def main() -> None:
                         help="default: bf16 on a GPU; on a CPU its first native precision")
     parser.add_argument("--max-tokens", type=int, default=None, help="default 1,500 (CPU), 8,192 (GPU)")
     parser.add_argument("--updates", type=int, default=60, help="updates a row; the median is of the last half")
+    parser.add_argument("--backend", default=train_engine.COMPILE_BACKEND,
+                        help="torch.compile's backend; 'eager' traces without generating code (a quick check "
+                             "that this script runs, as the GPU check's CPU dry run does)")
     parser.add_argument("--json", help="also write the rows to this file")
     args = parser.parse_args()
+    train_engine.COMPILE_BACKEND = args.backend
     device, gpu = args.device, args.device.startswith("cuda")
     found = detect_device(device)
     precision = args.precision or ("bf16" if gpu else native_precisions(found)[0])
@@ -117,7 +122,7 @@ def main() -> None:
     shapes = len(set(batches))
     print(f"{found.describe()}, {torch.get_num_threads()} thread(s), torch {torch.__version__}, {precision}; "
           f"{args.updates} updates of batches up to {max_tokens:,} tokens a side, {shapes} distinct shapes; "
-          "compilation caches off")
+          f"compilation caches off; backend {args.backend}")
     print("| family | preset | eager s/update | compiled s/update | compiled / eager | graphs | "
           "compiling, s | updates to pay it back |")
     print("|---|---|---:|---:|---:|---:|---:|---:|")

@@ -244,7 +244,7 @@ engine() {
             --json "$results/gpu_sharing.json"
         step checkpoint_cost 120 "$python" benchmarks/checkpoint_cost.py --device cpu --shapes tiny --rounds 1 \
             --json "$results/checkpoint_cost.json"
-        step compile_cost 240 "$python" benchmarks/compile_cost.py --device cpu --families transformer --updates 4 \
+        step compile_cost 240 "$python" benchmarks/compile_cost.py --device cpu --families transformer --updates 4 --backend eager \
             --json "$results/compile_cost.json"
     else
         # The train stage's engine against the plain step: tiny, Wu's, base and big.
