@@ -27,7 +27,6 @@ os.environ.setdefault("TORCHINDUCTOR_AUTOGRAD_CACHE", "0")
 
 import argparse  # noqa: E402
 import contextlib  # noqa: E402
-import json  # noqa: E402
 import statistics  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
@@ -38,7 +37,7 @@ import torch  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from step_overhead import start_single_process_group  # noqa: E402
+from step_overhead import start_single_process_group, write_rows  # noqa: E402
 
 from pipeline.core.hardware import detect_device, native_precisions  # noqa: E402
 from stages.shared.models.build import build_model  # noqa: E402
@@ -151,8 +150,7 @@ def main() -> None:
             if gpu:
                 torch.cuda.empty_cache()
     if args.json:
-        with open(args.json, "w") as handle:
-            json.dump({"device": found.describe(), "torch": torch.__version__, "rows": rows}, handle, indent=2)
+        write_rows(args.json, found.describe(), rows)
 
 
 if __name__ == "__main__":

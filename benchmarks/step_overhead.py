@@ -139,6 +139,13 @@ def start_single_process_group(gpu: bool) -> None:
     import_deepspeed().init_distributed(dist_backend="nccl" if gpu else "gloo")
 
 
+def write_rows(path: str, device: str, rows: list[dict]) -> None:
+    """The rows as the GPU check reads them (benchmarks/gpu_summary.py), with the device
+    and torch version they were measured on."""
+    with open(path, "w") as handle:
+        json.dump({"device": device, "torch": torch.__version__, "rows": rows}, handle, indent=2)
+
+
 def counted_synchronizes():
     """DeepSpeed's accelerator's ``synchronize``, counted: [calls]."""
     from deepspeed.accelerator import get_accelerator
@@ -224,8 +231,7 @@ def main() -> None:
             if gpu:
                 torch.cuda.empty_cache()
     if args.json:
-        with open(args.json, "w") as handle:
-            json.dump({"device": found.describe(), "torch": torch.__version__, "rows": rows}, handle, indent=2)
+        write_rows(args.json, found.describe(), rows)
 
 
 if __name__ == "__main__":
