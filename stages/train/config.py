@@ -56,10 +56,10 @@ class TrainConfig(Section):
     precision: Precision = "auto"
     # DeepSpeed ZeRO: 1 shards the optimizer states, 2 also the gradients, 3 also the weights.
     zero_stage: int = Field(default=0, ge=0, le=3)
-    # torch.compile the model's training forward, once for every batch shape (dynamic
-    # shapes: stages/train/engine.py). Pays one compilation at the start of each run
-    # (train_report.json's compiled_graphs counts them); no faster than eager on the CPUs
-    # measured (docs/hardware.md). Refused for the rnn and convs2s families.
+    # torch.compile the model's forward, one graph for every batch shape (dynamic shapes:
+    # stages/train/engine.py). Pays a compilation for training and one for validation at
+    # the start of each run (train_report.json's compiled_graphs counts them); no faster
+    # than eager on the CPUs measured (docs/hardware.md). Refused for rnn and convs2s.
     compile: bool = False
     # Tokens per batch and side on each worker (padded: sentences x longest); the paper
     # used about 25,000 per side over 8 GPUs.

@@ -45,22 +45,26 @@ def build_engine(model: torch.nn.Module, training: TrainConfig, precision: str,
     return engine
 
 
-# The backend torch.compile hands the traced graphs to. Tests trace with "eager": the same
-# graphs and guards, so the same recompilations, without generating code.
+# The backend torch.compile hands the traced graphs to. Tests trace with "eager": dynamo's
+# graphs and guards without generating code (inductor can add guards of its own, as for
+# ConvS2S: benchmarks/compile_cost.py measures them).
 COMPILE_BACKEND = "inductor"
 
 
 def compile_in_place(model: torch.nn.Module) -> None:
     """Compile ``model``'s forward in place (parameter names, and so checkpoints,
-    unchanged), once for every batch shape: with symbolic batch size and lengths, since
-    token-budget batches each have their own. Without duck sizing: by default
+    unchanged), one graph for every batch shape: with symbolic batch size and lengths,
+    since token-budget batches each have their own. Without duck sizing: by default
     torch.compile gives dimensions of equal size one symbol, so a first batch whose source
     and target are equally long ties the two, and the next batch compiles the model again
-    (a second compilation of 36 s for Transformer-Tiny on a 2-core CPU; on a GPU one
-    such per run). The setting is the process's: a train worker's process compiles
-    nothing else. A batch of one sentence still compiles once more (torch specializes
-    sizes 0 and 1), which token budgets make rare: only a sentence longer than half of
-    ``max_tokens`` is batched alone."""
+    (36 s more for Transformer-Tiny on a 2-core CPU). The setting is the process's: a
+    train worker's process compiles nothing else.
+
+    A run still compiles a few graphs, each once: training's; validation's (eval mode,
+    no gradients); for the decoder-only model, training's again once its source loss
+    weighs nothing; and one more for a batch of a single sentence (torch specializes
+    sizes 0 and 1), which token budgets make rare: a sentence longer than half of
+    ``max_tokens``, or one left over at the end of a length window."""
     import torch.fx.experimental._config as symbolic_shapes
     from torch._dynamo.utils import counters
 

@@ -136,7 +136,7 @@ class TrainLoop:
                 else:
                     self._snapshot()
         bar.close()
-        if training.compile:  # one, unless a batch of one sentence came (engine.compile_in_place)
+        if training.compile:  # training's and validation's, and the few more engine.compile_in_place names
             progress.hardware["compiled_graphs"] = compiled_graphs()
         if self.rank == 0:
             mark(f"train/{self.config.model.name}", "last update")

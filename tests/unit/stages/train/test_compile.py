@@ -1,8 +1,8 @@
-"""train.compile compiles a model once for every batch shape a run meets. Traced with
-torch.compile's "eager" backend: the graphs and guards dynamo makes, without generating
-code (seconds, not minutes). What inductor's code generation adds (it specializes a 1-d
-convolution's backward to one length: ConvS2S refuses compile) is measured by
-benchmarks/compile_cost.py."""
+"""train.compile compiles one graph of a model for training batches of every shape a run
+meets, and one for validation's. Traced with torch.compile's "eager" backend: the graphs and
+guards dynamo makes, without generating code (seconds, not minutes). What inductor's code
+generation adds (it specializes a 1-d convolution's backward to one length: ConvS2S refuses
+compile) is measured by benchmarks/compile_cost.py."""
 
 from __future__ import annotations
 
@@ -31,11 +31,14 @@ def _indices_of_lengths(split, shapes: list[tuple[int, int, int]]) -> list[np.nd
 
 
 @pytest.mark.parametrize("family", FAMILIES)
-def test_a_compiled_model_compiles_once_for_batches_of_every_shape(tokenized, family, monkeypatch):
-    """The first batch's source and target are equally long (duck sizing would tie
-    them, and the next batch would compile the model again); then batch sizes and
-    lengths vary independently. The forward compiled is the one training calls (the
-    decoder-only model's loss calls its forward_all, not the module)."""
+def test_a_compiled_model_compiles_one_graph_for_batches_of_every_shape(tokenized, family, monkeypatch):
+    """Training batches: the first's source and target are equally long (duck sizing
+    would tie them, and the next batch would compile the model again); then batch sizes
+    and lengths vary independently: one graph. The forward compiled is the one training
+    calls (the decoder-only model's loss calls its forward_all, not the module).
+    Validation, in eval mode without gradients, is one graph more, for batches of every
+    shape, and training goes on with its own; the decoder-only model's training compiles
+    once more when its source loss weighs nothing (an update far past ae_steps)."""
     import torch.fx.experimental._config as symbolic_shapes
     from torch._dynamo.utils import counters
 
@@ -50,18 +53,34 @@ def test_a_compiled_model_compiles_once_for_batches_of_every_shape(tokenized, fa
     facts = vocabulary_facts(tokenized, split.vocab)
     model = build_for_vocabulary(ModelSpec(name="m", family=family, preset="tiny"), facts)
     pad = facts["special_ids"]["pad"]
-    batches = _indices_of_lengths(split, [(4, 12, 12), (6, 14, 10), (3, 13, 15), (5, 14, 17)])
+    first, second, third, fourth = _indices_of_lengths(split, [(4, 12, 12), (6, 14, 10), (3, 13, 15), (5, 14, 17)])
+
+    def train(batch, step: int = 0) -> None:
+        loss, _ = translation_loss(model, batch.src, batch.tgt_in, batch.tgt_out, step, 0.1, pad)
+        loss.backward()
+
+    def validate(batch) -> None:  # as TrainLoop._validate calls the model
+        model.eval()
+        with torch.no_grad():
+            translation_loss(model, batch.src, batch.tgt_in, batch.tgt_out, 10**9, 0.0, pad)
+        model.train()
+
     torch._dynamo.reset()
     counters.clear()
     counters["stats"]["unique_graphs"] = 5  # an earlier run's in this process: not this one's
     duck_shape = symbolic_shapes.use_duck_shape
     try:
         engine.compile_in_place(model)
-        for batch in batches:
-            loss, _ = translation_loss(model, batch.src, batch.tgt_in, batch.tgt_out, 0, 0.1, pad)
-            loss.backward()
+        for batch in (first, second, third, fourth):
+            train(batch)
         assert counters["frames"]["ok"] == 1, "the training forward was not compiled (or broke into parts)"
         assert engine.compiled_graphs() == 1
+        validate(third)
+        validate(first)
+        train(second)
+        assert engine.compiled_graphs() == 2
+        train(fourth, step=10**9)
+        assert engine.compiled_graphs() == (3 if family == "decoder_only" else 2)
     finally:
         symbolic_shapes.use_duck_shape = duck_shape  # the process's setting, as other tests expect it
         torch._dynamo.reset()
