@@ -13,7 +13,7 @@ whose config refuses ``train.compile`` (their record's ``compile_refused``) are 
 measured by default; ``--families convs2s`` measures why it is refused (the rnn family's
 GRU is not traced at all).
 
-    python benchmarks/compile_cost.py                                   # CPU: tiny, three families
+    python benchmarks/compile_cost.py                                   # CPU: tiny Transformer and decoder-only
     python benchmarks/compile_cost.py --device cuda --presets tiny base --max-tokens 8192 --json out.json
 """
 
@@ -75,7 +75,6 @@ def random_batch(shape: tuple[int, int, int], device: str):
 def timed_updates(family: str, preset: str, compile_: bool, batches: list, device: str, precision: str) -> dict:
     """Every batch an update; its wall seconds each (the device synchronized)."""
     gpu = device.startswith("cuda")
-    torch._dynamo.reset()
     torch.manual_seed(0)
     model = build_model(family, preset, {}, VOCAB, VOCAB, pad_id=PAD).to(device)
     training = TrainConfig(max_steps=len(batches), use_gpu=gpu, precision=precision, compile=compile_,

@@ -78,8 +78,9 @@ def compile_in_place(model: torch.nn.Module) -> None:
 
 
 def compiled_graphs() -> int:
-    """How many graphs torch.compile has compiled since compile_in_place: 1 for a run
-    whose every batch fitted the first graph."""
+    """How many graphs torch.compile has compiled since compile_in_place: 2 for a run
+    whose training and validation each fitted their first graph (compile_in_place says
+    when there are more)."""
     from torch._dynamo.utils import counters
 
     return int(counters["stats"]["unique_graphs"])

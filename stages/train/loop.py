@@ -136,8 +136,6 @@ class TrainLoop:
                 else:
                     self._snapshot()
         bar.close()
-        if training.compile:  # training's and validation's, and the few more engine.compile_in_place names
-            progress.hardware["compiled_graphs"] = compiled_graphs()
         if self.rank == 0:
             mark(f"train/{self.config.model.name}", "last update")
         # The end of a run is always validated and checkpointed: the final model and
@@ -148,6 +146,8 @@ class TrainLoop:
             self._validate_bleu()
         if self.rank == 0:
             mark(f"train/{self.config.model.name}", "validated")
+        if training.compile:  # after the last validation, which may be the first to compile its graph
+            progress.hardware["compiled_graphs"] = compiled_graphs()
         self._checkpoint()
         if self.rank == 0:
             mark(f"train/{self.config.model.name}", "checkpointed")

@@ -440,6 +440,25 @@ def test_weights_only_snapshots_between_resumable_checkpoints_average_into_the_s
     assert size(kept[2].path) < 0.5 * size(kept[3].path)  # the final checkpoint keeps Adam's moments
 
 
+def test_a_compiled_run_reports_the_graphs_it_compiled(tokenized, tmp_path, monkeypatch):
+    """train.compile (traced by the "eager" backend: dynamo's graphs, no code generated):
+    training's graph and the final validation's, the only one, both in train_report."""
+    import torch.fx.experimental._config as symbolic_shapes
+
+    from stages.train import engine
+
+    monkeypatch.setattr(engine, "COMPILE_BACKEND", "eager")
+    config = stage_config(in_process=True, compile=True, max_steps=6, warmup_steps=2, valid_every=100,
+                          checkpoint_every=100, average_last=1)
+    duck_shape = symbolic_shapes.use_duck_shape  # compile_in_place sets it for the process
+    try:
+        metrics = run_stage(tokenized, config, tmp_path)
+    finally:
+        symbolic_shapes.use_duck_shape = duck_shape
+        torch._dynamo.reset()
+    assert metrics["steps"] == 6 and metrics["compiled_graphs"] == 2
+
+
 def in_process(config: TrainStageConfig) -> TrainStageConfig:
     return config.model_copy(update={"train": config.train.model_copy(update={"in_process": True})})
 
