@@ -58,7 +58,8 @@ def pipeline_stages(config: ExperimentConfig) -> tuple[Stage, ...]:
                                 upstream=("clean", train_stage(model.name)))
                        for model in runs)
     reporting = Stage.of(report, "report", ExperimentConfig.report_stage_config,
-                         upstream=(*(stage.name for stage in tuning), *(train_stage(model.name) for model in runs),
+                         upstream=("tokenize", *(stage.name for stage in tuning),
+                                   *(train_stage(model.name) for model in runs),
                                    *(stage.name for stage in evaluation)))
     return DATA_STAGES + tuning + training + evaluation + (reporting,)
 

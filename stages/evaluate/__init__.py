@@ -16,7 +16,9 @@ run by CTranslate2, ``evaluate.ctranslate2``), ``nbest.jsonl`` (the ``nbest`` be
 model scores) and ``scores.json``: BLEU and chrF with their signatures, the mean
 length-penalized model score, decoding speed, the estimated decoding FLOPs per
 sentence of the beam search (``stages/shared/models/flops.py``: the cost to use the model, as
-training FLOPs are the cost to make it), and the resolved precision and device.
+training FLOPs are the cost to make it), the resolved precision and device, and what the
+report's translation gate reads (``translation_check.py``): the model's source use on the
+validation split and how collapsed its beam outputs are.
 Speed is per task (one CPU thread under the runner): sentences and generated tokens
 (EOS included) per second of decoding, model loading excluded; CTranslate2's the same,
 its export excluded, on the same threads.
@@ -28,19 +30,22 @@ import json
 import time
 from pathlib import Path
 
+import pyarrow as pa
+
 from pipeline.core.context import StageContext
-from pipeline.core.hardware import HardwareError, detect_device, resolve_precision
+from pipeline.core.hardware import HardwareError, cpus_of_this_task, detect_device, resolve_precision
 from stages.clean import read_split
 from stages.shared.errors import InputDataError
-from stages.evaluate.config import EvaluateStageConfig
+from stages.evaluate.config import EvaluateConfig, EvaluateStageConfig
 from stages.shared.inference.model_file import MODEL_FILES, weights_file
 from stages.shared.names import TRAIN, train_stage
 
 # 3: lowercased BLEU (bleu_lc) beside the cased headline; 4: decoding FLOPs per sentence;
 # 5: CTranslate2's BLEU and speed (evaluate.ctranslate2), decoder-only decoding FLOPs
 # without an output projection over the prompt; 6: CTranslate2 searched with each
-# sentence's output limit (max_length_a) and min_length, as ours
-VERSION = 6
+# sentence's output limit (max_length_a) and min_length, as ours; 7: source use on the
+# validation split and the beam outputs' collapse (translation_check.py)
+VERSION = 7
 # Of the model's train artifact, only what translating reads.
 READS = {TRAIN: MODEL_FILES}
 MLFLOW_FILES = ("*.txt", "nbest.jsonl", "scores.json")
@@ -50,6 +55,7 @@ def run(inputs: dict[str, Path], config: EvaluateStageConfig, output: Path, ctx:
     # Imported here: torch and sacreBLEU load only when a stage runs, not with its config.
     from stages.evaluate.decode import DecodeJob, decode_part
     from stages.evaluate.scores import score_hypotheses
+    from stages.shared.output_collapse import collapse
 
     settings = config.evaluate
     name = train_stage(config.model)
@@ -85,7 +91,9 @@ def run(inputs: dict[str, Path], config: EvaluateStageConfig, output: Path, ctx:
               "length_penalty": settings.length_penalty, "decode_wall_seconds": wall_seconds,
               **_hardware_summary([part.hardware for part in parts]),
               **score_hypotheses(beam, references, "", sum(p.beam_seconds for p in parts)),
-              "decode_flops_per_sentence": sum(part.beam_flops for part in parts) / len(sources)}
+              "decode_flops_per_sentence": sum(part.beam_flops for part in parts) / len(sources),
+              **collapse([line[0].text for line in beam]),
+              **_source_use(ctx.fetcher(name, inputs[name])(), read_split(inputs["clean"], "valid"), settings)}
     if settings.greedy:
         greedy = [line for part in parts for line in part.greedy]
         _write_lines(output / "hypotheses.greedy.txt", [line[0].text for line in greedy])
@@ -101,6 +109,31 @@ def run(inputs: dict[str, Path], config: EvaluateStageConfig, output: Path, ctx:
                                            sum(p.ctranslate2_seconds for p in parts)))
     (output / "scores.json").write_text(json.dumps(scores, indent=2, ensure_ascii=False))
     return scores
+
+
+def _source_use(train_artifact: Path, valid: pa.Table, settings: EvaluateConfig) -> dict:
+    """The model's source use on the validation split (``translation_check.source_use``),
+    in fp32 on the stage's own device and threads. Pairs too long for the model's position
+    table (source and target together, the decoder-only model's layout) are left out."""
+    import torch
+
+    from stages.evaluate.translation_check import source_use
+    from stages.shared.inference.beam import model_positions
+    from stages.shared.inference.translator import Translator
+
+    torch.set_num_threads(cpus_of_this_task())
+    translator = Translator.from_file(weights_file(train_artifact, settings.weights), settings.device, "fp32")
+    sources = translator.encode(valid.column("src").to_pylist())
+    targets = [ids + [translator.eos_id] for ids in
+               translator.tgt_spm.encode(valid.column("tgt").to_pylist(), out_type=int)]
+    positions = model_positions(translator.model)
+    pairs = [(src, tgt) for src, tgt in zip(sources, targets) if src[:-1] and tgt[:-1]
+             and (positions is None or len(src) + len(tgt) + 2 <= positions)]
+    if len(pairs) < 2:
+        return {"source_use": None, "source_use_skipped": f"{len(pairs)} usable validation pairs"}
+    special = {"pad": translator.pad_id, "bos": translator.bos_id, "eos": translator.eos_id}
+    return source_use(translator.model, [src for src, _ in pairs], [tgt for _, tgt in pairs], special,
+                      settings.device)
 
 
 def read_scores(artifact: Path) -> dict:

@@ -20,9 +20,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from pipeline.core.context import StageContext
+from stages import tokenize
 from stages.shared.names import EVALUATE, TRAIN, TUNE, evaluate_stage, train_stage
 from stages.tune.artifact import read_choice
-from stages.report import records
+from stages.report import gate, records
 from stages.report.artifact import OUTPUT_FILES, evaluation_outputs
 from stages.report.config import ReportStageConfig
 
@@ -58,10 +59,14 @@ from stages.report.config import ReportStageConfig
 #     table names the side to extend
 # 23: the tuned-rates note names a size whose best trial's rate is at an edge though
 #     tune.prefer_lower_within chose a rate inside
-VERSION = 23
+# 24: the translation gate (gate.py: source use and collapse) keeps runs that do not
+#     translate out of verdicts, primary comparisons, profiles and laws; the target
+#     side's n-gram baselines (ngram_baselines.py) beside the losses
+VERSION = 24
 # The files of each upstream artifact the report reads (besides its manifest): never
 # the train stage's checkpoints; of an evaluation, what the significance tests score.
-READS = {TRAIN: ("metrics.jsonl",), EVALUATE: OUTPUT_FILES, TUNE: ("choice.json",)}
+READS = {TRAIN: ("metrics.jsonl",), EVALUATE: OUTPUT_FILES, TUNE: ("choice.json",),
+         "tokenize": ("index.json", "*.arrow")}  # the target side, for the n-gram baselines
 MLFLOW_FILES = ("report.*", "*.png")
 
 
@@ -75,28 +80,58 @@ def run(inputs: dict[str, Path], config: ReportStageConfig, output: Path, ctx: S
         if evaluation is not None:
             outputs[name] = evaluation_outputs({file: (evaluation / file).read_bytes() for file in OUTPUT_FILES})
     tuning = [{"model": stage.partition("/")[2], **read_choice(inputs[stage])} for stage in config.tuned]
-    write_report(rows, curves, output, config.experiment, outputs, tuning, config.primary_comparisons)
+    baselines = target_baselines(inputs["tokenize"]) if "tokenize" in inputs else None
+    write_report(rows, curves, output, config.experiment, outputs, tuning, config.primary_comparisons, baselines)
     return {"models": len(rows)}
+
+
+def target_baselines(tokenized: Path) -> dict:
+    """The source-blind n-gram baselines (``ngram_baselines``) of a tokenize artifact's
+    target side: fitted on its training split, scored on its validation split."""
+    import pyarrow as pa
+
+    from stages.report.ngram_baselines import baselines
+
+    index = tokenize.read_index(tokenized)
+    vocab = index["vocab"]
+
+    def targets(split: str) -> list[list[int]]:
+        rows = []
+        for path in tokenize.shard_files(tokenized, split):
+            with pa.ipc.open_stream(path) as reader:
+                rows += reader.read_all().column("tgt_ids").to_pylist()
+        # The models predict EOS after each target: counted here too.
+        return rows if index["append_eos"] else [ids + [vocab["special_ids"]["eos"]] for ids in rows]
+
+    return baselines(targets("train"), targets("valid"), vocab["sizes"]["tgt"], vocab["special_ids"]["bos"])
 
 
 def write_report(rows: list[dict], curves: dict[str, list[dict]], output: Path, title: str,
                  outputs: dict[str, tuple[list[str], list[str]]] | None = None,
-                 tuning: list[dict] | None = None, primary_comparisons: list[list[str]] = ()) -> list[Path]:
+                 tuning: list[dict] | None = None, primary_comparisons: list[list[str]] = (),
+                 baselines: dict | None = None) -> list[Path]:
     """The report's files in ``output``; any subset of models renders. ``outputs`` (run
-    name -> hypotheses and references) adds intervals and significance tests;
+    name -> hypotheses and references) adds intervals and significance tests, and lets
+    the translation gate (``gate.py``) measure collapse where the evaluation did not;
     ``tuning`` (each tune stage's choice, with its model) the tuned learning rates;
     ``primary_comparisons`` (pairs of configured models) replaces the default primary
-    family."""
+    family; ``baselines`` (``ngram_baselines.baselines``) the source-blind losses shown
+    beside the models'."""
     # Imported here: pandas, matplotlib and sacreBLEU load only when a report is written.
     from stages.report import tables
     from stages.report.comparison import compare
     from stages.report.plots import write_plots
+    from stages.shared.output_collapse import collapse
 
     output.mkdir(parents=True, exist_ok=True)
     for row in rows:
-        if (outputs or {}).get(row["name"]):
-            row["output_warnings"] = records.output_warnings(row["name"], outputs[row["name"]][0])
+        hypotheses = (outputs or {}).get(row["name"], ((), ()))[0]
+        if row.get("top_output_share") is None and hypotheses:  # evaluated before it was measured
+            row.update(collapse(list(hypotheses)))
+        row["translates"], row["gate_reasons"] = gate.judge(row)
     comparison = compare(rows, outputs or {}, primary_comparisons)
+    if baselines:
+        comparison["baselines"] = baselines
     if tuning:
         families = {row["model"]: row["family"] for row in rows}
         comparison["tuning"] = [{**entry, "family": families.get(entry["model"], entry["model"].split(".")[0])}

@@ -43,12 +43,13 @@ def read_report(artifact: Path) -> dict:
 def summary(report: dict) -> tuple[pd.DataFrame, list[str]]:
     """What a console shows of a report, narrow enough for 100 columns: one row per
     compared model (a model's seeds together): parameters, counted training FLOPs, BLEU
-    with its 95% interval, chrF; then the lines under it: runs that did not really train,
-    the primary comparisons' verdicts, sacreBLEU's signature and the hardware, each once.
+    with its 95% interval, chrF, whether it translates; then the lines under it: runs that
+    did not really train or do not translate, the models withheld from comparisons, the
+    primary comparisons' verdicts, sacreBLEU's signature and the hardware, each once.
     The full table is the report's (report.md)."""
     import pandas as pd
 
-    from stages.report.comparison_tables import count
+    from stages.report.comparison_tables import count, gate_sentences
     from stages.report.tables import signature_lines, warning_lines
 
     models, comparison = report["models"], report.get("comparison") or {}
@@ -66,9 +67,11 @@ def summary(report: dict) -> tuple[pd.DataFrame, list[str]]:
         flops = _mean_value(members, "train_flops")
         rows.append([group["label"], str(len(members)),
                      "-" if first.get("parameters") is None else count(first["parameters"]),
-                     "-" if flops is None else f"{flops:.2e}", score, _mean(members, "chrf")])
-    frame = pd.DataFrame(rows, columns=["model", "runs", "params", "FLOPs", "BLEU [95%]", "chrF"])
-    return frame, ([f"warning: {line}" for line in warning_lines(models)] + _verdict_lines(comparison)
+                     "-" if flops is None else f"{flops:.2e}", score, _mean(members, "chrf"),
+                     group.get("translates") or "-"])
+    frame = pd.DataFrame(rows, columns=["model", "runs", "params", "FLOPs", "BLEU [95%]", "chrF", "translates"])
+    return frame, ([f"warning: {line}" for line in warning_lines(models)] + gate_sentences(comparison)
+                   + _verdict_lines(comparison)
                    + [f"sacreBLEU {line}" for line in signature_lines(models)] + _hardware_once(models))
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from itertools import combinations
 
-from stages.report import compute_laws, isoflop, resampling, significance
+from stages.report import compute_laws, gate, isoflop, resampling, significance
 from stages.report.primary import primary_pairs
 from stages.report.seeds import ModelAtBudget, group_runs
 
@@ -29,10 +29,18 @@ def compare(records: list[dict], outputs: dict[str, tuple[list[str], list[str]]]
     labels = {id(group): _label(group, several_budgets) for group in groups}
     summaries = [{"label": labels[id(group)], **group.summary()} for group in groups]
 
-    systems = {}  # label -> (budget, its seeds' statistics), for groups whose every run was evaluated
+    evaluated = {}  # label -> (budget, its seeds' statistics), for groups whose every run was evaluated
     for group in groups:
         if all(run["name"] in outputs for run in group.runs):
-            systems[labels[id(group)]] = (group.budget, _system(labels[id(group)], group, outputs))
+            evaluated[labels[id(group)]] = (group.budget, _system(labels[id(group)], group, outputs))
+    # Only models that translate are compared (gate.py): one that does not is shown, with
+    # its interval, and withheld from every test, verdict, profile and law.
+    translating = [row for row in summaries if row["translates"] != gate.DOES_NOT]
+    withheld = [{"label": row["label"], "budget": row["budget"], "why": row["not_translating"]}
+                for row in summaries if row["translates"] == gate.DOES_NOT]
+    unchecked = [row["label"] for row in summaries if row["translates"] == gate.NOT_CHECKED]
+    systems = {label: entry for label, entry in evaluated.items()
+               if label in {row["label"] for row in translating}}
     draws: dict[int, object] = {}  # test-set size -> the bootstrap's draws, shared by the systems of that size
 
     def counts(system: resampling.SeededSystem):
@@ -42,7 +50,7 @@ def compare(records: list[dict], outputs: dict[str, tuple[list[str], list[str]]]
         return draws[sentences]
 
     intervals = {label: significance.confidence_intervals(system, counts(system))
-                 for label, (_, system) in systems.items()}
+                 for label, (_, system) in evaluated.items()}
     # The primary family is chosen from the validation split before any test runs.
     primary, primary_said = primary_pairs([row for row in summaries if row["label"] in systems],
                                           [list(pair) for pair in primary_comparisons])
@@ -61,13 +69,13 @@ def compare(records: list[dict], outputs: dict[str, tuple[list[str], list[str]]]
         tests += significance.paired_tests(pairs, counts(at_budget[0]))
     tests = significance.adjust(tests)
 
-    family_laws = compute_laws.family_laws(summaries)
+    family_laws = compute_laws.family_laws(translating)
     # Seeds whose outputs were another seed's, line for line: counted once (resampling.seeded_system).
-    repeated = {label: system.repeated for label, (_, system) in systems.items() if system.repeated}
+    repeated = {label: system.repeated for label, (_, system) in evaluated.items() if system.repeated}
     return {"groups": summaries, "intervals": intervals, "tests": tests, "primary": primary_said,
-            "repeated_seeds": repeated,
+            "withheld": withheld, "unchecked": unchecked, "repeated_seeds": repeated,
             "alpha": significance.ALPHA, "agreement": significance.AGREEMENT,
-            "laws": family_laws, "law_crossovers": compute_laws.crossovers(family_laws, summaries),
+            "laws": family_laws, "law_crossovers": compute_laws.crossovers(family_laws, translating),
             "isoflop": isoflop.profiles(summaries)}
 
 

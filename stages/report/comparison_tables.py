@@ -7,7 +7,8 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from stages.report import isoflop
+from stages.report import gate, isoflop
+from stages.report.ngram_baselines import NAMES
 from stages.report.compute_laws import DETERMINED
 from stages.report.resampling import BOOTSTRAP_SAMPLES, RANDOMIZATION_TRIALS
 from stages.report.significance import POWER, PRIMARY, verdict
@@ -25,7 +26,9 @@ class Section:
 def sections(comparison: dict) -> list[Section]:
     """The sections that have something to say: seeds only when a model has several,
     tests only with two models at a budget, laws only with enough budgets."""
-    found = []
+    found = [_translation_check(comparison)] if comparison["groups"] else []
+    if comparison.get("baselines"):
+        found.append(_baselines(comparison))
     if any(len(group["seeds"]) > 1 for group in comparison["groups"]):
         found.append(_seeds(comparison))
     if comparison["intervals"]:
@@ -41,6 +44,47 @@ def sections(comparison: dict) -> list[Section]:
     if comparison.get("tuning"):
         found.append(_tuning(comparison))
     return found
+
+
+def gate_sentences(comparison: dict) -> list[str]:
+    """What the report says of the models the gate withheld, budget by budget, and of
+    those it could not check: the only prose about a model that does not translate."""
+    said = [f"{entry['label']} did not translate at this budget ({entry['why']}): it is not ranked, and is in "
+            "no comparison, verdict, profile or law." for entry in comparison.get("withheld", [])]
+    if comparison.get("unchecked"):
+        said.append("The translation check was not made for " + ", ".join(comparison["unchecked"])
+                    + " (evaluated before the evaluate stage measured source use): their comparisons are not "
+                    "gated, and a model among them that does not translate would be ranked like one that does.")
+    return said
+
+
+def _translation_check(comparison: dict) -> Section:
+    rows = []
+    for group in comparison["groups"]:
+        use = group.get("source_use") or {"each": []}
+        rows.append([group["label"], " / ".join(f"{value:.3f}" for value in use["each"]) or "-",
+                     group["translates"] if group["translates"] != gate.DOES_NOT
+                     else "no: " + (group.get("not_translating") or "")])
+    table = pd.DataFrame(rows, columns=["model", "source use per seed (nats/token)", "translates"])
+    return Section("Does each model translate?", table,
+                   "Source use: the validation targets' cross-entropy with each sentence given another sentence's "
+                   "source (one fixed derangement), minus the same with its own source, in nats per target token. "
+                   f"A run translates when its source use is at least {gate.SOURCE_USE_MIN} and at most "
+                   f"{gate.TOP_OUTPUT_MAX:.0%} of its test outputs are its most frequent output line; a model at "
+                   "a budget translates when every seed does (docs/comparing.md). "
+                   + " ".join(gate_sentences(comparison)), text_columns=1)
+
+
+def _baselines(comparison: dict) -> Section:
+    found = comparison["baselines"]
+    rows = [[NAMES.get(int(order), f"{order}-gram"), f"{loss:.3f}"] for order, loss in found["nats_per_token"].items()]
+    table = pd.DataFrame(rows, columns=["source-blind model", "validation loss (nats/token)"])
+    return Section("Source-blind baselines", table,
+                   f"{found['smoothing'].capitalize()} n-gram models of the target side alone, on the same BPE "
+                   f"pieces, fitted on the {found['train_sentences']:,} training targets and scored on the "
+                   f"{found['valid_sentences']:,} validation targets, EOS counted as the models' validation loss "
+                   "counts it (stages/report/ngram_baselines.py). A model whose validation loss is above a line "
+                   "predicts the target worse than that n-gram model, which never reads the source.")
 
 
 def _tuning(comparison: dict) -> Section:
@@ -113,9 +157,11 @@ def short_of_budget(group: dict) -> str | None:
 
 def _seeds(comparison: dict) -> Section:
     rows = [[group["label"], ", ".join(map(str, group["seeds"])), _mean_std(group["bleu"]),
-             " / ".join(f"{value:.2f}" for value in group["bleu"]["each"]), _mean_std(group["chrf"])]
+             " / ".join(f"{value:.2f}" for value in group["bleu"]["each"]), _mean_std(group["chrf"]),
+             group["translates"]]
             for group in comparison["groups"]]
-    table = pd.DataFrame(rows, columns=["model", "seeds", "BLEU mean ± sd", "BLEU per seed", "chrF mean ± sd"])
+    table = pd.DataFrame(rows, columns=["model", "seeds", "BLEU mean ± sd", "BLEU per seed", "chrF mean ± sd",
+                                        "translates"])
     shortfalls = [said + "." for group in comparison["groups"] if (said := short_of_budget(group))]
     return Section("Seeds", table, " ".join(["Sample standard deviation over the seeds; each seed is its own "
                                              "artifact.", *shortfalls]))
@@ -125,8 +171,11 @@ def _intervals(comparison: dict) -> Section:
     rows = [[label] + [f"{interval['score']:.2f} [{interval['low']:.2f}, {interval['high']:.2f}]"
                        for interval in metrics.values()] + [str(next(iter(metrics.values()))["seeds"])]
             for label, metrics in comparison["intervals"].items()]
+    translates = {group["label"]: group["translates"] for group in comparison["groups"]}
+    for row in rows:
+        row.append(translates.get(row[0], gate.NOT_CHECKED))
     names = list(next(iter(comparison["intervals"].values())))
-    table = pd.DataFrame(rows, columns=["model", *names, "seeds"])
+    table = pd.DataFrame(rows, columns=["model", *names, "seeds", "translates"])
     one_seed = [label for label, metrics in comparison["intervals"].items()
                 if not next(iter(metrics.values()))["seed_variance_measured"]]
     repeated = [f"{label}: seed {seed}'s outputs are seed {kept}'s, line for line, so it counts once"
@@ -172,7 +221,9 @@ def findings(comparison: dict) -> list[str]:
             continue
         ahead, behind, interval = _lead(test)
         seeds = "/".join(map(str, test["seeds"]))
-        said = f"{ahead} scored {abs(test['delta']):.2f} BLEU above {behind} {interval} ({seeds} seeds): "
+        budget = groups[test["a"]]["budget"] if test["a"] in groups else None
+        at = f"At {budget:.2g} training FLOPs, ".replace("e+", "e") if budget else ""
+        said = f"{at}{ahead} scored {abs(test['delta']):.2f} BLEU above {behind} {interval} ({seeds} seeds): "
         if not test["seed_variance_measured"]:
             said += (f"{verdict(test)}, so whether the models (rather than these trained networks) differ was not "
                      f"tested; the test set's variation alone gives p {_p(test['p'])}")
@@ -281,6 +332,8 @@ def _optimum(profile: dict) -> tuple[str, str, str]:
     """Optimal non-embedding parameters and tokens, each with its interval, and where."""
     optimum = profile["optimum"]
     diverged = (f"; left out, diverged: {', '.join(profile['diverged'])}" if profile.get("diverged") else "")
+    if profile.get("not_translating"):
+        diverged += f"; left out, did not translate: {', '.join(profile['not_translating'])}"
     if optimum is None:
         where = profile["where"] + (f": add {profile['add']}" if profile.get("add") else "")
         return "-", "-", where + diverged
@@ -308,7 +361,7 @@ def _isoflop_profiles(comparison: dict) -> Section:
     for entry in comparison["isoflop"]:
         for profile in entry["profiles"]:
             sizes = profile["sizes"]
-            if not sizes:  # every size's run diverged
+            if not sizes:  # every size's run diverged or did not translate
                 rows.append([entry["family"], f"{profile['budget']:.2g}", "-", "-", *_optimum(profile)])
                 continue
             best = min(sizes, key=lambda size: size["valid_loss"])
@@ -336,7 +389,8 @@ def _isoflop_profiles(comparison: dict) -> Section:
                    "to 100% (benchmarks/isoflop_calibration.py). A draw whose minimum left the sizes counts as lying "
                    "beyond them on its side; where more than 2.5% of the draws did so on a side, no interval is given "
                    "and the table names that side. A size whose run diverged (a final "
-                   "validation loss over 1.1 times its best) is left out of its profile and named. "
+                   "validation loss over 1.1 times its best), or that did not translate, is left out of its "
+                   "profile and named. "
                    + ("No interior minimum at: " + "; ".join(flagged) + ". These budgets stay out of the exponents."
                       if flagged else "Every budget's minimum is interior."), text_columns=3)
 

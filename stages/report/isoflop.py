@@ -17,7 +17,8 @@ A minimum counts as **interior** only if the parabola opens upward, its minimum 
 strictly between the smallest and largest size tried, and the size with the lowest mean
 loss is neither of them. Otherwise the profile is flagged with where the optimum lies and
 the frontier preset to add (``widths.FRONTIER_WIDTHS``); flagged budgets stay out of the
-exponent. A size whose run diverged (``seeds.diverged``) is left out of its profile and
+exponent. A size whose run diverged (``seeds.diverged``), or that does not translate
+(``gate.py``), is left out of its profile and
 named.
 
 Intervals come from a parametric bootstrap of the measurement noise: each size's mean loss
@@ -52,6 +53,7 @@ import re
 
 import numpy as np
 
+from stages.report import gate
 from stages.shared.models.widths import FRONTIER_WIDTHS
 
 MIN_SIZES = 3  # a parabola through fewer has no residual and, with two, no curvature
@@ -117,15 +119,19 @@ def _count_sizes(members: list[dict], budget: float) -> int:
 
 def _family(family: str, members: list[dict], budgets: list[float], draws: int, seed: int) -> dict:
     rng = np.random.default_rng(seed)
-    family_sd = _pooled_sd(members)
+    family_sd = _pooled_sd([g for g in members if g.get("translates") != gate.DOES_NOT])
     entries, draws_of = [], {}
     for budget in budgets:
         at = sorted((g for g in members if g["budget"] == budget), key=lambda g: g["non_embedding_parameters"])
         # A size whose run diverged is not a point on the profile: its loss measures the
         # divergence, not the size. Left out and named.
         diverged = [g["model"] for g in at if g.get("diverged_seeds")]
-        entry, optima = _profile(budget, [g for g in at if not g.get("diverged_seeds")], family_sd, draws, rng)
-        entry["diverged"] = diverged
+        # Nor is a size that does not translate (gate.py): its loss is the target side's
+        # language model, not a translation model's.
+        untranslated = [g["model"] for g in at if g.get("translates") == gate.DOES_NOT and not g.get("diverged_seeds")]
+        entry, optima = _profile(budget, [g for g in at if not g.get("diverged_seeds") and g["model"] not in untranslated],
+                                 family_sd, draws, rng)
+        entry["diverged"], entry["not_translating"] = diverged, untranslated
         entries.append(entry)
         if optima is not None:
             draws_of[budget] = optima

@@ -1,5 +1,7 @@
 """The report's figures as PNG files: quality against compute and time, one mark or
-curve per model, drawn with matplotlib's file-only backend (no display needed)."""
+curve per model, drawn with matplotlib's file-only backend (no display needed). Every
+validation-loss axis carries the target side's source-blind n-gram losses as grey lines
+(``draw_baselines``)."""
 
 from __future__ import annotations
 
@@ -30,7 +32,7 @@ def write_plots(records: list[dict], curves: dict[str, list[dict]], directory: P
     written = []
     evaluated = [record for record in records if record.get("bleu") is not None]
     if evaluated:
-        _bleu_vs_flops(evaluated, directory / BLEU_VS_FLOPS, title)
+        _bleu_vs_flops(evaluated, comparison, directory / BLEU_VS_FLOPS, title)
         written.append(BLEU_VS_FLOPS)
     if comparison and comparison.get("isoflop"):
         _save(isoflop_figure(comparison, title), directory / ISOFLOP)
@@ -43,11 +45,12 @@ def write_plots(records: list[dict], curves: dict[str, list[dict]], directory: P
         _save(lr_sensitivity_figure(comparison, title), directory / LR_SENSITIVITY)
         written.append(LR_SENSITIVITY)
     if any(curves.get(record["name"]) for record in records):
-        _curves(records, curves, "train_flops", "training FLOPs (counted)", directory / LOSS_VS_FLOPS, title)
-        _curves(records, curves, "train_seconds", "training time (s)", directory / LOSS_VS_TIME, title)
+        _curves(records, curves, "train_flops", "training FLOPs (counted)", directory / LOSS_VS_FLOPS, title,
+                comparison)
+        _curves(records, curves, "train_seconds", "training time (s)", directory / LOSS_VS_TIME, title, comparison)
         written += [LOSS_VS_FLOPS, LOSS_VS_TIME]
     if any("valid_bleu" in point for record in records for point in curves.get(record["name"]) or []):
-        _bleu_curves(records, curves, directory / BLEU_CURVES, title)
+        _bleu_curves(records, curves, directory / BLEU_CURVES, title, comparison)
         written.append(BLEU_CURVES)
     return written
 
@@ -82,6 +85,7 @@ def isoflop_figure(comparison: dict, title: str):
             if any(value is not None for value in bleu):
                 grid[1][column].plot(x, [np.nan if value is None else value for value in bleu],
                                      marker=marker_of(entry["family"]), markersize=4, color=line.get_color())
+        draw_baselines(grid[0][column], comparison)
         measured = [size["non_embedding_parameters"] for profile in entry["profiles"] for size in profile["sizes"]]
         for row, label in enumerate(("validation loss (nats per target token)", "BLEU (beam)")):
             axes = grid[row][column]
@@ -155,6 +159,7 @@ def envelope_figure(comparison: dict, title: str):
             line.set_data(flops, law(flops))
             floor = "E not determined" if entry["valid_loss"]["saturating"].get("E_at_bound") else f"E {law.E:.2f}"
             line.set_label(f"{entry['family']}: {floor}, alpha {law.alpha:.2f}")
+    draw_baselines(axes, comparison)
     axes.set_xscale("log")
     axes.set_xlabel("training FLOPs (counted)")
     axes.set_ylabel("validation loss, best size (nats per target token)")
@@ -164,33 +169,71 @@ def envelope_figure(comparison: dict, title: str):
     return figure
 
 
-def _bleu_vs_flops(records: list[dict], path: Path, title: str) -> None:
-    figure, axes = plt.subplots(figsize=(6.4, 4.4))
-    for record in records:
-        marker = marker_of(record["family"])
-        dots = axes.scatter(record["train_flops"], record["bleu"], marker=marker, s=60, label=record["name"])
-        if record.get("greedy_bleu") is not None:  # the same model decoded greedily: hollow
-            axes.scatter(record["train_flops"], record["greedy_bleu"], marker=marker, s=60,
-                         facecolors="none", edgecolors=dots.get_facecolor())
-        axes.annotate(record["name"], (record["train_flops"], record["bleu"]), textcoords="offset points",
-                      xytext=(6, 4), fontsize=8)
+def _bleu_vs_flops(records: list[dict], comparison: dict | None, path: Path, title: str) -> None:
+    """Test BLEU (beam) against counted training FLOPs, a line per configured model
+    through its seeds' mean at each budget, a band over the 95% interval of the seeds and
+    the test set (``comparison.intervals``) where it was computed. A model at a budget
+    that does not translate (``gate.py``) is drawn hollow."""
+    from stages.report.gate import DOES_NOT
+
+    groups = (comparison or {}).get("groups") or [
+        {"label": record["name"], "model": record["name"], "family": record["family"], "budget": None,
+         "train_flops": record["train_flops"], "bleu": {"mean": record["bleu"]},
+         "translates": record.get("translates")} for record in records]
+    groups = [group for group in groups if group["bleu"]["mean"] is not None]
+    intervals = (comparison or {}).get("intervals") or {}
+    figure, axes = plt.subplots(figsize=(6.8, 4.8), layout="constrained")
+    for model in dict.fromkeys(group["model"] for group in groups):
+        points = sorted((group for group in groups if group["model"] == model), key=lambda g: g["train_flops"])
+        x = [group["train_flops"] for group in points]
+        (line,) = axes.plot(x, [group["bleu"]["mean"] for group in points], linewidth=1, label=model)
+        colour, marker = line.get_color(), marker_of(points[0]["family"])
+        for group in points:
+            hollow = group.get("translates") == DOES_NOT
+            axes.scatter(group["train_flops"], group["bleu"]["mean"], marker=marker, s=50, zorder=3,
+                         facecolors="none" if hollow else colour, edgecolors=colour)
+        bands = [intervals.get(group["label"], {}).get("BLEU") for group in points]
+        if all(band and band.get("low") is not None for band in bands):
+            axes.fill_between(x, [band["low"] for band in bands], [band["high"] for band in bands], color=colour,
+                              alpha=0.15, linewidth=0)
     axes.set_xscale("log")
     # Room on both sides: models trained at equal FLOPs would otherwise sit on an axis
     # spanning a fraction of a percent; BLEU from 0 so the gaps are not exaggerated.
-    flops = [record["train_flops"] for record in records]
+    flops = [group["train_flops"] for group in groups]
     axes.set_xlim(min(flops) / 2, max(flops) * 2)
-    highest = max(max(record["bleu"], record.get("greedy_bleu") or 0.0) for record in records)
-    axes.set_ylim(0, highest * 1.15 + 0.5)  # a greedy score above every beam score stays in view
+    highest = max([group["bleu"]["mean"] for group in groups]
+                  + [band["high"] for label in (g["label"] for g in groups)
+                     if (band := intervals.get(label, {}).get("BLEU")) and band.get("high") is not None])
+    axes.set_ylim(0, highest * 1.1 + 0.5)
     axes.set_xlabel("training FLOPs (counted)")
-    axes.set_ylabel("BLEU (filled: beam, hollow: greedy)")
+    axes.set_ylabel("test BLEU, beam (bands: 95% interval; hollow: does not translate)")
     axes.set_title(title)
     axes.grid(True, which="both", alpha=0.3)
+    figure.legend(loc="outside lower center", ncol=min(len(axes.get_lines()), 4), fontsize=8)
     _save(figure, path)
 
 
+def draw_baselines(axes, comparison: dict | None) -> None:
+    """The source-blind n-gram models' validation losses (``ngram_baselines``) as grey
+    horizontal lines, each named at its right end: what a model that never reads the
+    source achieves."""
+    from stages.report.ngram_baselines import NAMES
+
+    found = (comparison or {}).get("baselines")
+    if not found:
+        return
+    for order, loss in found["nats_per_token"].items():
+        if int(order) == 1:  # far above every trained model's loss: it would squash the axis
+            continue
+        axes.axhline(loss, color="grey", linestyle=":", linewidth=1)
+        axes.annotate(f"{NAMES.get(int(order), order)} {loss:.2f}", (1.0, loss), xycoords=("axes fraction", "data"),
+                      xytext=(-4, 2), textcoords="offset points", ha="right", fontsize=7, color="grey")
+
+
 def _curves(records: list[dict], curves: dict[str, list[dict]], x_field: str, x_label: str, path: Path,
-            title: str) -> None:
+            title: str, comparison: dict | None = None) -> None:
     figure, axes = plt.subplots(figsize=(6.4, 4.4))
+    draw_baselines(axes, comparison)
     for record in records:
         points = [point for point in curves.get(record["name"]) or [] if "valid_loss" in point]
         if points:
@@ -206,7 +249,8 @@ def _curves(records: list[dict], curves: dict[str, list[dict]], x_field: str, x_
     _save(figure, path)
 
 
-def _bleu_curves(records: list[dict], curves: dict[str, list[dict]], path: Path, title: str) -> None:
+def _bleu_curves(records: list[dict], curves: dict[str, list[dict]], path: Path, title: str,
+                 comparison: dict | None = None) -> None:
     """Validation loss (left) next to BLEU during training (right): the validation
     split solid, the fixed sample of training pairs dashed, against updates. One legend
     below both panels, one entry per run (its colour and marker) and two for the line
@@ -214,6 +258,7 @@ def _bleu_curves(records: list[dict], curves: dict[str, list[dict]], path: Path,
     from matplotlib.lines import Line2D
 
     figure, (loss_axes, bleu_axes) = plt.subplots(1, 2, figsize=(11, 4.4), layout="constrained")
+    draw_baselines(loss_axes, comparison)
     runs = []
     for record in records:
         points = curves.get(record["name"]) or []

@@ -19,7 +19,8 @@ FIELDS = (
     "name", "model", "seed", "budget", "family", "preset", "parameters", "non_embedding_parameters", "steps", "stop_reason", "train_tokens",
     "train_seconds", "workers", "device_hours", "train_flops", "train_flops_6nd", "train_flops_paper",
     "flops_per_second", "mfu", "best_valid_ppl", "final_valid_loss", "best_valid_bleu", "bleu", "bleu_lc", "chrf", "greedy_bleu",
-    "greedy_bleu_lc", "greedy_chrf", "beam_size",
+    "greedy_bleu_lc", "greedy_chrf", "beam_size", "translates", "source_use", "top_output_share",
+    "distinct_output_share",
     "sentences_per_second", "tokens_per_second", "decode_flops_per_sentence", "greedy_sentences_per_second",
     "ctranslate2_weights", "ctranslate2_bleu", "ctranslate2_sentences_per_second", "test_sentences",
     "sacrebleu_signature", "bleu_lc_signature", "chrf_signature",
@@ -62,6 +63,11 @@ def model_record(name: str, train_config: dict, train_metrics: dict, eval_metric
         "greedy_bleu": evaluation.get("greedy_bleu"), "greedy_bleu_lc": evaluation.get("greedy_bleu_lc"),
         "greedy_chrf": evaluation.get("greedy_chrf"),
         "beam_size": evaluation.get("beam_size"),
+        # The translation gate's inputs (stages/report/gate.py); its verdict is given by
+        # write_report, which can also measure collapse on outputs evaluated before it was.
+        "translates": None, "source_use": evaluation.get("source_use"),
+        "top_output_share": evaluation.get("top_output_share"),
+        "distinct_output_share": evaluation.get("distinct_output_share"),
         "sentences_per_second": evaluation.get("sentences_per_second"),
         "tokens_per_second": evaluation.get("tokens_per_second"),
         "decode_flops_per_sentence": evaluation.get("decode_flops_per_sentence"),
@@ -111,6 +117,8 @@ def from_reports(name: str, train_report: dict, train_curve: list[dict],
     losses = [point["valid_loss"] for point in curve if "valid_loss" in point]
     record = model_record(name, train_report["config"], train_report["metrics"],
                           eval_report["metrics"] if eval_report else None, run_of, losses[-1] if losses else None)
+    if eval_report and eval_report["metrics"].get("top_output") is not None:
+        record["top_output"] = eval_report["metrics"]["top_output"]
     record["training_warnings"] = training_warnings(name, train_report["config"]["train"], train_report["metrics"],
                                                     train_curve)
     return record, curve
@@ -118,9 +126,6 @@ def from_reports(name: str, train_report: dict, train_curve: list[dict],
 
 # A run whose last logged training loss is above this share of its first did not learn.
 STUCK_LOSS_RATIO = 0.95
-# A model that writes one sentence for at least this share of the test set hardly reads
-# its source: its BLEU is that sentence's overlap with the references, not translation.
-ONE_SENTENCE_SHARE = 0.5
 
 
 def training_warnings(name: str, training: dict, metrics: dict, rows: list[dict]) -> list[str]:
@@ -137,19 +142,3 @@ def training_warnings(name: str, training: dict, metrics: dict, rows: list[dict]
         warnings.append(f"{name}'s training loss did not fall: {first['train_loss']:.2f} at update {first['step']:,}, "
                         f"{last['train_loss']:.2f} at update {last['step']:,}")
     return warnings
-
-
-def output_warnings(name: str, hypotheses: list[str]) -> list[str]:
-    """What says a run's test outputs are not translations: one sentence written for at
-    least ``ONE_SENTENCE_SHARE`` of the inputs (a model that learned the target side's
-    most likely sentence and not to read its source)."""
-    from collections import Counter
-
-    if len(hypotheses) < 10:
-        return []
-    sentence, times = Counter(hypotheses).most_common(1)[0]
-    if times < ONE_SENTENCE_SHARE * len(hypotheses):
-        return []
-    shown = sentence if len(sentence) <= 60 else sentence[:57] + "..."
-    return [f"{name} wrote one sentence for {times:,} of its {len(hypotheses):,} test inputs (\"{shown}\"): "
-            "it hardly reads its source, and its BLEU is that sentence's overlap with the references"]

@@ -7,6 +7,8 @@ import math
 import statistics
 from dataclasses import dataclass
 
+from stages.report import gate
+
 SCORED = ("bleu", "chrf")  # the record fields summarized over seeds
 
 
@@ -41,6 +43,10 @@ class ModelAtBudget:
         # longer has. Records from before the field existed: the best, from its perplexity.
         row["valid_loss"] = _spread([loss for run in self.runs if (loss := _final_loss(run)) is not None])
         row["diverged_seeds"] = [run.get("seed") for run in self.runs if diverged(run)]
+        # The translation gate (gate.py): every seed must translate for the model to.
+        row["translates"] = gate.group_verdict(list(self.runs))
+        row["not_translating"] = gate.failing_seeds(list(self.runs)) or None
+        row["source_use"] = _spread([run["source_use"] for run in self.runs if run.get("source_use") is not None])
         return row
 
 

@@ -52,6 +52,9 @@ COLUMNS: tuple[tuple[str, str, Callable], ...] = (
     ("BLEU lc beam", "bleu_lc", _fixed(2)),
     ("chrF greedy", "greedy_chrf", _fixed(2)),
     ("chrF beam", "chrf", _fixed(2)),
+    ("translates", "translates", str),
+    ("source use", "source_use", _fixed(3)),
+    ("top line", "top_output_share", "{:.0%}".format),
     ("sent/s beam", "sentences_per_second", _fixed(1)),
     ("tok/s beam", "tokens_per_second", _fixed(0)),
     ("decode MFLOPs/sent", "decode_flops_per_sentence", lambda value: f"{value / 1e6:,.1f}"),
@@ -84,11 +87,13 @@ def signature_lines(records: list[dict]) -> list[str]:
 
 
 def warning_lines(records: list[dict]) -> list[str]:
-    """Each run's warnings (records.training_warnings, records.output_warnings): a run
-    that did not really train or does not translate, whose scores say little about its
-    model."""
+    """Each run's warnings (records.training_warnings, and the translation gate's reasons):
+    a run that did not really train or does not translate, whose scores say little about
+    its model."""
     return [line for record in records
-            for line in (record.get("training_warnings") or []) + (record.get("output_warnings") or [])]
+            for line in (record.get("training_warnings") or [])
+            + ([f"{record['name']} does not translate: " + "; ".join(record["gate_reasons"])]
+               if record.get("gate_reasons") else [])]
 
 
 def trained_on(record: dict) -> str:

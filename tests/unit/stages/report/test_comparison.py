@@ -158,24 +158,3 @@ def test_a_seed_that_repeats_another_is_counted_once_and_the_report_says_so(tmp_
     markdown = (tmp_path / "report.md").read_text()
     assert "t: seed 2's outputs are seed 1's, line for line, so it counts once." in markdown
     assert "untestable with 1 seed" in markdown
-
-
-def test_a_run_that_writes_one_sentence_for_most_inputs_is_warned_of_and_one_that_translates_is_not(tmp_path):
-    from stages.report.artifact import summary
-
-    rows = [run("t", "transformer", 1, 1e12, 3.0), run("r", "rnn", 1, 1e12, 20.0)]
-    translated, _ = output(0.2, 1)
-    # The Transformer wrote its training data's likeliest sentence for 60 of 100 inputs.
-    constant = ["Ein Mann in einem Boot ."] * 60 + translated[60:]
-    write_report(rows, {}, tmp_path, "collapsed", {"t.1e+12.s1": (constant, REFERENCES),
-                                                    "r.1e+12.s1": (translated, REFERENCES)})
-    said = ('t.1e+12.s1 wrote one sentence for 60 of its 100 test inputs ("Ein Mann in einem Boot ."): it hardly '
-            "reads its source, and its BLEU is that sentence's overlap with the references")
-    assert f"**Warning:** {said}" in (tmp_path / "report.md").read_text()
-    report = json.loads((tmp_path / "report.json").read_text())
-    _, lines = summary(report)
-    assert [line for line in lines if line.startswith("warning:")] == [f"warning: {said}"]
-    # 49 of 100 is under the share: no warning.
-    assert write_report(rows[:1], {}, tmp_path / "under", "t", {
-        "t.1e+12.s1": (["Ein Mann ."] * 49 + translated[49:], REFERENCES)}) and \
-        "Warning" not in (tmp_path / "under" / "report.md").read_text()

@@ -99,7 +99,7 @@ def test_the_report_shows_each_tuned_size_s_rates_its_losses_and_the_choice(tmp_
     assert tmp_path / "lr_sensitivity.png" in written and (tmp_path / "lr_sensitivity.png").stat().st_size > 0
     text = (tmp_path / "report.md").read_text()
     assert "## Tuned learning rates" in text
-    lines = [line for line in text.splitlines() if line.startswith("| t.w64 ")]
+    lines = [line for line in text.split("## Tuned learning rates")[1].splitlines() if line.startswith("| t.w64 ")]
     assert [line.split("|")[2].strip() for line in lines] == ["0.001", "0.003", "30"]
     assert "yes" in lines[1] and "no finite loss" in lines[2] and "stopped" in lines[2]
     # Each size's choice, with its family (read from the runs' records).
@@ -129,13 +129,26 @@ def test_the_report_shows_each_tuned_size_s_rates_its_losses_and_the_choice(tmp_
     assert tmp_path / "plain" / "lr_sensitivity.png" not in without
 
 
-def test_the_bleu_plot_keeps_a_greedy_score_above_every_beam_score_in_view(tmp_path, monkeypatch):
+def test_the_bleu_plot_draws_the_intervals_as_bands_and_a_model_that_does_not_translate_hollow(tmp_path,
+                                                                                                monkeypatch):
+    from matplotlib.collections import PathCollection, PolyCollection
+
     from stages.report import plots
 
     kept = []
-    monkeypatch.setattr(plots, "_save", lambda figure, path: kept.append(figure.axes[0].get_ylim()))
-    records = [{"name": "a", "family": "transformer", "train_flops": 1e12, "bleu": 10.0, "greedy_bleu": 30.0},
-               {"name": "b", "family": "rnn", "train_flops": 2e12, "bleu": 12.0, "greedy_bleu": None}]
-    plots._bleu_vs_flops(records, tmp_path / "bleu.png", "t")
-    (low, high), = kept
-    assert low == 0 and high > 30.0
+    monkeypatch.setattr(plots, "_save", lambda figure, path: kept.append(figure.axes[0]))
+    groups = [{"label": f"{model} @ {budget:g}", "model": model, "family": family, "budget": budget,
+               "train_flops": budget, "bleu": {"mean": bleu}, "translates": translates}
+              for model, family, budget, bleu, translates in (("t", "transformer", 1e12, 3.0, "no"),
+                                                              ("t", "transformer", 1e13, 20.0, "yes"),
+                                                              ("r", "rnn", 1e12, 12.0, "yes"),
+                                                              ("r", "rnn", 1e13, 18.0, "yes"))]
+    intervals = {group["label"]: {"BLEU": {"low": group["bleu"]["mean"] - 1, "high": group["bleu"]["mean"] + 9}}
+                 for group in groups}
+    plots._bleu_vs_flops([], {"groups": groups, "intervals": intervals}, tmp_path / "bleu.png", "t")
+    (axes,) = kept
+    marks = [c for c in axes.collections if isinstance(c, PathCollection)]
+    hollow = [c for c in marks if c.get_facecolor().size == 0 or c.get_facecolor()[0][3] == 0]
+    assert len(marks) == 4 and len(hollow) == 1 and hollow[0].get_offsets()[0][1] == 3.0
+    assert sum(isinstance(c, PolyCollection) for c in axes.collections) == 2  # a band per model
+    assert axes.get_ylim()[0] == 0 and axes.get_ylim()[1] > 29.0  # the highest band in view

@@ -1,0 +1,82 @@
+"""Does a trained model translate? Two measurements the report's gate reads
+(``stages/report/gate.py``), made on every evaluated run:
+
+- **source use**: the model's mean target cross-entropy (nats per target token, EOS
+  included, as the train stage's validation loss) on the validation split with each
+  sentence's source replaced by another sentence's, minus the same with the true
+  sources. A model that ignores its source loses nothing when the sources are swapped
+  (about 0); one that translates loses a lot. The swap is one fixed derangement (no
+  sentence keeps its own source), the same for every run, so runs are compared on the
+  same pairs.
+- **collapse** (``stages/shared/output_collapse.py``): of the test outputs, the share
+  that are the run's most frequent output line, and the share of distinct lines. A
+  model that learned the target side's likeliest sentence writes it for most inputs.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch.nn.utils.rnn import pad_sequence
+
+from stages.shared.models.loss import translation_loss
+from stages.shared.models.protocol import TranslationModel
+
+# Sentences per forward pass: the validation split is short sentences, and memory is
+# small at any size this runs at.
+BATCH_SENTENCES = 64
+# The derangement's seed: fixed, so that every run's source use is measured on the same
+# mismatched pairs.
+DERANGEMENT_SEED = 0
+
+
+def derangement(count: int, seed: int = DERANGEMENT_SEED) -> list[int]:
+    """For each sentence, the index of the other sentence whose source it gets: a random
+    order, each sentence taking the next one's source in it (a single cycle, so none
+    keeps its own)."""
+    if count < 2:
+        raise ValueError(f"a derangement needs two or more sentences, got {count}")
+    order = np.random.default_rng(seed).permutation(count)
+    other = np.empty(count, dtype=np.int64)
+    other[order] = np.roll(order, -1)
+    return other.tolist()
+
+
+def target_cross_entropy(model: TranslationModel, sources: list[list[int]], targets: list[list[int]],
+                         special_ids: dict, device: str = "cpu") -> float:
+    """Mean NLL per target token (nats) of ``targets`` given ``sources``, teacher-forced:
+    each target ends with EOS (as the tokenize stage writes it), and is fed after BOS."""
+    pad_id, bos_id = special_ids["pad"], special_ids["bos"]
+    nll, tokens = 0.0, 0
+    # Sorted by length so that a batch pads little; the sum does not depend on the order.
+    order = sorted(range(len(sources)), key=lambda index: (len(sources[index]), len(targets[index])))
+    was_training = model.training
+    model.eval()
+    with torch.no_grad():
+        for start in range(0, len(order), BATCH_SENTENCES):
+            chunk = order[start:start + BATCH_SENTENCES]
+            src = pad_sequence([torch.tensor(sources[index]) for index in chunk], batch_first=True,
+                               padding_value=pad_id)
+            tgt_out = pad_sequence([torch.tensor(targets[index]) for index in chunk], batch_first=True,
+                                   padding_value=pad_id)
+            tgt_in = torch.cat([torch.full((len(chunk), 1), bos_id, dtype=torch.long), tgt_out[:, :-1]], dim=1)
+            tgt_in = tgt_in.masked_fill(tgt_out == pad_id, pad_id)
+            # No label smoothing, and past any auxiliary loss's schedule: the target's NLL.
+            _, batch_nll = translation_loss(model, src.to(device), tgt_in.to(device), tgt_out.to(device),
+                                            step=10**9, epsilon=0.0, pad_id=pad_id)
+            nll += float(batch_nll)
+            tokens += int((tgt_out != pad_id).sum())
+    model.train(was_training)
+    return nll / max(tokens, 1)
+
+
+def source_use(model: TranslationModel, sources: list[list[int]], targets: list[list[int]], special_ids: dict,
+               device: str = "cpu") -> dict:
+    """``valid_nll`` (true sources), ``valid_nll_other_source`` (each sentence given
+    another's source, ``derangement``) and their difference, ``source_use``, in nats per
+    target token."""
+    true = target_cross_entropy(model, sources, targets, special_ids, device)
+    other = derangement(len(sources))
+    swapped = target_cross_entropy(model, [sources[index] for index in other], targets, special_ids, device)
+    return {"valid_nll": true, "valid_nll_other_source": swapped, "source_use": swapped - true,
+            "source_use_sentences": len(sources)}
