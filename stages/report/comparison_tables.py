@@ -62,17 +62,17 @@ def _translation_check(comparison: dict) -> Section:
     rows = []
     for group in comparison["groups"]:
         use = group.get("source_use") or {"each": []}
-        rows.append([group["label"], " / ".join(f"{value:.3f}" for value in use["each"]) or "-",
-                     group["translates"] if group["translates"] != gate.DOES_NOT
-                     else "no: " + (group.get("not_translating") or "")])
-    table = pd.DataFrame(rows, columns=["model", "source use per seed (nats/token)", "translates"])
+        rows.append([group["label"], group["translates"] if group["translates"] != gate.DOES_NOT
+                     else "no: " + (group.get("not_translating") or ""),
+                     " / ".join(f"{value:.3f}" for value in use["each"]) or "-"])
+    table = pd.DataFrame(rows, columns=["model", "translates", "source use per seed (nats/token)"])
     return Section("Does each model translate?", table,
                    "Source use: the validation targets' cross-entropy with each sentence given another sentence's "
                    "source (one fixed derangement), minus the same with its own source, in nats per target token. "
                    f"A run translates when its source use is at least {gate.SOURCE_USE_MIN} and at most "
                    f"{gate.TOP_OUTPUT_MAX:.0%} of its test outputs are its most frequent output line; a model at "
                    "a budget translates when every seed does (docs/comparing.md). "
-                   + " ".join(gate_sentences(comparison)), text_columns=1)
+                   + " ".join(gate_sentences(comparison)), text_columns=2)
 
 
 def _baselines(comparison: dict) -> Section:
@@ -80,7 +80,7 @@ def _baselines(comparison: dict) -> Section:
     rows = [[NAMES.get(int(order), f"{order}-gram"), f"{loss:.3f}"] for order, loss in found["nats_per_token"].items()]
     table = pd.DataFrame(rows, columns=["source-blind model", "validation loss (nats/token)"])
     return Section("Source-blind baselines", table,
-                   f"{found['smoothing'].capitalize()} n-gram models of the target side alone, on the same BPE "
+                   f"{found['smoothing'][:1].upper()}{found['smoothing'][1:]} n-gram models of the target side alone, on the same BPE "
                    f"pieces, fitted on the {found['train_sentences']:,} training targets and scored on the "
                    f"{found['valid_sentences']:,} validation targets, EOS counted as the models' validation loss "
                    "counts it (stages/report/ngram_baselines.py). A model whose validation loss is above a line "

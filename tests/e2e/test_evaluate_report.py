@@ -240,6 +240,41 @@ def test_report_flops_columns_agree_with_the_training_metrics(pipeline_run):
     assert "rnn_tiny: peak " in markdown and "measured: " in markdown and "matmul probe" in markdown
 
 
+def test_the_report_gates_models_that_do_not_translate_and_shows_the_source_blind_baselines(pipeline_run):
+    """Thirty updates on 800 pairs do not make a translation model (configs/smoke.yaml's
+    Transformer still used none of its source after 200): the evaluate stage measures
+    source use and collapse, and the report keeps every model that fails out of every
+    comparison, saying why."""
+    from stages.report import gate
+
+    run = pipeline_run
+    report_dir = artifact(run, "report")
+    report = json.loads((report_dir / "report.json").read_text())
+    for row in report["models"]:
+        scores = json.loads((artifact(run, f"evaluate/{row['name']}") / "scores.json").read_text())
+        assert scores["valid_nll_other_source"] - scores["valid_nll"] == pytest.approx(scores["source_use"])
+        assert scores["source_use_sentences"] == 60 and 0 < scores["top_output_share"] <= 1
+        assert row["source_use"] == scores["source_use"] and row["top_output_share"] == scores["top_output_share"]
+        assert row["translates"] == gate.judge(row)[0]
+    failing = {row["name"] for row in report["models"] if row["translates"] == gate.DOES_NOT}
+    assert "transformer_tiny" in failing
+    comparison = report["comparison"]
+    assert {entry["label"] for entry in comparison["withheld"]} == failing
+    assert not any({test["a"], test["b"]} & failing for test in comparison["tests"])
+    markdown = (report_dir / "report.md").read_text()
+    for name in failing:
+        assert f"{name} did not translate at this budget (" in markdown
+    header = markdown.split("## Does each model translate?")[1].strip().splitlines()[0]
+    assert [cell.strip() for cell in header.strip("|").split("|")][:2] == ["model", "translates"]
+    # The target side's n-gram models, fitted on the 800 training targets.
+    baselines = comparison["baselines"]
+    losses = [baselines["nats_per_token"][order] for order in ("1", "2", "3", "4")]
+    assert baselines["train_sentences"] == 800 and baselines["valid_sentences"] == 60
+    assert math.log(500) > losses[0] > losses[1] > losses[2] and losses[3] < losses[1]
+    assert "## Source-blind baselines" in markdown and "| bigram " in markdown
+    assert "translates" in run.first.stdout and "did not translate at this budget" in run.first.stdout
+
+
 def test_the_report_renders_with_any_subset_of_models(pipeline_run, tmp_path):
     report = json.loads((artifact(pipeline_run, "report") / "report.json").read_text())
     rnn = [row for row in report["models"] if row["family"] == "rnn"]
@@ -274,7 +309,10 @@ def test_nmt_report_compares_configs_and_mlflow_runs(pipeline_run, tmp_path):
     # Both read the evaluations' outputs, so the intervals and tests are the report stage's.
     stage_report = json.loads((artifact(run, "report") / "report.json").read_text())
     tests = stage_report["comparison"]["tests"]
-    assert tests and by_config["comparison"]["tests"] == tests == by_mlflow["comparison"]["tests"]
+    assert by_config["comparison"]["tests"] == tests == by_mlflow["comparison"]["tests"]
+    # The same gate from either source: the models that do not translate are withheld.
+    withheld = stage_report["comparison"]["withheld"]
+    assert withheld and by_config["comparison"]["withheld"] == withheld == by_mlflow["comparison"]["withheld"]
     assert by_config["comparison"]["intervals"] == stage_report["comparison"]["intervals"]
 
     both = CliRunner().invoke(app, ["report", str(run.config), parents[1].info.run_id, "-o", str(tmp_path / "both")])
