@@ -206,8 +206,8 @@ def _bleu_vs_flops(records: list[dict], comparison: dict | None, path: Path, tit
                      if (band := intervals.get(label, {}).get("BLEU")) and band.get("high") is not None])
     axes.set_ylim(0, highest * 1.1 + 0.5)
     axes.set_xlabel("training FLOPs (counted)")
-    axes.set_ylabel("test BLEU, beam (bands: 95% interval; hollow: does not translate)")
-    axes.set_title(title)
+    axes.set_ylabel("test BLEU (beam)")
+    axes.set_title(f"{title}\nbands: 95% intervals; hollow: does not translate", fontsize=10)
     axes.grid(True, which="both", alpha=0.3)
     figure.legend(loc="outside lower center", ncol=min(len(axes.get_lines()), 4), fontsize=8)
     _save(figure, path)
@@ -232,7 +232,9 @@ def draw_baselines(axes, comparison: dict | None) -> None:
 
 def _curves(records: list[dict], curves: dict[str, list[dict]], x_field: str, x_label: str, path: Path,
             title: str, comparison: dict | None = None) -> None:
-    figure, axes = plt.subplots(figsize=(6.4, 4.4))
+    # The legend below the axes, as many columns as fit: a sweep's dozens of runs would
+    # cover the curves inside them.
+    figure, axes = plt.subplots(figsize=(7.2, 5.0), layout="constrained")
     draw_baselines(axes, comparison)
     for record in records:
         points = [point for point in curves.get(record["name"]) or [] if "valid_loss" in point]
@@ -245,7 +247,7 @@ def _curves(records: list[dict], curves: dict[str, list[dict]], x_field: str, x_
     axes.set_ylabel("validation loss (nats per target token)")
     axes.set_title(title)
     axes.grid(True, which="both", alpha=0.3)
-    axes.legend(fontsize=8)
+    figure.legend(loc="outside lower center", ncol=4 if len(records) > 8 else 2, fontsize=6)
     _save(figure, path)
 
 

@@ -27,9 +27,9 @@ class Figure:
 
 
 FIGURES = [
-    Figure("the default job's wall time", "2026-11-29_multi30k_default_job_epyc_zen4_fp32.md", "11 min 30 s",
+    Figure("the default job's wall time", "2026-12-01_multi30k_default_job_epyc_zen4.md", "26 min 31 s",
            r"for the whole\s+graph|the whole graph took"),
-    Figure("the default job's artifacts on disk", "2026-11-29_multi30k_default_job_epyc_zen4_fp32.md", "101 MB",
+    Figure("the default job's artifacts on disk", "2026-12-01_multi30k_default_job_epyc_zen4.md", "957 MB",
            r"of artifacts|artifacts took", SIZE + r"(?= of (?:artifacts|disk))"),
     Figure("the frontier study's wall time", "2026-11-30_isoflop_study_xeon_amx.md", "2:02:09",
            r"for 64 tune stages|multi30k_frontier\.yaml` (?:trains|runs)"),

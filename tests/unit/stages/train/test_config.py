@@ -59,7 +59,9 @@ def test_best_by_bleu_needs_bleu_validations_and_zero_3_cannot_decode_per_worker
     assert TrainConfig(max_steps=1, valid_bleu_every=10, best_metric="valid_bleu").valid_bleu_beam == 1
 
 
-@pytest.mark.parametrize("name", ["multi30k_en_de.yaml", "smoke.yaml", "multi30k_sweep.yaml",
+# Not the default comparison (configs/multi30k_en_de.yaml): its runs decode once, when
+# evaluated, to keep the whole graph within its time on two cores.
+@pytest.mark.parametrize("name", ["smoke.yaml", "multi30k_sweep.yaml",
                                   "multi30k_en_de_converged.yaml", "multi30k_en_de_wu2021.yaml",
                                   "multi30k_decoder_only_losses.yaml"])
 def test_the_shipped_configs_draw_bleu_curves(name):
