@@ -30,13 +30,11 @@ import json
 import time
 from pathlib import Path
 
-import pyarrow as pa
-
 from pipeline.core.context import StageContext
-from pipeline.core.hardware import HardwareError, cpus_of_this_task, detect_device, resolve_precision
+from pipeline.core.hardware import HardwareError, detect_device, resolve_precision
 from stages.clean import read_split
 from stages.shared.errors import InputDataError
-from stages.evaluate.config import EvaluateConfig, EvaluateStageConfig
+from stages.evaluate.config import EvaluateStageConfig
 from stages.shared.inference.model_file import MODEL_FILES, weights_file
 from stages.shared.names import TRAIN, train_stage
 
@@ -68,8 +66,12 @@ def run(inputs: dict[str, Path], config: EvaluateStageConfig, output: Path, ctx:
                              "(evaluate.weights: best needs a train run that validated)")
 
     size = -(-len(sources) // min(settings.shards, len(sources)))
+    valid = read_split(inputs["clean"], "valid")
+    # The first task also measures the model's source use (translation_check.py), on its
+    # device, where the model is loaded already.
     jobs = [DecodeJob(ctx.fetcher(name, inputs[name]), sources[start:start + size], settings, ctx.progress,
-                      f"evaluate {config.model} [{start + 1}-{min(start + size, len(sources))}]")
+                      f"evaluate {config.model} [{start + 1}-{min(start + size, len(sources))}]",
+                      (valid.column("src").to_pylist(), valid.column("tgt").to_pylist()) if start == 0 else None)
             for start in range(0, len(sources), size)]
     started = time.time()
     parts = ctx.parallel_map(decode_part, jobs, gpus=1 if settings.device.startswith("cuda") else 0)
@@ -92,8 +94,7 @@ def run(inputs: dict[str, Path], config: EvaluateStageConfig, output: Path, ctx:
               **_hardware_summary([part.hardware for part in parts]),
               **score_hypotheses(beam, references, "", sum(p.beam_seconds for p in parts)),
               "decode_flops_per_sentence": sum(part.beam_flops for part in parts) / len(sources),
-              **collapse([line[0].text for line in beam]),
-              **_source_use(ctx.fetcher(name, inputs[name])(), read_split(inputs["clean"], "valid"), settings)}
+              **collapse([line[0].text for line in beam]), **parts[0].source_use}
     if settings.greedy:
         greedy = [line for part in parts for line in part.greedy]
         _write_lines(output / "hypotheses.greedy.txt", [line[0].text for line in greedy])
@@ -109,31 +110,6 @@ def run(inputs: dict[str, Path], config: EvaluateStageConfig, output: Path, ctx:
                                            sum(p.ctranslate2_seconds for p in parts)))
     (output / "scores.json").write_text(json.dumps(scores, indent=2, ensure_ascii=False))
     return scores
-
-
-def _source_use(train_artifact: Path, valid: pa.Table, settings: EvaluateConfig) -> dict:
-    """The model's source use on the validation split (``translation_check.source_use``),
-    in fp32 on the stage's own device and threads. Pairs too long for the model's position
-    table (source and target together, the decoder-only model's layout) are left out."""
-    import torch
-
-    from stages.evaluate.translation_check import source_use
-    from stages.shared.inference.beam import model_positions
-    from stages.shared.inference.translator import Translator
-
-    torch.set_num_threads(cpus_of_this_task())
-    translator = Translator.from_file(weights_file(train_artifact, settings.weights), settings.device, "fp32")
-    sources = translator.encode(valid.column("src").to_pylist())
-    targets = [ids + [translator.eos_id] for ids in
-               translator.tgt_spm.encode(valid.column("tgt").to_pylist(), out_type=int)]
-    positions = model_positions(translator.model)
-    pairs = [(src, tgt) for src, tgt in zip(sources, targets) if src[:-1] and tgt[:-1]
-             and (positions is None or len(src) + len(tgt) + 2 <= positions)]
-    if len(pairs) < 2:
-        return {"source_use": None, "source_use_skipped": f"{len(pairs)} usable validation pairs"}
-    special = {"pad": translator.pad_id, "bos": translator.bos_id, "eos": translator.eos_id}
-    return source_use(translator.model, [src for src, _ in pairs], [tgt for _, tgt in pairs], special,
-                      settings.device)
 
 
 def read_scores(artifact: Path) -> dict:

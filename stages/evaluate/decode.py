@@ -1,11 +1,12 @@
 """One decoding task of the evaluate stage: load the model, decode a share of the split
 with the beam (and greedily, and with the model exported to CTranslate2 when
-``evaluate.ctranslate2`` asks), on as many threads as CPUs the task was given."""
+``evaluate.ctranslate2`` asks), on as many threads as CPUs the task was given; the first
+task also measures the model's source use on the validation split, on the same device."""
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
@@ -13,9 +14,11 @@ import torch
 
 from pipeline.core.hardware import cpus_of_this_task, detect_device, resolve_precision
 from stages.evaluate.config import EvaluateConfig
+from stages.evaluate.translation_check import source_use
 from stages.shared.export import ExportError
 from stages.shared.inference.ctranslate2_translator import CTranslate2Translator
 from stages.shared.inference.model_file import weights_file
+from stages.shared.inference.beam import model_positions
 from stages.shared.inference.translator import Translation, Translator
 from stages.shared.models.flops import decoding_flops
 
@@ -27,6 +30,9 @@ class DecodeJob:
     config: EvaluateConfig
     progress: Callable  # tqdm-like, from the stage's context
     label: str  # for the progress bar
+    # The validation split's (sources, references), for the one task that measures the
+    # model's source use (translation_check.py); None for the others.
+    valid: tuple[list[str], list[str]] | None = None
 
 
 @dataclass(frozen=True)
@@ -40,6 +46,7 @@ class Decoded:
     ctranslate2: list[list[Translation]] | None = None  # the beam search run by CTranslate2
     ctranslate2_seconds: float = 0.0
     ctranslate2_skipped: str | None = None  # why a model CTranslate2 cannot run was not decoded by it
+    source_use: dict = field(default_factory=dict)  # translation_check.source_use, from the task given the split
 
 
 def decode_part(job: DecodeJob) -> Decoded:
@@ -81,5 +88,22 @@ def decode_part(job: DecodeJob) -> Decoded:
     flops = sum(decoding_flops(translator.model, len(source), len(line[0].hypothesis.tokens) + 1,
                                search.beam_size)
                 for source, line in zip(translator.encode(job.lines), beam))
+    checked = source_use_on(translator, *job.valid) if job.valid is not None else {}
     return Decoded(beam, greedy, beam_seconds, greedy_seconds, hardware, flops, ctranslate2, ctranslate2_seconds,
-                   skipped)
+                   skipped, checked)
+
+
+def source_use_on(translator: Translator, sources: list[str], references: list[str]) -> dict:
+    """The model's source use on these pairs (``translation_check.source_use``), in the
+    weights' own precision (no autocast). Pairs too long for its position table (source
+    and target together: the decoder-only model's layout) or empty on a side are left out."""
+    encoded = translator.encode(sources)
+    targets = [ids + [translator.eos_id] for ids in translator.tgt_spm.encode(references, out_type=int)]
+    positions = model_positions(translator.model)
+    pairs = [(src, tgt) for src, tgt in zip(encoded, targets) if src[:-1] and tgt[:-1]
+             and (positions is None or len(src) + len(tgt) + 2 <= positions)]
+    if len(pairs) < 2:
+        return {"source_use": None, "source_use_skipped": f"{len(pairs)} usable validation pairs"}
+    special = {"pad": translator.pad_id, "bos": translator.bos_id, "eos": translator.eos_id}
+    return source_use(translator.model, [src for src, _ in pairs], [tgt for _, tgt in pairs], special,
+                      translator.device)
