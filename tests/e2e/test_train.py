@@ -170,7 +170,16 @@ from stages.train.config import TrainStageConfig
 from pipeline.core.context import StageContext
 from pipeline.runner import point_state_api_at_own_dashboard
 
-ray.init(address="local", num_cpus=1, dashboard_port=point_state_api_at_own_dashboard(), log_to_driver=False)
+# Ray gives a new node's raylet a fixed 30 s to register (ray/_private/node.py); on two
+# cores loaded by the other test worker's cluster it once missed that: a second start.
+for attempt in (1, 2):
+    try:
+        ray.init(address="local", num_cpus=1, dashboard_port=point_state_api_at_own_dashboard(), log_to_driver=False)
+        break
+    except Exception as error:
+        if attempt == 2 or "timed out during startup" not in str(error):
+            raise
+        ray.shutdown()
 config = TrainStageConfig.model_validate_json(sys.argv[1])
 train.run({"tokenize": Path(sys.argv[2])}, config, Path(sys.argv[3]), StageContext())
 """
