@@ -97,8 +97,8 @@ def target_baselines(tokenized: Path) -> dict:
 
     def targets(split: str) -> list[list[int]]:
         rows = []
-        for path in tokenize.shard_files(tokenized, split):
-            with pa.ipc.open_stream(path) as reader:
+        for shard in index["splits"][split]["shards"]:
+            with pa.ipc.open_stream(tokenized / shard["file"]) as reader:
                 rows += reader.read_all().column("tgt_ids").to_pylist()
         # The models predict EOS after each target: counted here too.
         return rows if index["append_eos"] else [ids + [vocab["special_ids"]["eos"]] for ids in rows]

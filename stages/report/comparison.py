@@ -39,8 +39,8 @@ def compare(records: list[dict], outputs: dict[str, tuple[list[str], list[str]]]
     withheld = [{"label": row["label"], "budget": row["budget"], "why": row["not_translating"]}
                 for row in summaries if row["translates"] == gate.DOES_NOT]
     unchecked = [row["label"] for row in summaries if row["translates"] == gate.NOT_CHECKED]
-    systems = {label: entry for label, entry in evaluated.items()
-               if label in {row["label"] for row in translating}}
+    compared = {row["label"] for row in translating}
+    systems = {label: entry for label, entry in evaluated.items() if label in compared}
     draws: dict[int, object] = {}  # test-set size -> the bootstrap's draws, shared by the systems of that size
 
     def counts(system: resampling.SeededSystem):

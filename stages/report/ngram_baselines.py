@@ -21,9 +21,10 @@ hand-computed values and that every context's probabilities sum to one.
 from __future__ import annotations
 
 import math
-from collections import Counter, defaultdict
+from collections import Counter
 
 ORDERS = (1, 2, 3, 4)
+NAMES = {1: "unigram", 2: "bigram", 3: "trigram", 4: "4-gram"}
 
 
 class KneserNey:
@@ -89,11 +90,7 @@ def baselines(train: list[list[int]], valid: list[list[int]], vocab_size: int, b
               orders: tuple[int, ...] = ORDERS) -> dict:
     """Per order (as a string, for JSON): the validation split's cross-entropy in nats per
     target token of the Kneser-Ney model fitted on ``train``."""
-    found = defaultdict(dict)
-    for order in orders:
-        found[str(order)] = KneserNey(order, vocab_size, bos_id).fit(train).cross_entropy(valid)
-    return {"nats_per_token": dict(found), "train_sentences": len(train), "valid_sentences": len(valid),
+    found = {str(order): KneserNey(order, vocab_size, bos_id).fit(train).cross_entropy(valid) for order in orders}
+    return {"nats_per_token": found, "train_sentences": len(train), "valid_sentences": len(valid),
             "vocab_size": vocab_size, "smoothing": "interpolated Kneser-Ney"}
 
-
-NAMES = {1: "unigram", 2: "bigram", 3: "trigram", 4: "4-gram"}
