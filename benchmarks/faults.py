@@ -206,9 +206,10 @@ def fill(directory: Path) -> Path:
 
 
 class Matrix:
-    def __init__(self, work: Path, seed: int, signal_after: int | None = None):
+    def __init__(self, work: Path, seed: int, signal_after: int | None = None, most_delay: float = 1.0):
         self.work, self.random = work, random.Random(seed)
         self.signal_after = signal_after  # the update SIGTERM cases signal after; None: seeded
+        self.most_delay = most_delay  # seconds after a stage takes its key that its fault may strike
         self.baseline_dir = work / "baseline"
         self.s3: SeaweedS3 | None = None
 
@@ -309,7 +310,7 @@ class Matrix:
                 else:
                     victim.send_signal(signal.SIGTERM)
         elif wait_for(lambda: root.exists(lease), victim, every=0.01 if root.env == {} else 0.05):
-            time.sleep(self.random.uniform(0.0, 1.0))
+            time.sleep(self.random.uniform(0.0, self.most_delay))
             case.landed = not root.exists(committed)
             if case.kind == "kill":
                 os.killpg(victim.pid, signal.SIGKILL)
@@ -434,13 +435,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--signal-after", type=int,
                         help="the update preempt and term cases signal after (default: seeded, 2 to "
                              f"{MAX_STEPS - 2}), to repeat one")
+    parser.add_argument("--most-delay", type=float, default=1.0,
+                        help="the other cases strike at a seeded moment up to this many seconds after their stage "
+                             "took its key (0: at once, while it surely computes)")
     args = parser.parse_args(argv)
     work = args.work or Path(tempfile.mkdtemp(prefix="nmt-faults-"))
     work.mkdir(parents=True, exist_ok=True)
     multi30k = os.environ.get("NMT_MIRROR")
     if not multi30k:
         raise SystemExit("set NMT_MIRROR to a directory with the Multi30k files (docs/running.md: the offline corpus directory)")
-    matrix = Matrix(work, args.seed, args.signal_after)
+    matrix = Matrix(work, args.seed, args.signal_after, args.most_delay)
     started = time.time()
     try:
         matrix.plan_graph()

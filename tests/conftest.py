@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -35,23 +37,77 @@ def fast_retries(monkeypatch):
     monkeypatch.setattr("stages.download.http.RETRY_BACKOFF_S", 0.01)
 
 
+def pytest_configure(config):
+    """Ray's temporary directory of this suite's own (RAY_TMPDIR, read by Ray and by
+    cluster/slurm.sbatch), made once by the controlling process and inherited by its
+    workers: two suites on one machine share no ``ray_current_cluster`` file, no
+    session directories and no Slurm job's ``ray-<job id>`` (the test clusters number
+    their jobs from 1). Short, for Ray's socket paths (at most 107 bytes)."""
+    if "RAY_TMPDIR" not in os.environ:
+        os.environ["RAY_TMPDIR"] = tempfile.mkdtemp(prefix="nmt-", dir="/tmp")
+        config.made_ray_tmpdir = os.environ["RAY_TMPDIR"]
+
+
+# The files that take minutes, longest first (seconds of setup, call and teardown on a
+# 2-core CPU: benchmarks/reports/2026-12-02_ci_times_epyc_zen4.md). Under -n 2 pytest-xdist
+# hands out whole files, those with the most tests first, keeping this order among files
+# of as many tests: of the one-test files, which come last, a long one started last kept
+# one core busy alone at the end.
+LONGEST_FIRST = [
+    "e2e/test_train.py", "e2e/test_multinode.py", "e2e/test_serve.py", "e2e/test_tune.py", "e2e/test_evaluate_report.py",
+    "e2e/test_pipeline.py", "e2e/test_faults.py", "e2e/test_admission.py", "e2e/test_slurm.py",
+    "e2e/test_concurrent_runs.py", "e2e/test_ray_up.py", "unit/stages/shared/export/test_export.py",
+    "e2e/test_object_store.py", "e2e/test_your_data.py", "e2e/test_validation_bleu.py",
+]
+
+
+def pytest_collection_modifyitems(config, items):
+    """The tiers (README, docs/architecture.md): a unit test is ``fast`` unless it uses
+    the local Ray instance or is marked ``trains``; the end-to-end tests are ``slow``.
+    Then the files in LONGEST_FIRST's order, the rest after them as collected."""
+    tests = Path(__file__).parent
+    for item in items:
+        in_unit = (tests / "unit") in Path(item.fspath).parents
+        if in_unit and not item.get_closest_marker("trains") and "local_ray" not in item.fixturenames:
+            item.add_marker(pytest.mark.fast)
+
+    def rank(item) -> int:
+        name = Path(item.fspath).relative_to(tests).as_posix()
+        return LONGEST_FIRST.index(name) if name in LONGEST_FIRST else len(LONGEST_FIRST)
+
+    items.sort(key=rank)  # stable: each file's tests keep their order
+
+
+def pytest_unconfigure(config):
+    made = getattr(config, "made_ray_tmpdir", None)
+    if made:
+        shutil.rmtree(made, ignore_errors=True)
+
+
 @pytest.fixture(scope="session")
 def local_ray():
     """One real local Ray instance for the whole session (starting one takes seconds),
     its State API where its own processes find it, as ``nmt run``'s."""
     import ray
 
-    from pipeline.runner import PREEMPTION_WATCHER_ENV, point_state_api_at_own_dashboard
+    from pipeline.runner import API_SERVER_ENV, PREEMPTION_WATCHER_ENV, point_state_api_at_own_dashboard
 
-    # As nmt run's own local instance: its processes inherit the setting, and the tests'
-    # other commands (a cluster's driver among them) do not.
-    ours = PREEMPTION_WATCHER_ENV not in os.environ
+    # As nmt run's own local instance: its processes inherit these settings, and the
+    # tests' other commands and clusters (started later by this process) do not.
+    before = {name: os.environ.get(name) for name in (PREEMPTION_WATCHER_ENV, API_SERVER_ENV)}
     os.environ.setdefault(PREEMPTION_WATCHER_ENV, "0")
     ray.init(address="local", num_cpus=2, dashboard_port=point_state_api_at_own_dashboard(), log_to_driver=False)
-    if ours:
-        del os.environ[PREEMPTION_WATCHER_ENV]
+    restore_environment(before)
     yield
     ray.shutdown()
+
+
+def restore_environment(values: dict[str, str | None]) -> None:
+    for name, value in values.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
 
 
 @pytest.fixture(scope="session")

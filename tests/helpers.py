@@ -99,12 +99,17 @@ def clean_slice(multi30k: Path, root: Path, lines: dict[str, int]) -> Path:
     return root / "clean"
 
 
-def smoke_briefly(max_steps: int) -> list[str]:
+def smoke_briefly(max_steps: int, one_model: bool = False) -> list[str]:
     """Settings that train the smoke graph briefly (``max_steps`` updates a model,
     validated and checkpointed every 10, no greedy decoding): for runs about launching
-    or faults, not about training."""
-    return [f"train.max_steps={max_steps}", "train.valid_every=10", "train.checkpoint_every=10",
-            "train.valid_bleu_every=null", "train.warmup_steps=10", "evaluate.greedy=false"]
+    or faults, not about training. ``one_model``: its Transformer alone, for a launch
+    whose subject is the job, not the four families (test_evaluate_report.py's)."""
+    settings = [f"train.max_steps={max_steps}", "train.valid_every=10", "train.checkpoint_every=10",
+                "train.valid_bleu_every=null", "train.warmup_steps=10", "evaluate.greedy=false"]
+    return settings + ([ONE_MODEL] if one_model else [])
+
+
+ONE_MODEL = "models=[{name: transformer_tiny, family: transformer, preset: tiny}]"
 
 
 def set_options(settings: list[str]) -> list[str]:

@@ -19,6 +19,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pipeline.runner import API_SERVER_ENV
 from tests.s3_server import free_port, kill_group
 
 
@@ -54,7 +55,8 @@ def _start_another_instance() -> tuple[subprocess.Popen, int]:
     process = subprocess.Popen([ray_binary(), "start", "--head", "--block", f"--port={port}", "--num-cpus=0",
                                 "--include-dashboard=false", f"--ray-client-server-port={free_port()}"],
                                env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    latest = Path("/tmp/ray/ray_current_cluster")
+    # Where Ray keeps it: under RAY_TMPDIR, which each test suite has of its own (conftest.py).
+    latest = Path(os.environ.get("RAY_TMPDIR", "/tmp")) / "ray" / "ray_current_cluster"
     deadline = time.time() + 240
     while not (latest.is_file() and latest.read_text().strip().endswith(f":{port}")):
         if process.poll() is not None or time.time() > deadline:
@@ -117,8 +119,11 @@ class LocalRayCluster:
                  f"--runtime-env-agent-port={free_port()}", f"--metrics-export-port={free_port()}"]
         # RAY_ADDRESS: Ray's own actors that connect back (Ray Train's placement group
         # cleaner) must find this cluster, not another Ray instance on the machine.
-        env = {**os.environ, **SLOW_MACHINE, **self.env, **self.auth_env(), "NMT_CACHE_DIR": str(cache_dir),
-               "RAY_USAGE_STATS_ENABLED": "0", "RAY_ADDRESS": self.address}
+        # Nor the State API of an instance this process started before (the local_ray
+        # fixture's): the cleaner would ask it about this cluster's controller.
+        env = {**{key: value for key, value in os.environ.items() if key != API_SERVER_ENV}, **SLOW_MACHINE,
+               **self.env, **self.auth_env(), "NMT_CACHE_DIR": str(cache_dir), "RAY_USAGE_STATS_ENABLED": "0",
+               "RAY_ADDRESS": self.address}
         command = [ray_binary(), "start", "--block", "--node-ip-address=127.0.0.1", f"--temp-dir={temp_dir}",
                    "--object-store-memory=100000000", "--disable-usage-stats", *ports, *args]
         log = open(temp_dir / "ray-start.log", "wb")

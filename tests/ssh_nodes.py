@@ -15,6 +15,7 @@ addresses, as Ray's SSH has no other; root, for the namespaces.
 
 from __future__ import annotations
 
+import errno
 import os
 import pwd
 import shlex
@@ -30,14 +31,30 @@ from pathlib import Path
 from tests.helpers import processes_naming
 
 
-def available() -> str | None:
-    """Why this machine cannot start the servers, or None."""
+def available(addresses: list[str]) -> str | None:
+    """Why this machine cannot start servers on ``addresses``, or None."""
     if os.geteuid() != 0:
         return "the SSH servers run in PID namespaces of their own, which needs root"
     for tool in ("/usr/sbin/sshd", "ssh", "ssh-keygen", "unshare", "mount", "rsync"):
         if shutil.which(tool) is None:
             return f"{tool} not installed: run tests/install_system_packages.sh"
+    for address in addresses:
+        if port_taken(address, 22):
+            return (f"port 22 on {address} is taken (another test suite's SSH node, or this machine's sshd "
+                    "listening on every address)")
     return None
+
+
+def port_taken(address: str, port: int) -> bool:
+    with socket.socket() as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((address, port))
+        except OSError as error:
+            if error.errno == errno.EADDRINUSE:
+                return True
+            raise
+    return False
 
 
 class SshNodes:

@@ -103,13 +103,19 @@ def stage_version(stage: str) -> int:
 
 def unbumped_changes(recorded: dict) -> list[str]:
     """One line per stage whose code changed since it was recorded while its
-    ``VERSION`` stayed the same."""
+    ``VERSION`` stayed the same, or whose ``VERSION`` changed and was not recorded: a
+    bump left unrecorded would switch the guard off for that stage, and every later
+    change to it would pass unseen."""
     problems = []
     for stage in STAGES:
         entry = recorded.get(stage)
         if entry is None:
             problems.append(f"{stage}: not recorded (python -m tests.stage_fingerprints --record)")
-        elif fingerprint(stage) != entry["fingerprint"] and stage_version(stage) == entry["version"]:
+        elif stage_version(stage) != entry["version"]:
+            problems.append(f"{stage}: VERSION {stage_version(stage)} in stages/{stage}/__init__.py, but "
+                            f"{entry['version']} recorded; record the new one with its code "
+                            "(python -m tests.stage_fingerprints --record)")
+        elif fingerprint(stage) != entry["fingerprint"]:
             problems.append(f"{stage}: its code changed since VERSION {entry['version']} was recorded; bump VERSION in "
                             f"stages/{stage}/__init__.py if its output changes, then record "
                             "(python -m tests.stage_fingerprints --record)")

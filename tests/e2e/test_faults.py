@@ -36,11 +36,16 @@ def test_a_fault_of_each_kind_is_survived_with_no_data_lost(tmp_path, multi30k, 
     cases = ["s3:tokenize", "corrupt:clean"]
     if can_mount_tmpfs(tmp_path):  # a filesystem of its own to fill: needs mount rights
         cases.append("disk:clean")
-    rc = faults.main(["--cases", *cases, "--seed", "1", "--work", str(tmp_path / "work"),
+    # --most-delay 0: each fault strikes as its stage takes its key, before it can have
+    # committed, so that what survives is a fault that landed.
+    rc = faults.main(["--cases", *cases, "--seed", "1", "--most-delay", "0", "--work", str(tmp_path / "work"),
                       "--json", str(tmp_path / "cases.json")])
     results = json.loads((tmp_path / "cases.json").read_text())
     assert [f"{case['kind']}:{case['stage']}" for case in results] == cases
     for case in results:
+        assert case["landed"], f"{case['kind']}:{case['stage']}: the fault struck after the stage committed: {case}"
+        if case["kind"] == "disk":  # a full disk fails the stage, which names it
+            assert case["first"].startswith("failed") and case["cause_named"] == "yes", case
         assert case["survived"], f"{case['kind']}:{case['stage']}: {case}"
         assert case["lost"] == [] and case["leftovers"] == []
     assert rc == 0

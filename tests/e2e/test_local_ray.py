@@ -113,3 +113,12 @@ def test_a_sigkilled_driver_leaves_no_process_of_its_instance():
     while (left := session_processes(driver.pid)) and time.monotonic() < deadline:
         time.sleep(0.5)
     assert not left, [process.name() for process in left]
+
+
+def test_the_tests_local_instance_leaves_no_setting_to_the_clusters_started_after_it(local_ray):
+    """The local_ray fixture's instance names its State API to its own processes only:
+    a cluster a later test starts from this process (tests/ray_cluster.py copies this
+    environment) would otherwise send its placement-group cleaner's questions there."""
+    from pipeline.runner import API_SERVER_ENV, PREEMPTION_WATCHER_ENV
+
+    assert API_SERVER_ENV not in os.environ and PREEMPTION_WATCHER_ENV not in os.environ

@@ -24,7 +24,7 @@ from tests.slurm_cluster import SlurmCluster, available
 
 pytestmark = pytest.mark.slow
 SMOKE = REPO / "configs" / "smoke.yaml"
-FAST = smoke_briefly(40)  # the job is about launching, not about training
+FAST = smoke_briefly(40, one_model=True)  # the job is about launching, not about training
 
 
 @pytest.fixture(scope="module")
@@ -64,7 +64,7 @@ def job_log(workdir: Path, job: str) -> str:
 
 def ray_processes_of(job: str) -> list[str]:
     """Processes of the job's Ray (its temp dir is in their command lines) still running."""
-    return processes_naming(f"/tmp/ray-{job}/")
+    return processes_naming(f"{os.environ.get('RAY_TMPDIR', '/tmp')}/ray-{job}/")
 
 
 def wait_gone(slurm: SlurmCluster, job: str, workdir: Path, timeout: float = 900) -> None:

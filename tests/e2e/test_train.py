@@ -75,14 +75,15 @@ def test_two_cpu_workers_with_zero2_train_checkpoint_and_lower_the_loss(tokenize
 
 @pytest.mark.parametrize("family", ["rnn", "transformer", "decoder_only"])
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
-def test_every_family_trains_in_every_precision_this_cpu_runs(tokenized, tmp_path, local_ray, family, precision):
+def test_every_family_trains_in_every_precision_this_cpu_runs(tokenized, tmp_path, family, precision):
     """No family may crash inside oneDNN: bf16 trains only where the CPU has it natively
     (the RNN's LSTM has no oneDNN bf16 kernel elsewhere). Where it has not, this test
-    skips; the refusal itself is tested in test_pipeline.py."""
+    skips; the refusal itself is tested in test_pipeline.py. In the stage's own process
+    (train.in_process): the worker function and engine are Ray Train's workers' own."""
     if precision == "bf16" and not detect_device("cpu").bf16:
         pytest.skip(f"this CPU has no native bf16: {detect_device('cpu').why}")
     metrics = run_stage(tokenized, stage_config(family, precision=precision, max_steps=4, valid_every=4,
-                                                checkpoint_every=4, log_every=1), tmp_path / "out")
+                                                checkpoint_every=4, log_every=1, in_process=True), tmp_path / "out")
     losses = [row["train_loss"] for row in rows(tmp_path / "out") if "train_loss" in row]
     assert metrics["steps"] == 4 and len(losses) == 4 and all(math.isfinite(loss) for loss in losses)
     device = detect_device("cpu")
@@ -98,16 +99,16 @@ def test_every_family_trains_in_every_precision_this_cpu_runs(tokenized, tmp_pat
 
 def test_auto_trains_in_fp32_when_the_cpu_is_told_it_lacks_bf16(tokenized, tmp_path):
     """What an AVX2-only CPU does, on any CPU: the worker resolves auto to fp32 itself.
-    A process with a Ray instance of its own, whose workers see the environment variable.
-    On a CPU without native bf16 the consolidated-weights test's auto run shows this
-    already, with no second Ray instance to start."""
+    A process of its own that sees the environment variable, training in the stage's
+    process (the worker function is Ray Train's workers'). On a CPU without native bf16
+    the consolidated-weights test's auto run shows this already."""
     if not detect_device("cpu").bf16:
         pytest.skip("this CPU lacks native bf16: test_consolidated_weights_load_without_deepspeed_and_match_the_engine"
                     "[auto-2-2] trains auto in fp32 here")
-    config = stage_config("rnn", precision="auto", max_steps=2, valid_every=2, checkpoint_every=2)
+    config = stage_config("rnn", precision="auto", max_steps=2, valid_every=2, checkpoint_every=2, in_process=True)
     env = {**os.environ, CPU_BF16_ENV: "0"}
-    subprocess.run([sys.executable, "-c", VICTIM, config.model_dump_json(), str(tokenized), str(tmp_path)],
-                   cwd=REPO, env=env, check=True, capture_output=True, timeout=600)
+    subprocess.run([sys.executable, "-c", VICTIM_WITHOUT_RAY, config.model_dump_json(), str(tokenized),
+                    str(tmp_path)], cwd=REPO, env=env, check=True, capture_output=True, timeout=600)
     metrics = json.loads((tmp_path / "train_report.json").read_text())["metrics"]
     assert metrics["precision"] == "fp32" and metrics["steps"] == 2
 
@@ -119,8 +120,10 @@ def test_consolidated_weights_load_without_deepspeed_and_match_the_engine(tokeni
     0's from the model states file: either way they must be the engine's weights. The
     run validates at update 10, so under ZeRO-3 every worker must join the gather of the
     best weights (rank 0 alone would wait for the others for ever)."""
+    # One worker trains in the stage's process (train.in_process): the same engine and
+    # checkpoint, without Ray Train's start.
     config = stage_config(workers=workers, zero_stage=zero_stage, precision=precision, max_steps=10,
-                          checkpoint_every=10)
+                          checkpoint_every=10, in_process=workers == 1)
     metrics = run_stage(tokenized, config, tmp_path / "out")
     # auto resolves in the worker to what this CPU runs natively.
     resolved = "bf16" if detect_device("cpu").bf16 else "fp32"
@@ -160,6 +163,17 @@ def _engine_logits(model, checkpoint: Path, batch, monkeypatch):
     with torch.no_grad():
         return engine(batch.src, batch.tgt_in)
 
+
+VICTIM_WITHOUT_RAY = """
+import sys
+from pathlib import Path
+from stages import train
+from stages.train.config import TrainStageConfig
+from pipeline.core.context import StageContext
+
+config = TrainStageConfig.model_validate_json(sys.argv[1])
+train.run({"tokenize": Path(sys.argv[2])}, config, Path(sys.argv[3]), StageContext())
+"""
 
 VICTIM = """
 import sys

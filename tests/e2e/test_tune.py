@@ -101,7 +101,7 @@ def test_two_tune_stages_at_once_in_one_ray_job_keep_their_own_trials(tokenized,
     stage's trials ran with the other's model and output, or never started."""
     import ray
 
-    config = experiment()
+    config = experiment(in_process=True)  # how each trial starts is the other tests' subject
     raw = config.model_dump(mode="json", exclude_unset=True)
     raw["models"] = [{"name": "t", "family": "transformer", "preset": "tiny"},
                      {"name": "r", "family": "rnn", "preset": "tiny"}]

@@ -20,10 +20,14 @@ def test_changed_code_without_a_bump_is_named_with_what_to_do():
     assert problem.startswith("evaluate: its code changed") and "stages/evaluate/__init__.py" in problem
 
 
-def test_a_bumped_version_accepts_the_change():
+def test_a_bumped_version_is_accepted_once_recorded_and_until_then_named():
+    """Bumped and not recorded, the guard stays on: it asks for the record, and a later
+    change to the same stage cannot pass under the unrecorded bump."""
     recorded = guard.current()
-    recorded["evaluate"] = {"version": recorded["evaluate"]["version"] - 1, "fingerprint": "0" * 16}
     assert guard.unbumped_changes(recorded) == []
+    recorded["evaluate"] = {"version": recorded["evaluate"]["version"] - 1, "fingerprint": "0" * 16}
+    (problem,) = guard.unbumped_changes(recorded)
+    assert problem.startswith("evaluate: VERSION") and "recorded" in problem and "--record" in problem
 
 
 def test_docstrings_comments_and_the_version_line_do_not_change_the_fingerprint(tmp_path):

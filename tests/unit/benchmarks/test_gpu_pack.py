@@ -12,6 +12,8 @@ import pytest
 from benchmarks import gpu_pack
 from tests.helpers import REPO
 
+pytestmark = pytest.mark.trains  # imports the slimmed Ray in a process of its own
+
 PYTHON = f"{sys.version_info[0]}.{sys.version_info[1]}"
 
 

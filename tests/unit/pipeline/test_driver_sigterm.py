@@ -5,10 +5,13 @@ then raises."""
 
 from __future__ import annotations
 
-import pytest
 import signal
 import subprocess
 import sys
+
+import pytest
+
+pytestmark = pytest.mark.trains  # processes standing in for training workers
 
 # A process whose command line names it a Ray Train worker, or a train stage's task
 # (Ray's title for it): on SIGTERM it takes a moment (its last update and checkpoint),

@@ -8,6 +8,8 @@ import sys
 
 import pytest
 
+pytestmark = pytest.mark.trains  # beam search in processes of its own
+
 FAULTS_OF_A_BEAM_SEARCH = """
 import resource, sys
 import torch

@@ -9,8 +9,11 @@ import sys
 import time
 
 import psutil
+import pytest
 
 from tests.helpers import REPO
+
+pytestmark = pytest.mark.trains  # starts and kills a driver's processes
 
 DRIVER = """
 import subprocess, time

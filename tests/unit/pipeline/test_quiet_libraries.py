@@ -6,7 +6,11 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 from tests.helpers import REPO
+
+pytestmark = pytest.mark.trains  # processes that import MLflow and DeepSpeed
 
 
 def run_python(code: str, tmp_path) -> str:

@@ -14,6 +14,8 @@ from hypothesis import strategies as st
 from pipeline.cli import app
 from tests.trained_models import train_briefly
 
+pytestmark = pytest.mark.trains  # translate with worker processes, each importing torch
+
 
 @pytest.fixture(scope="module")
 def transformer(tokenized, tmp_path_factory):

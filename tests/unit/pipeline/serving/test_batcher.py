@@ -1,4 +1,7 @@
-"""DynamicBatcher (pipeline/serving/batcher.py): batches formed when the decoder is free."""
+"""DynamicBatcher (pipeline/serving/batcher.py): batches formed when the decoder is free.
+Every scenario runs on a virtual clock (tests/virtual_clock.py): its decode times,
+arrivals and waits happen at exactly the times written, so a batch's makeup never
+depends on how long a real sleep took on a loaded machine."""
 
 from __future__ import annotations
 
@@ -7,6 +10,7 @@ import asyncio
 import pytest
 
 from pipeline.serving.batcher import DynamicBatcher
+from tests.virtual_clock import run
 
 
 class SlowDecoder:
@@ -41,7 +45,7 @@ def test_requests_arriving_during_a_decode_form_one_batch_once_it_is_done():
         return decoder, await asyncio.gather(batcher.submit(["a"]), submit_later(batcher, ["b"], 0.05),
                                              submit_later(batcher, ["c"], 0.10), submit_later(batcher, ["d"], 0.15))
 
-    decoder, results = asyncio.run(scenario())
+    decoder, results = run(scenario())
     assert decoder.batches == [[["a"]], [["b"], ["c"], ["d"]]]
     assert results == [["A"], ["B"], ["C"], ["D"]]
 
@@ -53,7 +57,7 @@ def test_batches_hold_at_most_max_size_sentences_in_arrival_order():
         jobs = [["a", "b"], ["c"], ["d", "e"], ["f"], ["g", "h", "i", "j"]]
         return decoder, jobs, await asyncio.gather(*(batcher.submit(job) for job in jobs))
 
-    decoder, jobs, results = asyncio.run(scenario())
+    decoder, jobs, results = run(scenario())
     # ["d", "e"] would make 5: it starts the next batch, and nothing overtakes it.
     assert decoder.batches == [[["a", "b"], ["c"]], [["d", "e"], ["f"]], [["g", "h", "i", "j"]]]
     assert results == [[sentence.upper() for sentence in job] for job in jobs]
@@ -69,7 +73,7 @@ def test_a_lone_request_waits_for_company_then_goes_alone():
         await batcher.submit(["c"])  # nobody else: decoded after the wait, alone
         return decoder
 
-    assert asyncio.run(scenario()).batches == [[["a"], ["b"]], [["c"]]]
+    assert run(scenario()).batches == [[["a"], ["b"]], [["c"]]]
 
 
 def closed_loop_clients(batcher: DynamicBatcher, clients: int, rounds: int, think_s: float):
@@ -93,8 +97,8 @@ def test_the_clients_of_the_last_round_are_waited_for_up_to_the_longest_wait():
         await closed_loop_clients(DynamicBatcher(decoder, len, 8, 0.01, max_wait_s), 4, 3, 0.1)
         return [len(batch) for batch in decoder.batches]
 
-    assert asyncio.run(scenario(None)) == [1, 3, 1, 3, 1, 3]
-    assert asyncio.run(scenario(1.0)) == [1, 4, 4, 3]
+    assert run(scenario(None)) == [1, 3, 1, 3, 1, 3]
+    assert run(scenario(1.0)) == [1, 4, 4, 3]
 
 
 def test_a_lone_client_does_not_wait_for_the_longest_wait():
@@ -107,7 +111,7 @@ def test_a_lone_client_does_not_wait_for_the_longest_wait():
         await closed_loop_clients(batcher, 1, 3, 0.0)
         return decoder, asyncio.get_running_loop().time() - started
 
-    decoder, seconds = asyncio.run(scenario())
+    decoder, seconds = run(scenario())
     assert [len(batch) for batch in decoder.batches] == [1, 1, 1]
     assert seconds < 1.0
 
@@ -123,7 +127,7 @@ def test_a_failed_batch_fails_its_callers_and_the_next_batch_is_decoded():
         failed = await asyncio.gather(batcher.submit(["bad"]), batcher.submit(["fine"]), return_exceptions=True)
         return failed, await batcher.submit(["later"])
 
-    failed, later = asyncio.run(scenario())
+    failed, later = run(scenario())
     assert all(isinstance(result, RuntimeError) and "cannot decode bad" in str(result) for result in failed)
     assert later == ["LATER"]
 
@@ -133,4 +137,4 @@ def test_a_job_larger_than_a_batch_is_refused():
         await batcher_for(SlowDecoder(0.0), max_size=2).submit(["a", "b", "c"])
 
     with pytest.raises(ValueError, match="size 3 cannot fit in a batch of 2"):
-        asyncio.run(scenario())
+        run(scenario())

@@ -10,6 +10,8 @@ import numpy as np
 import pytest
 import torch
 
+pytestmark = pytest.mark.trains  # torch.compile traces models
+
 FAMILIES = ("transformer", "decoder_only")  # the others refuse train.compile (ModelFamily.compile_refused)
 
 

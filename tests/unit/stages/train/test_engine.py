@@ -8,8 +8,12 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 from stages.train.engine import INFERENCE_ALLREDUCE_OP
 from tests.s3_server import free_port
+
+pytestmark = pytest.mark.trains  # builds a DeepSpeed engine
 
 REPO = Path(__file__).resolve().parents[4]
 

@@ -18,6 +18,8 @@ from tests.train_loops import (
     weights,
 )
 
+pytestmark = pytest.mark.trains  # builds DeepSpeed engines
+
 
 @pytest.fixture
 def fp16_loop(tokenized, monkeypatch) -> LoopUnderTest:

@@ -12,6 +12,8 @@ import torch
 from benchmarks.step_overhead import CountOps
 from tests.train_loops import single_process_distributed, train_loop
 
+pytestmark = pytest.mark.trains  # builds a DeepSpeed engine and trains
+
 
 @pytest.fixture
 def device_synchronizes(monkeypatch) -> list[int]:

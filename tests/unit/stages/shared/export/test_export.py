@@ -18,6 +18,8 @@ from stages.shared.inference.search import SearchSettings
 from stages.shared.inference.translator import Translator
 from tests.trained_models import train_briefly
 
+pytestmark = pytest.mark.trains  # trains models and decodes them with CTranslate2
+
 GREEDY = SearchSettings(beam_size=1, max_length_b=40)
 
 

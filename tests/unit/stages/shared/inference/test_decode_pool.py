@@ -19,6 +19,8 @@ from stages.shared.inference.search import SearchSettings
 from stages.shared.inference.translator import Translator, open_translator
 from tests.trained_models import train_briefly, write_manifest
 
+pytestmark = pytest.mark.trains  # decoding processes, each importing torch
+
 
 @pytest.fixture(scope="module")
 def model(tokenized, tmp_path_factory):

@@ -11,6 +11,8 @@ import torch
 from stages.shared.inference.model_file import ModelFileError, load_model_file
 from tests.trained_models import train_briefly, write_manifest
 
+pytestmark = pytest.mark.trains  # trains a model
+
 
 @pytest.fixture
 def model_dir(tokenized, tmp_path):

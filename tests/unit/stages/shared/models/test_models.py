@@ -165,6 +165,7 @@ def test_counted_flops_agree_with_torch_flop_counter(kind, src_len, tgt_len):
     assert abs(ours - counter.get_total_flops()) <= 0.02 * counter.get_total_flops()
 
 
+@pytest.mark.trains
 @pytest.mark.parametrize("kind", ["transformer_post_ln", "rnn_gru_general", "rnn_lstm_additive", "decoder_only"])
 def test_each_family_overfits_a_batch_of_32_pairs(kind):
     torch.manual_seed(0)
