@@ -92,22 +92,18 @@ def local_ray():
 
     from pipeline.runner import API_SERVER_ENV, PREEMPTION_WATCHER_ENV, point_state_api_at_own_dashboard
 
-    # As nmt run's own local instance: its processes inherit these settings, and the
-    # tests' other commands and clusters (started later by this process) do not.
-    before = {name: os.environ.get(name) for name in (PREEMPTION_WATCHER_ENV, API_SERVER_ENV)}
+    # As nmt run's own local instance: its processes inherit the watcher's setting, and
+    # the tests' other commands do not. Its State API's address stays set, for this
+    # process's own State API calls until the session ends; every cluster the tests
+    # start from here names its own (tests/ray_cluster.py, tests/slurm_cluster.py).
+    ours = PREEMPTION_WATCHER_ENV not in os.environ
     os.environ.setdefault(PREEMPTION_WATCHER_ENV, "0")
     ray.init(address="local", num_cpus=2, dashboard_port=point_state_api_at_own_dashboard(), log_to_driver=False)
-    restore_environment(before)
+    if ours:
+        del os.environ[PREEMPTION_WATCHER_ENV]
     yield
     ray.shutdown()
-
-
-def restore_environment(values: dict[str, str | None]) -> None:
-    for name, value in values.items():
-        if value is None:
-            os.environ.pop(name, None)
-        else:
-            os.environ[name] = value
+    os.environ.pop(API_SERVER_ENV, None)
 
 
 @pytest.fixture(scope="session")

@@ -50,7 +50,8 @@ def start_another_instance() -> tuple[subprocess.Popen, int]:
 def _start_another_instance() -> tuple[subprocess.Popen, int]:
     port = free_port()
     env = {**os.environ, "RAY_AUTH_MODE": "disabled", **SLOW_MACHINE}
-    env.pop("RAY_ADDRESS", None)
+    for setting in ("RAY_ADDRESS", API_SERVER_ENV):  # a user's instance knows nothing of this process's
+        env.pop(setting, None)
     log = tempfile.TemporaryFile()
     process = subprocess.Popen([ray_binary(), "start", "--head", "--block", f"--port={port}", "--num-cpus=0",
                                 "--include-dashboard=false", f"--ray-client-server-port={free_port()}"],
@@ -117,18 +118,22 @@ class LocalRayCluster:
         ports = [f"--node-manager-port={free_port()}", f"--object-manager-port={free_port()}",
                  f"--dashboard-agent-listen-port={free_port()}", f"--dashboard-agent-grpc-port={free_port()}",
                  f"--runtime-env-agent-port={free_port()}", f"--metrics-export-port={free_port()}"]
-        # RAY_ADDRESS: Ray's own actors that connect back (Ray Train's placement group
-        # cleaner) must find this cluster, not another Ray instance on the machine.
-        # Nor the State API of an instance this process started before (the local_ray
-        # fixture's): the cleaner would ask it about this cluster's controller.
-        env = {**{key: value for key, value in os.environ.items() if key != API_SERVER_ENV}, **SLOW_MACHINE,
-               **self.env, **self.auth_env(), "NMT_CACHE_DIR": str(cache_dir), "RAY_USAGE_STATS_ENABLED": "0",
-               "RAY_ADDRESS": self.address}
+        env = self.node_environment(cache_dir)
         command = [ray_binary(), "start", "--block", "--node-ip-address=127.0.0.1", f"--temp-dir={temp_dir}",
                    "--object-store-memory=100000000", "--disable-usage-stats", *ports, *args]
         log = open(temp_dir / "ray-start.log", "wb")
         process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         self.nodes[name] = RayNode(name, process, temp_dir, cache_dir)
+
+    def node_environment(self, cache_dir: Path) -> dict[str, str]:
+        """A node's environment. RAY_ADDRESS: Ray's own actors that connect back (Ray
+        Train's placement group cleaner) must find this cluster, not another Ray instance
+        on the machine. Its State API is its own head's dashboard, not that of an instance
+        this process started before (the local_ray fixture names its own in this
+        environment): the cleaner asks it whether this cluster's controller lives."""
+        return {**os.environ, **SLOW_MACHINE, **self.env, **self.auth_env(), "NMT_CACHE_DIR": str(cache_dir),
+                "RAY_USAGE_STATS_ENABLED": "0", "RAY_ADDRESS": self.address,
+                API_SERVER_ENV: f"http://127.0.0.1:{self.dashboard_port}"}
 
     def _wait_for_nodes(self, count: int, timeout: float = 300) -> None:
         deadline = time.time() + timeout

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import psutil
 
+from pipeline.runner import API_SERVER_ENV
 from tests.s3_server import free_port
 
 DAEMONS = ("munged", "slurmctld", "slurmd", "slurmstepd")
@@ -49,7 +50,11 @@ class SlurmCluster:
 
     @property
     def env(self) -> dict[str, str]:
-        return {**os.environ, "SLURM_CONF": str(self.conf)}
+        """This process's environment for the Slurm commands, which jobs inherit: without
+        the State API address of a Ray instance this process started (the local_ray
+        fixture's), which a job's own Ray would otherwise ask about its controllers."""
+        return {**{key: value for key, value in os.environ.items() if key != API_SERVER_ENV},
+                "SLURM_CONF": str(self.conf)}
 
     def start(self) -> SlurmCluster:
         try:

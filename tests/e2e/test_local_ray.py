@@ -9,10 +9,12 @@ every train stage ended 12-15 s late while the cleaner's call timed out."""
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import psutil
 import pytest
@@ -115,10 +117,30 @@ def test_a_sigkilled_driver_leaves_no_process_of_its_instance():
     assert not left, [process.name() for process in left]
 
 
-def test_the_tests_local_instance_leaves_no_setting_to_the_clusters_started_after_it(local_ray):
-    """The local_ray fixture's instance names its State API to its own processes only:
-    a cluster a later test starts from this process (tests/ray_cluster.py copies this
-    environment) would otherwise send its placement-group cleaner's questions there."""
-    from pipeline.runner import API_SERVER_ENV, PREEMPTION_WATCHER_ENV
+def test_clusters_the_tests_start_name_their_own_state_api_not_the_local_instance_s(local_ray):
+    """The local_ray fixture's instance names its State API in this process's
+    environment. The clusters a later test starts from here inherit that environment:
+    each must name its own State API (or none), or Ray Train's placement-group cleaner
+    there asks this instance about its controller."""
+    from pipeline.runner import API_SERVER_ENV
+    from tests.ray_cluster import LocalRayCluster
+    from tests.slurm_cluster import SlurmCluster
 
-    assert API_SERVER_ENV not in os.environ and PREEMPTION_WATCHER_ENV not in os.environ
+    assert os.environ.get(API_SERVER_ENV)  # what the fixture set, for this process's own State API calls
+    node = LocalRayCluster(port=1234, dashboard_port=5678).node_environment(Path("/nowhere"))
+    assert node[API_SERVER_ENV] == "http://127.0.0.1:5678" and node["RAY_ADDRESS"] == "127.0.0.1:1234"
+    slurm = SlurmCluster()
+    shutil.rmtree(slurm.dir)
+    assert API_SERVER_ENV not in slurm.env
+
+
+def test_the_suite_s_ray_instances_live_in_a_directory_of_its_own(local_ray):
+    """RAY_TMPDIR (tests/conftest.py): this suite's session directories, its
+    ``ray_current_cluster`` and its Slurm jobs' ``ray-<job id>`` are under a directory
+    no other suite on the machine shares, not under /tmp/ray."""
+    import ray
+
+    own = os.environ["RAY_TMPDIR"]
+    assert own != "/tmp" and os.path.isdir(own)
+    session = ray._private.worker.global_worker.node.get_session_dir_path()
+    assert session.startswith(f"{own}/ray/"), session

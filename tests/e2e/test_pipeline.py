@@ -190,7 +190,7 @@ def test_a_stable_phase_stopped_by_ctrl_c_resumes_and_the_branches_committed_bef
     settings = ['models=[{name: t, family: transformer, preset: tiny}]', "budgets=[4e10, 6e11]", "seeds=[1]",
                 "branch_budgets=true", "train.schedule=wsd", "train.lr=2e-3", "train.warmup_steps=10",
                 "train.max_steps=null", "train.max_train_flops=6e11", "train.checkpoint_every=25",
-                "train.valid_bleu_every=null", "train.precision=fp32", "train.in_process=true"]
+                "train.valid_bleu_every=null", "train.precision=fp32"]
     command = [sys.executable, "-m", "pipeline", "run", str(SMOKE), "--until", "train",
                "--artifact-root", str(tmp_path / "artifacts"), *[arg for item in settings for arg in ("--set", item)]]
     artifacts = tmp_path / "artifacts" / "train"

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import gzip
 import json
+import random
+import statistics
 
 import pytest
 import sacrebleu
@@ -144,7 +146,24 @@ def test_huggingface_export_loads_offline_and_translates_as_ours(post_ln_transfo
     same_as_ours(our_tokens, theirs)
 
 
-def test_int8_scores_within_half_a_bleu_point_of_float32(post_ln_transformer, sentences, references, tmp_path):
+def paired_bootstrap_spread(first: list[str], second: list[str], references: list[str], samples: int = 300) -> float:
+    """The standard deviation of BLEU(first) - BLEU(second) over resamplings of the
+    sentences (the same resampled sentences for both, seeded): how far the difference
+    moves with which sentences happen to be in the set."""
+    rng = random.Random(0)
+    differences = []
+    for _ in range(samples):
+        drawn = [rng.randrange(len(references)) for _ in references]
+        refs = [[references[i] for i in drawn]]
+        differences.append(sacrebleu.corpus_bleu([first[i] for i in drawn], refs).score
+                           - sacrebleu.corpus_bleu([second[i] for i in drawn], refs).score)
+    return statistics.stdev(differences)
+
+
+def test_int8_scores_as_float32_within_the_test_set_s_spread(post_ln_transformer, sentences, references, tmp_path):
+    """int8 weights lose no BLEU that 50 sentences can show: the difference stays within
+    2.58 standard deviations (99%) of its own paired bootstrap, a bound measured on this
+    machine's outputs, not fitted to one CPU's kernels."""
     scores, outputs = {}, {}
     for quantization in ("float32", "int8"):
         exported = export_model(post_ln_transformer, "ctranslate2", tmp_path / quantization, quantization)
@@ -152,7 +171,8 @@ def test_int8_scores_within_half_a_bleu_point_of_float32(post_ln_transformer, se
         outputs[quantization] = [processor.decode(ids) for ids in ctranslate2_greedy(exported, sentences)]
         scores[quantization] = sacrebleu.corpus_bleu(outputs[quantization], [references]).score
     assert scores["float32"] > 1.0  # a model that translates something, or the bound says nothing
-    assert abs(scores["int8"] - scores["float32"]) <= 0.5, scores
+    spread = paired_bootstrap_spread(outputs["int8"], outputs["float32"], references)
+    assert abs(scores["int8"] - scores["float32"]) <= 2.58 * spread, (scores, spread)
     # int8 weights: a quarter of the bytes of the matrices (embeddings and all)
     assert (tmp_path / "int8" / "model.bin").stat().st_size < 0.6 * (tmp_path / "float32" / "model.bin").stat().st_size
 
