@@ -49,15 +49,17 @@ def pytest_configure(config):
 
 
 # The files that take minutes, longest first (seconds of setup, call and teardown on a
-# 2-core CPU: benchmarks/reports/2026-12-02_ci_times_epyc_zen4.md). Under -n 2 pytest-xdist
-# hands out whole files, those with the most tests first, keeping this order among files
-# of as many tests: of the one-test files, which come last, a long one started last kept
-# one core busy alone at the end.
+# 2-core CPU: benchmarks/reports/2026-12-02_ci_times_epyc_zen4.md). Under -n 2 each file
+# runs whole on one worker, handed out in this order and the rest after them as
+# collected (--no-loadscope-reorder): the longest first, the many short unit files last,
+# filling in. Handed out by number of tests instead, the one-test files came last, and
+# the Slurm test (three minutes) ran alone on one core at the end.
 LONGEST_FIRST = [
-    "e2e/test_train.py", "e2e/test_multinode.py", "e2e/test_serve.py", "e2e/test_tune.py", "e2e/test_evaluate_report.py",
-    "e2e/test_pipeline.py", "e2e/test_faults.py", "e2e/test_admission.py", "e2e/test_slurm.py",
-    "e2e/test_concurrent_runs.py", "e2e/test_ray_up.py", "unit/stages/shared/export/test_export.py",
-    "e2e/test_object_store.py", "e2e/test_your_data.py", "e2e/test_validation_bleu.py",
+    "e2e/test_train.py", "e2e/test_serve.py", "e2e/test_multinode.py", "e2e/test_pipeline.py",
+    "e2e/test_concurrent_runs.py", "e2e/test_tune.py", "e2e/test_faults.py", "e2e/test_slurm.py",
+    "unit/stages/shared/export/test_export.py", "e2e/test_evaluate_report.py", "e2e/test_ray_up.py",
+    "e2e/test_your_data.py", "e2e/test_admission.py", "e2e/test_object_store.py", "e2e/test_local_ray.py",
+    "e2e/test_cluster_address.py",
 ]
 
 
