@@ -331,7 +331,12 @@ def _stop(pending: dict) -> None:
     one). What they had checkpointed stays in their staging directories for the next run."""
     import ray
 
-    for ref in pending:
+    # Not a task whose result is in: cancelling one as its reply arrives trips a fatal
+    # check in Ray's core worker ("it != submissible_tasks_.end()", ray-project/ray#54846;
+    # seen with Ray 2.60 at a Ctrl-C right after a stage committed), and the driver dies
+    # with exit status 1 instead of saying what it kept.
+    finished, _ = ray.wait(list(pending), num_returns=len(pending), timeout=0)
+    for ref in set(pending) - set(finished):
         try:
             ray.cancel(ref, force=True, recursive=True)
         except Exception as error:  # one already ended

@@ -197,12 +197,15 @@ def test_a_stable_phase_stopped_by_ctrl_c_resumes_and_the_branches_committed_bef
     with open(tmp_path / "first.log", "w") as log:
         # SIGINT at its default in the run, as a shell starts a command: an ignored SIGINT
         # is inherited across exec, and this test process's own disposition is not a
-        # user's (in two full suites under -n 2 the run went on to its end through it).
+        # user's (twice under -n 2 the run went on to its end through the signal).
         victim = subprocess.Popen(command, cwd=tmp_path, env=env, start_new_session=True, stdout=log,
                                   stderr=subprocess.STDOUT,
                                   preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
         deadline = time.time() + 400
-        while not (list(artifacts.glob("t.4e10.s1/*/MANIFEST.json"))
+        # The branch committed and its result in (the driver says so), as a user sees it
+        # before pressing Ctrl-C; and the second segment checkpointed.
+        while not ("train/t.4e10.s1 done in" in (tmp_path / "first.log").read_text()
+                   and list(artifacts.glob("t.4e10.s1/*/MANIFEST.json"))
                    and list(artifacts.glob("t.6e11.s1.stable/*.partial/train_run/checkpoint_*/progress.json"))):
             assert victim.poll() is None, "the run ended before the kill point"
             assert not list(artifacts.glob("t.6e11.s1.stable/*/MANIFEST.json")), "the second segment ended first"

@@ -193,4 +193,3 @@ def test_ray_up_runs_the_smoke_graph_through_the_jobs_api_and_ray_down_stops_it(
         time.sleep(1)
     assert not cluster_processes(nodes), cluster_processes(nodes)
     shutil.rmtree(nodes, ignore_errors=True)
-

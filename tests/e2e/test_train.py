@@ -164,6 +164,9 @@ def _engine_logits(model, checkpoint: Path, batch, monkeypatch):
         return engine(batch.src, batch.tgt_in)
 
 
+# The stage run in a process of its own, from its config (JSON), tokenize artifact and
+# output directory: as is (trained in that process, train.in_process), or VICTIM, which
+# first starts a Ray instance there for Ray Train.
 VICTIM_WITHOUT_RAY = """
 import sys
 from pathlib import Path
@@ -176,12 +179,7 @@ train.run({"tokenize": Path(sys.argv[2])}, config, Path(sys.argv[3]), StageConte
 """
 
 VICTIM = """
-import sys
-from pathlib import Path
 import ray
-from stages import train
-from stages.train.config import TrainStageConfig
-from pipeline.core.context import StageContext
 from pipeline.runner import point_state_api_at_own_dashboard
 
 # Ray gives a new node's raylet a fixed 30 s to register (ray/_private/node.py); on two
@@ -194,9 +192,7 @@ for attempt in (1, 2):
         if attempt == 2 or "timed out during startup" not in str(error):
             raise
         ray.shutdown()
-config = TrainStageConfig.model_validate_json(sys.argv[1])
-train.run({"tokenize": Path(sys.argv[2])}, config, Path(sys.argv[3]), StageContext())
-"""
+""" + VICTIM_WITHOUT_RAY
 
 
 @pytest.fixture(scope="module")
