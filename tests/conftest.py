@@ -46,6 +46,25 @@ def pytest_configure(config):
     if "RAY_TMPDIR" not in os.environ:
         os.environ["RAY_TMPDIR"] = tempfile.mkdtemp(prefix="nmt-", dir="/tmp")
         config.made_ray_tmpdir = os.environ["RAY_TMPDIR"]
+    share_cpus_between_workers()
+
+
+def share_cpus_between_workers() -> None:
+    """Under ``-n N``, each pytest worker's torch (and, through OMP_NUM_THREADS, that of
+    the processes it starts, where a stage does not set its threads itself) gets 1/N of
+    the CPUs. Left at torch's default, every worker ran as many OpenMP threads as the
+    machine has cores, and OpenMP's threads spin while they wait: two processes training
+    side by side on 2 cores took 10 to 17 times as long as one alone, with one thread
+    each 1.1 to 1.2 times (``python benchmarks/thread_sharing.py``, 2-core Zen 4:
+    benchmarks/reports/2026-12-02_ci_times_epyc_zen4.md). The user's own OMP_NUM_THREADS wins."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if workers < 2 or "OMP_NUM_THREADS" in os.environ:
+        return
+    threads = max(1, len(os.sched_getaffinity(0)) // workers)
+    os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = str(threads)
+    import torch
+
+    torch.set_num_threads(threads)
 
 
 # The files that take minutes, longest first (seconds of setup, call and teardown on a

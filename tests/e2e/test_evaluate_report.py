@@ -41,6 +41,11 @@ def pipeline_run(tmp_path_factory, multi30k, local_ray):
         patch.setenv("NMT_CACHE_DIR", str(root / "cache"))
         patch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{root / 'mlflow.db'}")
         patch.delenv("NMT_PROGRESS", raising=False)  # a log file gets progress lines by itself
+        # A bar's line every hour, not every 30 s: only its closing line in the log, so
+        # that the log's length does not grow with how slow the machine is (a run that
+        # took 6 minutes beside another test's training printed 210 lines). The periodic
+        # lines have tests of their own (tests/unit/pipeline/test_progress_lines.py).
+        patch.setenv("NMT_PROGRESS_SECONDS", "3600")
         corpus = slice_multi30k(multi30k, root / "corpus", {"train": 800, "val": 60, "test_2016_flickr": 30})
         # precision and peak FLOP/s left to the hardware: auto, and a measured peak.
         train = {"workers": 1, "max_tokens": 600, "warmup_steps": 20, "lr_scale": 2.0,
