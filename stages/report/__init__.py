@@ -62,7 +62,9 @@ from stages.report.config import ReportStageConfig
 # 24: the translation gate (gate.py: source use and collapse) keeps runs that do not
 #     translate out of verdicts, primary comparisons, profiles and laws; the target
 #     side's n-gram baselines (ngram_baselines.py) beside the losses
-VERSION = 24
+# 25: the IsoFLOP exponents also in FLOPs per token (M = C / D_opt), and a lack-of-fit
+#     test of the straight line: where it rejects, slopes between budgets and no exponent
+VERSION = 25
 # The files of each upstream artifact the report reads (besides its manifest): never
 # the train stage's checkpoints; of an evaluation, what the significance tests score.
 READS = {TRAIN: ("metrics.jsonl",), EVALUATE: OUTPUT_FILES, TUNE: ("choice.json",),

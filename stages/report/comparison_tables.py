@@ -397,44 +397,64 @@ def _isoflop_profiles(comparison: dict) -> Section:
 
 # What each exponent row fits, and the count it uses.
 EXPONENTS = (("parameters", "N_opt ~ C^a, non-embedding parameters"),
-             ("total_parameters", "N_opt ~ C^a, all parameters"), ("tokens", "D_opt ~ C^b, target tokens"))
+             ("total_parameters", "N_opt ~ C^a, all parameters"),
+             ("flops_per_token", "M_opt = C / D_opt ~ C^a, FLOPs per token"),
+             ("tokens", "D_opt ~ C^b, target tokens"))
 
 
 def _exponents_row(entry: dict, what: str, law: str) -> list[str]:
     fitted = entry[what]
+    budgets = len(fitted["budgets"])
     if fitted["exponent"] is None:
-        return [entry["family"], law, "-", str(len(fitted["budgets"])), "-",
-                f"{len(fitted['budgets'])} interior budgets: an exponent needs {isoflop.MIN_BUDGETS}"]
+        return [entry["family"], law, "-", str(budgets), "-", "-",
+                f"{budgets} interior budgets: an exponent needs {isoflop.MIN_BUDGETS}"]
+    span = f"{max(fitted['budgets']) / min(fitted['budgets']):.3g}x"
+    test = fitted.get("lack_of_fit")
+    segments = ", ".join(f"{slope:.2f}" for slope in fitted.get("segments", []))
+    if test is None:
+        line = ("untested: 2 budgets leave no degree of freedom" if budgets < 3 else
+                "untested: a budget's optimum has no finite spread")
+    else:
+        line = f"chi2 {test['chi2']:.1f} on {test['df']} df, p {test['p']:.2g}: " + (
+            "rejected" if test["rejects"] else "not rejected")
+    if test is not None and test["rejects"]:
+        # No single exponent describes optima the line does not fit: the slopes between budgets instead.
+        return [entry["family"], law, f"none; between budgets {segments}", str(budgets), span, line,
+                "no comparison: the line does not fit"]
     said = f"{fitted['exponent']:.2f}"
     low, high = fitted["interval"] or (None, None)
     if low is not None or high is not None:
         # None, an open side: more than 2.5% of the draws put a budget's minimum beyond the sizes there.
         said += f" [{'-∞' if low is None else f'{low:.2f}'}, {'∞' if high is None else f'{high:.2f}'}]"
-        inside = (low is None or low <= fitted["reference"]) and (high is None or fitted["reference"] <= high)
-        against = "inside the interval" if inside else "outside the interval"
-    else:
+    if test is None:
+        against = "no comparison: the line is untested"
+    elif low is None and high is None:
         against = "no interval to compare with"
-    span = max(fitted["budgets"]) / min(fitted["budgets"])
-    return [entry["family"], law, said, str(len(fitted["budgets"])), f"{span:.3g}x",
-            f"{fitted['reference']:.2f}: {against}"]
+    else:
+        inside = (low is None or low <= fitted["reference"]) and (high is None or fitted["reference"] <= high)
+        against = f"{fitted['reference']:.2f}: " + ("inside the interval" if inside else "outside the interval")
+    return [entry["family"], law, said, str(budgets), span, line, against]
 
 
 def _isoflop_exponents(comparison: dict) -> Section:
     rows = [_exponents_row(entry, what, law) for entry in comparison["isoflop"] for what, law in EXPONENTS]
     table = pd.DataFrame(rows, columns=["family", "law", "exponent [95%]", "interior budgets", "compute span",
-                                        "Hoffmann et al."])
+                                        "one straight line?", "Hoffmann et al."])
     return Section("How the compute-optimal size grows", table,
-                   "A straight line through log10 N_opt (non-embedding parameters, and the same optimum counted "
-                   "in all parameters) and log10 D_opt (training target tokens) against log10 counted FLOPs, over the "
-                   "budgets whose minimum is interior; the interval from the same draws as the profiles', the line "
-                   "refitted through each draw's minima. A draw where a budget's minimum left the sizes tried "
+                   "A straight line through log10 of the optimum against log10 counted FLOPs, over the budgets "
+                   "whose minimum is interior, in three counts of size: non-embedding parameters, all parameters, "
+                   "and FLOPs per token (M = C / D_opt, in which C = M x D exactly: its exponent and D_opt's add up "
+                   "to 1, where the parameters' need not). The interval from the same draws as the profiles', the "
+                   "line refitted through each draw's minima. A draw where a budget's minimum left the sizes tried "
                    "counts as a slope of -∞ or +∞ (the way that budget pulls the line), so a bound shown as ∞ "
                    "means more than 2.5% of the draws went past it: the sizes do not pin the exponent down on that "
-                   "side. Hoffmann et al. (2022, table 2, "
+                   "side. 'One straight line?': with three or more budgets, chi-squared of the line's residuals "
+                   "against each budget's own spread (from its draws); where it rejects at 0.05, no single "
+                   "exponent is given, only the slopes between successive budgets. Hoffmann et al. (2022, table 2, "
                    f"approach 2) measured {isoflop.HOFFMANN_A} for N_opt and {isoflop.HOFFMANN_B} for D_opt for "
                    "decoder-only language models at 6e18 to 3e21 FLOPs, counting all parameters: a different "
-                   "task, scale and count, so the last column says whether their value lies inside this interval, "
-                   "not which is right.", text_columns=2)
+                   "task, scale and count, so the last column says only whether their value lies inside this "
+                   "interval, and only where the line was tested and held.", text_columns=2)
 
 
 def _parameter(fitted: dict, key: str, digits: str) -> str:

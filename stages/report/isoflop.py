@@ -43,6 +43,15 @@ exponent's draws follow: a budget's optimum beyond the sizes sends the slope to 
 minus infinity, and two such budgets pulling opposite ways leave it undetermined, which
 counts against both bounds.
 
+Each exponent is given in the three conventions the literature compares: N_opt in
+non-embedding parameters (Kaplan et al.) and in all parameters (Hoffmann et al.), and the
+optimum as FLOPs per token, M = C / D_opt, in which C = M x D holds exactly, so that its
+exponent and D_opt's add up to 1 (Porian et al. 2024 and Pearce and Song 2024 trace
+much of the disagreement between published exponents to such conventions at small
+scale). With three or more budgets, a **lack-of-fit test** asks whether one straight line
+in log-log fits the optima within their own spreads (``lack_of_fit``); where it rejects,
+the report gives the slopes between successive budgets and no single exponent.
+
 Plain data (JSON-ready): ``report.json`` holds it as ``comparison["isoflop"]``.
 """
 
@@ -52,6 +61,7 @@ import math
 import re
 
 import numpy as np
+from scipy import stats
 
 from stages.report import gate
 from stages.shared.models.widths import FRONTIER_WIDTHS
@@ -135,10 +145,31 @@ def _family(family: str, members: list[dict], budgets: list[float], draws: int, 
         entries.append(entry)
         if optima is not None:
             draws_of[budget] = optima
+    _add_flops_per_token(entries, draws_of)
     return {"family": family, "count": "non_embedding", "profiles": entries,
             "parameters": _exponent(entries, draws_of, "parameters", HOFFMANN_A),
             "total_parameters": _exponent(entries, draws_of, "total_parameters", HOFFMANN_A),
+            "flops_per_token": _exponent(entries, draws_of, "flops_per_token", HOFFMANN_A),
             "tokens": _exponent(entries, draws_of, "tokens", HOFFMANN_B)}
+
+
+def _add_flops_per_token(entries: list[dict], draws_of: dict) -> None:
+    """The optimum counted as FLOPs per token, M = C / D_opt: the size convention in
+    which C = M x D holds exactly, so that its exponent and the tokens' add up to 1
+    (in parameters they need not: C is not 6 N D for these models, and embeddings are
+    left out of N). Read off the tokens at the optimum, and so are its draws."""
+    for entry in entries:
+        tokens = (entry["optimum"] or {}).get("tokens")
+        if tokens is None:
+            continue
+        log_c = math.log10(entry["budget"])
+        entry["optimum"]["flops_per_token"] = entry["budget"] / tokens
+        if "tokens_interval" in entry["optimum"]:
+            entry["optimum"]["flops_per_token_interval"] = sorted(entry["budget"] / t
+                                                                  for t in entry["optimum"]["tokens_interval"])
+        drawn = draws_of.get(entry["budget"], {}).get("tokens")
+        if drawn is not None:
+            draws_of[entry["budget"]]["flops_per_token"] = log_c - drawn  # +-inf tokens: -+inf FLOPs per token
 
 
 def _profile(budget: float, at: list[dict], family_sd: tuple[float | None, int], draws: int,
@@ -268,12 +299,39 @@ def _exponent(entries: list[dict], draws_of: dict, what: str, reference: float) 
     log_c = np.log10([e["budget"] for e in interior])
     log_opt = np.log10([e["optimum"][what] for e in interior])
     slope, intercept = np.polyfit(log_c, log_opt, 1)
-    result.update(exponent=float(slope), coefficient=float(10 ** intercept))
+    result.update(exponent=float(slope), coefficient=float(10 ** intercept),
+                  segments=[float(v) for v in np.diff(log_opt) / np.diff(log_c)], lack_of_fit=None)
     if all(draws_of.get(e["budget"], {}).get(what) is not None for e in interior):
-        slopes = draw_slopes(log_c, np.stack([draws_of[e["budget"]][what] for e in interior], axis=1))
+        drawn = np.stack([draws_of[e["budget"]][what] for e in interior], axis=1)
+        slopes = draw_slopes(log_c, drawn)
         # An infinite bound is an open side: null, as JSON has no infinity.
         result["interval"] = [float(bound) if np.isfinite(bound) else None for bound in censored_interval(slopes)]
+        result["lack_of_fit"] = lack_of_fit(log_c, log_opt, drawn)
     return result
+
+
+def lack_of_fit(log_c: np.ndarray, log_opt: np.ndarray, drawn: np.ndarray, level: float = LEVEL) -> dict | None:
+    """Whether a straight line in log-log fits the budgets' optima within their own
+    spreads: chi-squared of the weighted line's residuals, each budget's standard error
+    read off its draws (half the distance between their 16th and 84th percentiles, so
+    that draws beyond the sizes count without an infinite variance), on budgets - 2
+    degrees of freedom. None where it cannot be tested: two budgets (no degree of
+    freedom left), or a budget whose draws left the sizes more than 16% of the time
+    on a side (no finite spread). ``rejects``: p below 1 - ``level``; then no single
+    exponent describes the optima, and the slopes between successive budgets do."""
+    if len(log_c) < 3:
+        return None
+    low, high = np.quantile(drawn, [stats.norm.cdf(-1), stats.norm.cdf(1)], axis=0, method="inverted_cdf")
+    errors = (high - low) / 2
+    if not np.isfinite(errors).all() or (errors <= 0).any():
+        return None
+    weights = 1 / errors ** 2
+    slope, intercept = np.polyfit(log_c, log_opt, 1, w=np.sqrt(weights))
+    chi2 = float(np.sum(weights * (log_opt - (slope * log_c + intercept)) ** 2))
+    df = len(log_c) - 2
+    p = float(stats.chi2.sf(chi2, df))
+    return {"chi2": chi2, "df": df, "p": p, "rejects": p < 1 - level,
+            "standard_errors": [float(error) for error in errors]}
 
 
 def draw_slopes(log_c: np.ndarray, optima: np.ndarray) -> np.ndarray:

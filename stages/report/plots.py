@@ -104,7 +104,8 @@ def isoflop_figure(comparison: dict, title: str):
 
 def optimal_size_figure(comparison: dict, title: str):
     """N_opt (non-embedding parameters) and D_opt (tokens) against counted FLOPs: each
-    family's interior minima with their intervals and the fitted power law."""
+    family's interior minima with their intervals and the fitted power law, or, where
+    the lack-of-fit test rejected the line, the minima joined by a dotted line."""
     import numpy as np
 
     figure, grid = plt.subplots(1, 2, figsize=(10, 4.2), layout="constrained")
@@ -121,10 +122,15 @@ def optimal_size_figure(comparison: dict, title: str):
             axes.errorbar(budgets, values, yerr=[low, high], fmt=marker_of(entry["family"]), color=line.get_color(),
                           capsize=2)
             fitted = entry[what]
-            if fitted["exponent"] is not None:
+            rejected = (fitted.get("lack_of_fit") or {}).get("rejects")
+            if fitted["exponent"] is not None and not rejected:
                 span = np.geomspace(min(fitted["budgets"]), max(fitted["budgets"]), 20)
                 line.set_data(span, fitted["coefficient"] * span ** fitted["exponent"])
                 line.set_label(f"{entry['family']}: exponent {fitted['exponent']:.2f}")
+            elif rejected:  # no single exponent: the optima joined budget to budget
+                line.set_data(budgets, values)
+                line.set_linestyle(":")
+                line.set_label(f"{entry['family']}: no straight line (p {fitted['lack_of_fit']['p']:.2g})")
     for axes, label in ((grid[0], "N_opt, non-embedding parameters"), (grid[1], "D_opt, training tokens")):
         axes.set_xscale("log")
         axes.set_yscale("log")

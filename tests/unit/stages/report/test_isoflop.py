@@ -237,4 +237,60 @@ def test_an_open_bound_is_null_in_the_report_s_json_and_infinity_in_its_table():
     (grows,) = [s.table for s in sections({"groups": [], "intervals": {}, "tests": [], "isoflop": [entry]})
                 if s.title.startswith("How the")]
     row = grows[grows["law"] == "N_opt ~ C^a, non-embedding parameters"].iloc[0]
-    assert row["exponent [95%]"].endswith(", ∞]") and row["Hoffmann et al."].endswith("inside the interval")
+    # Two budgets leave the line untested: no comparison with a published exponent.
+    assert row["exponent [95%]"].endswith(", ∞]") and row["Hoffmann et al."] == "no comparison: the line is untested"
+    assert row["one straight line?"].startswith("untested: 2 budgets")
+
+
+def frontier(log_optima: dict[float, float], noise: float, rng, tokens=None) -> list[dict]:
+    """Five sizes a budget around each given log10 N_opt, three seeds each; tokens
+    C / (6N) unless ``tokens(budget, N)`` says otherwise."""
+    found = []
+    for budget, log_opt in log_optima.items():
+        for step in (-2, -1, 0, 1, 2):
+            log_n = log_opt + 0.3 * step + 0.05
+            width = math.sqrt(10 ** log_n / 80)
+            losses = list(2.0 + 0.8 * (log_n - log_opt) ** 2 + noise * rng.standard_normal(3))
+            entry = group(budget, 8, losses)
+            n = 10 ** log_n
+            entry.update(model=f"transformer.{step}", preset=f"s{step}", parameters=n + 1000 * width,
+                         non_embedding_parameters=n, train_tokens=tokens(budget, n) if tokens else budget / (6 * n))
+            found.append(entry)
+    return found
+
+
+def test_the_exponents_in_three_conventions_on_a_frontier_with_known_values():
+    """N_opt = 3e4 (C / 1e11)^0.5 in non-embedding parameters; each token costs 6N plus
+    2e5 FLOPs (what the embeddings and the output layer add), so FLOPs per token at the
+    optimum is 6 N_opt + 2e5: its exponent is below 0.5, and with the tokens' it adds up to 1."""
+    budgets = [1e11, 1e12, 1e13, 1e14]
+    log_optima = {c: math.log10(3e4) + 0.5 * math.log10(c / 1e11) for c in budgets}
+    groups = frontier(log_optima, 0.002, np.random.default_rng(7), tokens=lambda c, n: c / (6 * n + 2e5))
+    (entry,) = isoflop.profiles(groups, draws=400)
+    assert entry["parameters"]["exponent"] == pytest.approx(0.5, abs=0.01)
+    per_token = [math.log10(6 * 10 ** log_optima[c] + 2e5) for c in budgets]
+    expected = np.polyfit(np.log10(budgets), per_token, 1)[0]
+    assert entry["flops_per_token"]["exponent"] == pytest.approx(expected, abs=0.02) and expected < 0.45
+    assert entry["flops_per_token"]["exponent"] + entry["tokens"]["exponent"] == pytest.approx(1.0, abs=1e-9)
+    # All parameters: N + 1000 width, which grows as N^0.5 at the small sizes: a smaller exponent.
+    assert entry["total_parameters"]["exponent"] < entry["parameters"]["exponent"]
+
+
+def test_the_line_is_rejected_through_kinked_optima_and_not_through_straight_ones():
+    budgets = [1e11, 1e12, 1e13, 1e14]
+    rng = np.random.default_rng(11)
+    straight = {c: math.log10(3e4) + 0.5 * math.log10(c / 1e11) for c in budgets}
+    (entry,) = isoflop.profiles(frontier(straight, 0.01, rng), draws=1000)
+    test = entry["parameters"]["lack_of_fit"]
+    assert test["df"] == 2 and not test["rejects"]
+    # Slopes 0.9, then 0.1 and 0.1: the Transformer's measured profile was kinked like this.
+    kinked = dict(zip(budgets, [4.0, 4.9, 5.0, 5.1]))
+    (entry,) = isoflop.profiles(frontier(kinked, 0.01, rng), draws=1000)
+    fitted = entry["parameters"]
+    assert fitted["lack_of_fit"]["rejects"] and fitted["lack_of_fit"]["p"] < 0.001
+    assert fitted["segments"] == pytest.approx([0.9, 0.1, 0.1], abs=0.05)
+    (grows,) = [s.table for s in sections({"groups": [], "intervals": {}, "tests": [], "isoflop": [entry]})
+                if s.title.startswith("How the")]
+    row = grows[grows["law"] == "N_opt ~ C^a, non-embedding parameters"].iloc[0]
+    assert row["exponent [95%]"].startswith("none; between budgets 0.9") and "rejected" in row["one straight line?"]
+    assert row["Hoffmann et al."] == "no comparison: the line does not fit"
