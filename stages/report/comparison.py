@@ -24,15 +24,29 @@ def compare(records: list[dict], outputs: dict[str, tuple[list[str], list[str]]]
     one are summarized but left out of intervals and tests. ``primary_comparisons``:
     pairs of configured models to give verdicts on (``primary``); by default each
     family's best size against each other family's."""
+    systems = {label: _system(label, group, outputs) for label, group in labelled_groups(records)
+               if all(run["name"] in outputs for run in group.runs)}
+    return compare_systems(records, systems, primary_comparisons)
+
+
+def labelled_groups(records: list[dict]) -> list[tuple[str, ModelAtBudget]]:
+    """Each configured model at each budget with the label the report gives it: the
+    model's name, and its budget where the records span several."""
     groups = group_runs(records)
     several_budgets = len({group.budget for group in groups}) > 1
-    labels = {id(group): _label(group, several_budgets) for group in groups}
-    summaries = [{"label": labels[id(group)], **group.summary()} for group in groups]
+    return [(_label(group, several_budgets), group) for group in groups]
 
-    evaluated = {}  # label -> (budget, its seeds' statistics), for groups whose every run was evaluated
-    for group in groups:
-        if all(run["name"] in outputs for run in group.runs):
-            evaluated[labels[id(group)]] = (group.budget, _system(labels[id(group)], group, outputs))
+
+def compare_systems(records: list[dict], systems: dict[str, resampling.SeededSystem],
+                    primary_comparisons: list[list[str]] = (),
+                    randomization_trials: int = resampling.RANDOMIZATION_TRIALS) -> dict:
+    """``compare`` from the evaluated groups' sufficient statistics (``systems``: group
+    label -> its seeds' statistics, of whichever metrics they hold): the path the
+    calibration benchmark drives with simulated statistics, BLEU's alone and no
+    randomization test (``randomization_trials`` 0)."""
+    labelled = labelled_groups(records)
+    budgets = {label: group.budget for label, group in labelled}
+    summaries = [{"label": label, **group.summary()} for label, group in labelled]
     # Only models that translate are compared (gate.py): one that does not is shown, with
     # its interval, and withheld from every test, verdict, profile and law.
     translating = [row for row in summaries if row["translates"] != gate.DOES_NOT]
@@ -40,23 +54,22 @@ def compare(records: list[dict], outputs: dict[str, tuple[list[str], list[str]]]
                 for row in summaries if row["translates"] == gate.DOES_NOT]
     unchecked = [row["label"] for row in summaries if row["translates"] == gate.NOT_CHECKED]
     compared = {row["label"] for row in translating}
-    systems = {label: entry for label, entry in evaluated.items() if label in compared}
+    tested = {label: system for label, system in systems.items() if label in compared}
     draws: dict[int, object] = {}  # test-set size -> the bootstrap's draws, shared by the systems of that size
 
     def counts(system: resampling.SeededSystem):
-        sentences = system.statistics["BLEU"].shape[1]
+        sentences = next(iter(system.statistics.values())).shape[1]
         if sentences not in draws:
             draws[sentences] = resampling.bootstrap_counts(sentences)
         return draws[sentences]
 
-    intervals = {label: significance.confidence_intervals(system, counts(system))
-                 for label, (_, system) in evaluated.items()}
+    intervals = {label: significance.confidence_intervals(system, counts(system)) for label, system in systems.items()}
     # The primary family is chosen from the validation split before any test runs.
-    primary, primary_said = primary_pairs([row for row in summaries if row["label"] in systems],
+    primary, primary_said = primary_pairs([row for row in summaries if row["label"] in tested],
                                           [list(pair) for pair in primary_comparisons])
     tests = []
-    for budget in dict.fromkeys(budget for budget, _ in systems.values()):
-        at_budget = [system for b, system in systems.values() if b == budget]
+    for budget in dict.fromkeys(budgets[label] for label in tested):
+        at_budget = [system for label, system in tested.items() if budgets[label] == budget]
         pairs = []
         for first, second in combinations(at_budget, 2):
             if (second.name, first.name) in primary:  # a primary pair in the order it was declared
@@ -66,12 +79,12 @@ def compare(records: list[dict], outputs: dict[str, tuple[list[str], list[str]]]
         # Primary rows first, in the order they were declared.
         pairs.sort(key=lambda pair: primary.index((pair[0].name, pair[1].name)) if pair[2] == significance.PRIMARY
                    else len(primary))
-        tests += significance.paired_tests(pairs, counts(at_budget[0]))
+        tests += significance.paired_tests(pairs, counts(at_budget[0]), randomization_trials)
     tests = significance.adjust(tests)
 
     family_laws = compute_laws.family_laws(translating)
     # Seeds whose outputs were another seed's, line for line: counted once (resampling.seeded_system).
-    repeated = {label: system.repeated for label, (_, system) in evaluated.items() if system.repeated}
+    repeated = {label: system.repeated for label, system in systems.items() if system.repeated}
     return {"groups": summaries, "intervals": intervals, "tests": tests, "primary": primary_said,
             "withheld": withheld, "unchecked": unchecked, "repeated_seeds": repeated,
             "alpha": significance.ALPHA, "agreement": significance.AGREEMENT,

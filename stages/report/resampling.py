@@ -33,6 +33,7 @@ and a unit test holds them equal to ``corpus_score`` on Multi30k.
 
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass, field
 
@@ -169,12 +170,25 @@ def check_paired(first: SeededSystem, second: SeededSystem) -> None:
 def bootstrap_counts(sentences: int, samples: int = BOOTSTRAP_SAMPLES, seed: int | None = None) -> np.ndarray:
     """How often each sentence is drawn in each resample, shape (samples, N): sacreBLEU's
     draws (``rng.choice(N, size=(samples, N))``) as counts, so that a resample's totals
-    are one matrix product."""
-    rng = np.random.default_rng(sacrebleu_seed() if seed is None else seed)
+    are one matrix product. Read-only, and drawn once per process for each (N, samples,
+    seed): a seeded draw is the same every time, and drawing it took as long as
+    comparing two systems with it."""
+    seed = sacrebleu_seed() if seed is None else seed
+    # SACREBLEU_SEED=none asks for fresh draws each time: never cached.
+    return _draw_counts(sentences, samples, None) if seed is None else _seeded_counts(sentences, samples, seed)
+
+
+def _draw_counts(sentences: int, samples: int, seed: int | None) -> np.ndarray:
+    rng = np.random.default_rng(seed)
     indices = rng.choice(sentences, size=(samples, sentences), replace=True)
     offsets = (np.arange(samples) * sentences)[:, None]
     drawn = np.bincount((indices + offsets).ravel(), minlength=samples * sentences).reshape(samples, sentences)
-    return drawn.astype(np.float64)  # a resample's totals: one float product, counts exact
+    counts = drawn.astype(np.float64)  # a resample's totals: one float product, counts exact
+    counts.flags.writeable = False
+    return counts
+
+
+_seeded_counts = functools.lru_cache(maxsize=8)(_draw_counts)
 
 
 def percentile_ends(values: np.ndarray) -> tuple[float, float]:

@@ -85,6 +85,8 @@ def confidence_intervals(system: SeededSystem, counts: np.ndarray) -> dict[str, 
     test set), and sacreBLEU's ``--confidence`` of the seeds' mean (the test set's)."""
     found = {}
     for name, metric in metrics().items():
+        if name not in system.statistics:  # a system scored on some metrics only (simulated: BLEU's)
+            continue
         per_seed = resampling.resampled_seed_scores(system, name, metric, counts)
         resampled = per_seed.mean(axis=1)
         interval = welch.system_interval(system.seed_scores(name, metric), float(np.var(resampled, ddof=1)),
@@ -99,7 +101,8 @@ def confidence_intervals(system: SeededSystem, counts: np.ndarray) -> dict[str, 
 def paired_tests(pairs: list[tuple[SeededSystem, SeededSystem, str]], counts: np.ndarray,
                  randomization_trials: int = RANDOMIZATION_TRIALS) -> list[dict]:
     """One row per pair (a, b, role) and metric: BLEU for every pair; chrF and chrF++
-    too for primary pairs, as secondary rows. delta = b - a. Not yet adjusted:
+    too for primary pairs, as secondary rows, where the systems were scored on them.
+    delta = b - a. ``randomization_trials`` 0: no randomization test. Not yet adjusted:
     ``adjust`` takes the whole report's."""
     every, cached = metrics(), {}
 
@@ -115,7 +118,7 @@ def paired_tests(pairs: list[tuple[SeededSystem, SeededSystem, str]], counts: np
     rows = []
     for first, second, role in pairs:
         resampling.check_paired(first, second)
-        names = list(every) if role == PRIMARY else [PRIMARY_METRIC]
+        names = [name for name in every if name in first.statistics] if role == PRIMARY else [PRIMARY_METRIC]
         for name in names:
             metric = every[name]
             first_scores, second_scores = first.seed_scores(name, metric), second.seed_scores(name, metric)
@@ -125,7 +128,8 @@ def paired_tests(pairs: list[tuple[SeededSystem, SeededSystem, str]], counts: np
                                                     first_resampled, second_resampled)
             test = welch.delta_test(first_scores, second_scores, bootstrap["variance"], first_noise + second_noise,
                                      len(counts[0]))
-            randomization = resampling.paired_randomization(first, second, name, metric, randomization_trials)
+            randomization = (resampling.paired_randomization(first, second, name, metric, randomization_trials)
+                             if randomization_trials else None)
             row = {"a": first.name, "b": second.name, "metric": name,
                    "role": role if name == PRIMARY_METRIC else SECONDARY,
                    "seeds": test["seeds"], "seed_variance_measured": test["seed_variance_measured"],
