@@ -101,14 +101,22 @@ class Simulator:
 
     def system(self, quality: float, seeds: int, sentences: np.ndarray, seed_sd: float | None = None) -> np.ndarray:
         spread = self.seed_sd_logit if seed_sd is None else seed_sd
-        offsets = self.rng.normal(0.0, spread, size=(seeds, 1))
+        return self.seeds(quality + self.rng.normal(0.0, spread, size=seeds), sentences)
+
+    def seeds(self, logits: np.ndarray, sentences: np.ndarray, log_lengths: np.ndarray | None = None) -> np.ndarray:
+        """The statistics of seeds with the given logits (recipe quality plus each seed's
+        offset) on ``sentences``; ``log_lengths``: each seed's log output length relative
+        to the references' (0 unless given), on top of each sentence's own variation."""
+        count = len(logits)
         strength = self.rng.normal(0.0, STRENGTH_SD, size=(1, len(sentences)))
-        logit = quality + offsets - self.difficulty[sentences][None, :] + strength + self.rng.normal(
-            0.0, NOISE_SD, size=(seeds, len(sentences)))
+        logit = (np.asarray(logits)[:, None] - self.difficulty[sentences][None, :] + strength
+                 + self.rng.normal(0.0, NOISE_SD, size=(count, len(sentences))))
         unigram = 1.0 / (1.0 + np.exp(-logit))
-        reference = np.broadcast_to(self.reference_length[sentences], (seeds, len(sentences)))
-        hypothesis = np.maximum(1, np.rint(reference * np.exp(self.rng.normal(0.0, 0.1, size=reference.shape))))
-        statistics = np.zeros((seeds, len(sentences), 10))
+        reference = np.broadcast_to(self.reference_length[sentences], (count, len(sentences)))
+        seed_length = np.zeros((count, 1)) if log_lengths is None else np.asarray(log_lengths)[:, None]
+        hypothesis = np.maximum(1, np.rint(reference * np.exp(seed_length + self.rng.normal(0.0, 0.1,
+                                                                                             size=reference.shape))))
+        statistics = np.zeros((count, len(sentences), 10))
         statistics[..., 0], statistics[..., 1] = hypothesis, reference
         for n in range(1, 5):
             total = np.maximum(hypothesis - n + 1, 0)

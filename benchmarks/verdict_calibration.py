@@ -168,21 +168,9 @@ def seed_statistics(world: World, quality: float, family: Family, sentences: np.
     offsets = rng.normal(0.0, world.logit(family.seed_sd), size=SEEDS)
     collapsed = rng.random(SEEDS) < family.collapse
     drop = world.logit(family.collapse_bleu) if not family.collapse_fails_gate else 4.0  # one sentence: near 0 BLEU
-    logits = quality + offsets - collapsed * drop
-    strength = rng.normal(0.0, STRENGTH_SD, size=(1, len(sentences)))
-    logit = (logits[:, None] - world.simulator.difficulty[sentences][None, :] + strength
-             + rng.normal(0.0, NOISE_SD, size=(SEEDS, len(sentences))))
-    unigram = 1.0 / (1.0 + np.exp(-logit))
-    reference = np.broadcast_to(world.simulator.reference_length[sentences], (SEEDS, len(sentences)))
-    length = np.exp(rng.normal(0.0, family.length_sd, size=(SEEDS, 1)) + rng.normal(0.0, 0.1, size=reference.shape))
-    hypothesis = np.maximum(1, np.rint(reference * length))
-    statistics = np.zeros((SEEDS, len(sentences), 10))
-    statistics[..., 0], statistics[..., 1] = hypothesis, reference
-    for n in range(1, 5):
-        total = np.maximum(hypothesis - n + 1, 0)
-        statistics[..., 5 + n] = total
-        statistics[..., 1 + n] = rng.binomial(total.astype(np.int64), unigram ** n)
-    return statistics, offsets - collapsed * drop, collapsed
+    offsets = offsets - collapsed * drop
+    statistics = world.simulator.seeds(quality + offsets, sentences, rng.normal(0.0, family.length_sd, size=SEEDS))
+    return statistics, offsets, collapsed
 
 
 def study(world: World, case: Case, qualities: dict[str, float], rng: np.random.Generator) -> tuple[list, dict]:
