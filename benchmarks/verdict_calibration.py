@@ -28,7 +28,7 @@ delta's 95% interval at true differences of 0, 1, 2 and 4 BLEU, and the power at
 then a rule the report does not apply, measured to see whether it would help: withhold
 the verdict where one side's seeds spread more than 7 times the other's.
 
-    python benchmarks/verdict_calibration.py [--simulations 400] [--seed 0]
+    python benchmarks/verdict_calibration.py [--simulations 300] [--seed 0]
 """
 
 from __future__ import annotations
@@ -251,7 +251,7 @@ def run_case(world: World, case: Case, simulations: int, bar) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--simulations", type=int, default=400, help="studies per case and delta (default 400)")
+    parser.add_argument("--simulations", type=int, default=300, help="studies per case and delta (default 300)")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     started = time.time()

@@ -63,7 +63,9 @@ def compare_systems(records: list[dict], systems: dict[str, resampling.SeededSys
             draws[sentences] = resampling.bootstrap_counts(sentences)
         return draws[sentences]
 
-    intervals = {label: significance.confidence_intervals(system, counts(system)) for label, system in systems.items()}
+    resamples: dict = {}  # (system, metric) -> its seeds' scores on the resamples, for intervals and tests alike
+    intervals = {label: significance.confidence_intervals(system, counts(system), resamples)
+                 for label, system in systems.items()}
     # The primary family is chosen from the validation split before any test runs.
     primary, primary_said = primary_pairs([row for row in summaries if row["label"] in tested],
                                           [list(pair) for pair in primary_comparisons])
@@ -79,7 +81,7 @@ def compare_systems(records: list[dict], systems: dict[str, resampling.SeededSys
         # Primary rows first, in the order they were declared.
         pairs.sort(key=lambda pair: primary.index((pair[0].name, pair[1].name)) if pair[2] == significance.PRIMARY
                    else len(primary))
-        tests += significance.paired_tests(pairs, counts(at_budget[0]), randomization_trials)
+        tests += significance.paired_tests(pairs, counts(at_budget[0]), randomization_trials, resamples)
     tests = significance.adjust(tests)
 
     family_laws = compute_laws.family_laws(translating)

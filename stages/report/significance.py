@@ -80,14 +80,27 @@ POWER = 0.8  # the power at which the report states the difference a test would 
 SCORE_RANGE = (0.0, 100.0)  # BLEU, chrF and chrF++
 
 
-def confidence_intervals(system: SeededSystem, counts: np.ndarray) -> dict[str, dict]:
+def resampled_per_seed(system: SeededSystem, name: str, metric: Metric, counts: np.ndarray,
+                       cache: dict | None = None) -> np.ndarray:
+    """``resampling.resampled_seed_scores``, kept in ``cache`` (keyed by the system's
+    name and the metric's) where one is given: a report's intervals and its tests use
+    the same resamples of each system, and computing them is most of its time."""
+    if cache is None:
+        return resampling.resampled_seed_scores(system, name, metric, counts)
+    key = (system.name, name)
+    if key not in cache:
+        cache[key] = resampling.resampled_seed_scores(system, name, metric, counts)
+    return cache[key]
+
+
+def confidence_intervals(system: SeededSystem, counts: np.ndarray, cache: dict | None = None) -> dict[str, dict]:
     """Per metric: the score with its 95% interval (``welch.system_interval``: seeds and
     test set), and sacreBLEU's ``--confidence`` of the seeds' mean (the test set's)."""
     found = {}
     for name, metric in metrics().items():
         if name not in system.statistics:  # a system scored on some metrics only (simulated: BLEU's)
             continue
-        per_seed = resampling.resampled_seed_scores(system, name, metric, counts)
+        per_seed = resampled_per_seed(system, name, metric, counts, cache)
         resampled = per_seed.mean(axis=1)
         interval = welch.system_interval(system.seed_scores(name, metric), float(np.var(resampled, ddof=1)),
                                           resampling.own_sentence_noise(per_seed), len(counts[0]))
@@ -99,19 +112,19 @@ def confidence_intervals(system: SeededSystem, counts: np.ndarray) -> dict[str, 
 
 
 def paired_tests(pairs: list[tuple[SeededSystem, SeededSystem, str]], counts: np.ndarray,
-                 randomization_trials: int = RANDOMIZATION_TRIALS) -> list[dict]:
+                 randomization_trials: int = RANDOMIZATION_TRIALS, cache: dict | None = None) -> list[dict]:
     """One row per pair (a, b, role) and metric: BLEU for every pair; chrF and chrF++
     too for primary pairs, as secondary rows, where the systems were scored on them.
     delta = b - a. ``randomization_trials`` 0: no randomization test. Not yet adjusted:
     ``adjust`` takes the whole report's."""
-    every, cached = metrics(), {}
+    every, cached, cache = metrics(), {}, {} if cache is None else cache
 
     def resampled(system: SeededSystem, name: str) -> tuple[np.ndarray, float]:
         """A system's mean score on the shared resamples and its seeds' own sentence
         noise, computed once for all its pairs."""
         key = (id(system), name)
         if key not in cached:
-            per_seed = resampling.resampled_seed_scores(system, name, every[name], counts)
+            per_seed = resampled_per_seed(system, name, every[name], counts, cache)
             cached[key] = per_seed.mean(axis=1), resampling.own_sentence_noise(per_seed)
         return cached[key]
 
