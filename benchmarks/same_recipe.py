@@ -58,9 +58,10 @@ def main() -> None:
     parser.add_argument("config", type=Path)
     parser.add_argument("--set", dest="overrides", action="append", default=[], help="as nmt run's --set")
     parser.add_argument("--output", type=Path, default=Path("same_recipe"))
+    parser.add_argument("--artifact-root", help="as nmt run's --artifact-root (default: the config's)")
     args = parser.parse_args()
     experiment = load_experiment(args.config, args.overrides)
-    gathered = from_config(experiment, open_store(experiment, None))
+    gathered = from_config(experiment, open_store(experiment, args.artifact_root))
     for reason in gathered.skipped:
         print(f"skipped: {reason}", file=sys.stderr)
     rows = [row for row in gathered.rows if row["name"] in gathered.outputs]
