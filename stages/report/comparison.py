@@ -58,6 +58,9 @@ def compare_systems(records: list[dict], systems: dict[str, resampling.SeededSys
     draws: dict[int, object] = {}  # test-set size -> the bootstrap's draws, shared by the systems of that size
 
     def counts(system: resampling.SeededSystem):
+        # Kept here too: with SACREBLEU_SEED=none each call draws anew, and every system
+        # of a size must be resampled alike for the paired bootstrap (and the resamples
+        # cached below) to pair.
         sentences = next(iter(system.statistics.values())).shape[1]
         if sentences not in draws:
             draws[sentences] = resampling.bootstrap_counts(sentences)
