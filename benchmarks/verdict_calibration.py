@@ -28,7 +28,7 @@ delta's 95% interval at true differences of 0, 1, 2 and 4 BLEU, and the power at
 then a rule the report does not apply, measured to see whether it would help: withhold
 the verdict where one side's seeds spread more than 7 times the other's.
 
-    python benchmarks/verdict_calibration.py [--simulations 300] [--seed 0]
+    python benchmarks/verdict_calibration.py [--simulations 300] [--seeds 3] [--seed 0]
 """
 
 from __future__ import annotations
@@ -162,18 +162,19 @@ class World:
 
 
 def seed_statistics(world: World, quality: float, family: Family, sentences: np.ndarray,
-                    rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                    rng: np.random.Generator, seeds: int = SEEDS) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """One recipe's seeds on one test set: (statistics (K, N, 10), each seed's logit
     offset, whether it collapsed)."""
-    offsets = rng.normal(0.0, world.logit(family.seed_sd), size=SEEDS)
-    collapsed = rng.random(SEEDS) < family.collapse
+    offsets = rng.normal(0.0, world.logit(family.seed_sd), size=seeds)
+    collapsed = rng.random(seeds) < family.collapse
     drop = world.logit(family.collapse_bleu) if not family.collapse_fails_gate else 4.0  # one sentence: near 0 BLEU
     offsets = offsets - collapsed * drop
-    statistics = world.simulator.seeds(quality + offsets, sentences, rng.normal(0.0, family.length_sd, size=SEEDS))
+    statistics = world.simulator.seeds(quality + offsets, sentences, rng.normal(0.0, family.length_sd, size=seeds))
     return statistics, offsets, collapsed
 
 
-def study(world: World, case: Case, qualities: dict[str, float], rng: np.random.Generator) -> tuple[list, dict]:
+def study(world: World, case: Case, qualities: dict[str, float], rng: np.random.Generator,
+          seeds: int = SEEDS) -> tuple[list, dict]:
     """One simulated study: the run records and each group's seeds' statistics, as
     ``compare_systems`` takes them."""
     sentences = world.simulator.test_set()
@@ -181,10 +182,11 @@ def study(world: World, case: Case, qualities: dict[str, float], rng: np.random.
     for family_name, family in (("a", case.a), ("b", case.b)):
         for size in range(family.sizes):
             model = f"{family_name}_w{size + 1}"
-            statistics, offsets, collapsed = seed_statistics(world, qualities[family_name], family, sentences, rng)
-            systems[model] = SeededSystem(model, tuple(range(1, SEEDS + 1)), {PRIMARY_METRIC: statistics})
+            statistics, offsets, collapsed = seed_statistics(world, qualities[family_name], family, sentences, rng,
+                                                             seeds)
+            systems[model] = SeededSystem(model, tuple(range(1, seeds + 1)), {PRIMARY_METRIC: statistics})
             scores = corpus_scores(METRIC, statistics.sum(axis=1))
-            for seed in range(SEEDS):
+            for seed in range(seeds):
                 fails = bool(collapsed[seed] and family.collapse_fails_gate)
                 records.append(run_record(model, family_name, size, seed + 1, float(scores[seed]),
                                           VALID_LOSS - VALID_LOSS_PER_LOGIT * offsets[seed]
@@ -222,7 +224,7 @@ def spread_ratio(comparison: dict, row: dict) -> float:
     return max(spreads) / max(min(spreads), 1e-9)
 
 
-def run_case(world: World, case: Case, simulations: int, bar) -> dict:
+def run_case(world: World, case: Case, simulations: int, bar, seeds: int = SEEDS) -> dict:
     """Per true delta: verdicts given, rejections among them, interval coverage; and the
     same under the spread-ratio rule."""
     results = {}
@@ -231,7 +233,7 @@ def run_case(world: World, case: Case, simulations: int, bar) -> dict:
         qualities = {"a": base_a, "b": world.quality_for(world.baseline_bleu + delta, case.b)}
         found = {"given": 0, "rejected": 0, "covered": 0, "ratio_given": 0, "ratio_rejected": 0}
         for _ in range(simulations):
-            records, systems = study(world, case, qualities, world.rng)
+            records, systems = study(world, case, qualities, world.rng, seeds)
             comparison = compare_systems(records, systems, randomization_trials=0)
             row = primary_row(comparison)
             bar.update(1)
@@ -252,15 +254,16 @@ def run_case(world: World, case: Case, simulations: int, bar) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--simulations", type=int, default=300, help="studies per case and delta (default 300)")
+    parser.add_argument("--seeds", type=int, default=SEEDS, help=f"seeds a family (default {SEEDS})")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     started = time.time()
     world = World(args.seed)
     bar = tqdm(total=len(CASES) * len(DELTAS) * args.simulations, desc="simulated studies", unit="study",
                file=sys.stderr)
-    results = {case.name: run_case(world, case, args.simulations, bar) for case in CASES}
+    results = {case.name: run_case(world, case, args.simulations, bar, args.seeds) for case in CASES}
     bar.close()
-    print(f"Studies per case and delta: {args.simulations}; two families, {SEEDS} seeds each, one budget; test sets "
+    print(f"Studies per case and delta: {args.simulations}; two families, {args.seeds} seeds each, one budget; test sets "
           f"of {SENTENCES} sentences drawn from {POPULATION:,}; baseline {world.baseline_bleu:.1f} BLEU; through "
           f"stages.report.comparison.compare_systems (the gate, the best size on validation loss, the primary "
           f"test, Holm). {platform.processor() or platform.machine()}, {time.time() - started:.0f} s.")
