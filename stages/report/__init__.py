@@ -63,7 +63,8 @@ from stages.report.config import ReportStageConfig
 #     translate out of verdicts, primary comparisons, profiles and laws; the target
 #     side's n-gram baselines (ngram_baselines.py) beside the losses
 # 25: the IsoFLOP exponents also in FLOPs per token (M = C / D_opt), and a lack-of-fit
-#     test of the straight line: where it rejects, slopes between budgets and no exponent
+#     test of the straight line: where it rejects, slopes between budgets and no exponent;
+#     the primary comparisons' note says what a verdict is about, from the calibration
 VERSION = 25
 # The files of each upstream artifact the report reads (besides its manifest): never
 # the train stage's checkpoints; of an evaluation, what the significance tests score.
