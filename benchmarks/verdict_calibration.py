@@ -112,17 +112,15 @@ class World:
     def __init__(self, seed: int):
         self.simulator = Simulator(0.0, seed)
         self.rng = self.simulator.rng
-        everything = np.arange(POPULATION)
         # One fixed draw of each sentence's recipe strength and seed noise: expected
         # counts over the whole population, no binomial noise, so that BLEU is a smooth
         # function of the logit.
         fixed = np.random.default_rng(seed + 1)
-        self.shift = (-self.simulator.difficulty[everything] + fixed.normal(0.0, STRENGTH_SD, POPULATION)
+        self.shift = (-self.simulator.difficulty + fixed.normal(0.0, STRENGTH_SD, POPULATION)
                       + fixed.normal(0.0, NOISE_SD, POPULATION))
-        self.reference = self.simulator.reference_length[everything].astype(float)
-        base = self.bleu(np.array([QUALITY]))[0]
-        self.bleu_per_logit = (self.bleu(np.array([QUALITY + 0.05]))[0] - self.bleu(np.array([QUALITY - 0.05]))[0]) / 0.1
-        self.baseline_bleu = base
+        self.reference = self.simulator.reference_length.astype(float)
+        low, self.baseline_bleu, high = self.bleu(np.array([QUALITY - 0.05, QUALITY, QUALITY + 0.05]))
+        self.bleu_per_logit = (high - low) / 0.1
 
     def bleu(self, logits: np.ndarray) -> np.ndarray:
         """Corpus BLEU from expected counts over the population, one per logit."""

@@ -117,16 +117,13 @@ def paired_tests(pairs: list[tuple[SeededSystem, SeededSystem, str]], counts: np
     too for primary pairs, as secondary rows, where the systems were scored on them.
     delta = b - a. ``randomization_trials`` 0: no randomization test. Not yet adjusted:
     ``adjust`` takes the whole report's."""
-    every, cached, cache = metrics(), {}, {} if cache is None else cache
+    every, cache = metrics(), {} if cache is None else cache
 
     def resampled(system: SeededSystem, name: str) -> tuple[np.ndarray, float]:
-        """A system's mean score on the shared resamples and its seeds' own sentence
-        noise, computed once for all its pairs."""
-        key = (id(system), name)
-        if key not in cached:
-            per_seed = resampled_per_seed(system, name, every[name], counts, cache)
-            cached[key] = per_seed.mean(axis=1), resampling.own_sentence_noise(per_seed)
-        return cached[key]
+        """A system's mean score on the shared resamples (computed once for all its
+        pairs: ``cache``) and its seeds' own sentence noise."""
+        per_seed = resampled_per_seed(system, name, every[name], counts, cache)
+        return per_seed.mean(axis=1), resampling.own_sentence_noise(per_seed)
 
     rows = []
     for first, second, role in pairs:

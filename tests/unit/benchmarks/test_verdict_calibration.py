@@ -3,6 +3,8 @@ and each case's seeds behave as the case says."""
 
 from __future__ import annotations
 
+from statistics import fmean
+
 import numpy as np
 import pytest
 
@@ -12,7 +14,6 @@ from stages.report import gate
 from stages.report.comparison import compare_systems
 from stages.report.records import FIELDS
 from stages.report.resampling import corpus_scores
-from statistics import fmean
 
 
 @pytest.fixture(scope="module")
