@@ -33,7 +33,9 @@ def test_a_fault_of_each_kind_is_survived_with_no_data_lost(tmp_path, multi30k, 
     # ``s3`` only for its check that weed is installed: the matrix starts a server of its
     # own, which it stops and starts again.
     monkeypatch.setenv("NMT_MIRROR", str(multi30k))
-    cases = ["s3:tokenize", "corrupt:clean"]
+    # The S3 restart strikes a training: the data stages commit within half a second of
+    # taking their keys at this size, so a restart aimed at one can land after it has.
+    cases = ["s3:train/rnn_tiny", "corrupt:clean"]
     if can_mount_tmpfs(tmp_path):  # a filesystem of its own to fill: needs mount rights
         cases.append("disk:clean")
     # --most-delay 0: each fault strikes as its stage takes its key, before it can have
