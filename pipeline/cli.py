@@ -90,12 +90,17 @@ def verify(config: Path = ConfigArg, overrides: List[str] = SetOpt,
 @app.command()
 def inspect(config: Path = ConfigArg, overrides: List[str] = SetOpt, artifact_root: Optional[str] = RootOpt,
             src_len: Optional[float] = typer.Option(None, help="Source tokens per pair (default: the corpus mean)."),
-            tgt_len: Optional[float] = typer.Option(None, help="Target tokens per pair (default: the corpus mean).")
+            tgt_len: Optional[float] = typer.Option(None, help="Target tokens per pair (default: the corpus mean)."),
+            gpu: Optional[str] = typer.Option(None, help="GPU whose datasheet peak the GPU-hours estimate divides by "
+                                                         "(default with train.use_gpu: H100)."),
+            mfu: Optional[float] = typer.Option(None, min=0.001, max=1.0, help="Model FLOPs utilisation the GPU-hours "
+                                                                                "estimate assumes (default 0.06)."),
             ) -> None:
-    """Parameters and FLOPs per target token of every model in a config."""
+    """Parameters and FLOPs per target token of every model in a config, and the
+    counted FLOPs (on GPUs the GPU-hours) its graph will spend."""
     from pipeline.commands.inspect import inspect_models
 
-    inspect_models(config, overrides, artifact_root, src_len, tgt_len)
+    inspect_models(config, overrides, artifact_root, src_len, tgt_len, gpu, mfu)
 
 
 @app.command()

@@ -1,4 +1,5 @@
-"""``nmt inspect``: parameters and FLOPs per token of every model in a config."""
+"""``nmt inspect``: parameters and FLOPs per token of every model in a config, and what
+its graph will spend (pipeline/compute_estimate.py)."""
 
 from __future__ import annotations
 
@@ -7,10 +8,11 @@ from pathlib import Path
 from rich.table import Table
 
 from pipeline.commands.output import fail, load_experiment, open_store, table_console
+from pipeline.compute_estimate import DEFAULT_MFU, estimate, gpu_hours
 
 
 def inspect_models(config: Path, overrides: list[str], artifact_root: str | None, src_len: float | None,
-                   tgt_len: float | None) -> None:
+                   tgt_len: float | None, gpu: str | None = None, mfu: float | None = None) -> None:
     from pipeline.core.artifacts import ArtifactState
     from pipeline.graph import find_stage, plan
     from stages.shared.models.families import family
@@ -54,6 +56,34 @@ def inspect_models(config: Path, overrides: list[str], artifact_root: str | None
                           "training = 3 x forward; 6ND = Kaplan et al. (2020)'s 6 x parameters x tokens, side by side: "
                           "encoder x source, decoder x target (both for decoder-only), output projection x target; "
                           "per target token here.")
+    _print_compute(experiment, gpu, mfu or DEFAULT_MFU)
+
+
+def _print_compute(experiment, gpu: str | None, mfu: float) -> None:
+    """The graph's counted FLOPs, and on GPUs (``train.use_gpu``, or ``--gpu``) the
+    GPU-hours they come to at ``mfu``."""
+    spent = estimate(experiment)
+    if spent is None:
+        return
+    console = table_console()
+    console.print(f"Compute: {spent.runs} runs, {spent.run_flops:.2e} counted training FLOPs; {spent.tune_stages} "
+                  f"tune stages, {spent.trials} trials, {spent.tune_flops:.2e}; total {spent.total_flops:.2e} "
+                  "(trials to full length: ASHA's early stops make it less, a grid extended past an edge more; "
+                  "validation and decoding not counted).")
+    if gpu is None and not experiment.train.use_gpu:
+        return
+    try:
+        rate = gpu_hours(gpu or "H100", experiment.train.precision, mfu)
+    except ValueError as error:
+        fail(str(error), 2)
+    console.print(f"GPU-hours at {rate.mfu:.0%} MFU of one {rate.gpu}'s {rate.precision} peak "
+                  f"({rate.peak_flops / 1e12:,.0f} TFLOP/s, the datasheet's): {_hours(rate.of(spent.total_flops))} "
+                  f"(runs {_hours(rate.of(spent.run_flops))}, tuning {_hours(rate.of(spent.tune_flops))}); "
+                  "--gpu and --mfu set the assumption.")
+
+
+def _hours(value: float) -> str:
+    return f"{value:,.1f}" if value >= 1 else f"{value:.2g}"
 
 
 def _count(value: float) -> str:

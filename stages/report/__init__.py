@@ -65,7 +65,10 @@ from stages.report.config import ReportStageConfig
 # 25: the IsoFLOP exponents also in FLOPs per token (M = C / D_opt), and a lack-of-fit
 #     test of the straight line: where it rejects, slopes between budgets and no exponent;
 #     the primary comparisons' note says what a verdict is about, from the calibration
-VERSION = 25
+# 26: a model some of whose seeds translate and others not is "undecided: the seeds
+#     disagree" (the withheld entries name the seeds that translate); an IsoFLOP panel
+#     with no size in any profile says so; edge minima suggest the new widths (w192...)
+VERSION = 26
 # The files of each upstream artifact the report reads (besides its manifest): never
 # the train stage's checkpoints; of an evaluation, what the significance tests score.
 READS = {TRAIN: ("metrics.jsonl",), EVALUATE: OUTPUT_FILES, TUNE: ("choice.json",),

@@ -50,7 +50,10 @@ def compare_systems(records: list[dict], systems: dict[str, resampling.SeededSys
     # Only models that translate are compared (gate.py): one that does not is shown, with
     # its interval, and withheld from every test, verdict, profile and law.
     translating = [row for row in summaries if row["translates"] != gate.DOES_NOT]
-    withheld = [{"label": row["label"], "budget": row["budget"], "why": row["not_translating"]}
+    translating_seeds = {label: [run.get("seed") for run in group.runs if run.get("translates") == gate.TRANSLATES]
+                         for label, group in labelled}
+    withheld = [{"label": row["label"], "budget": row["budget"], "why": row["not_translating"],
+                 "seeds_translating": translating_seeds[row["label"]]}
                 for row in summaries if row["translates"] == gate.DOES_NOT]
     unchecked = [row["label"] for row in summaries if row["translates"] == gate.NOT_CHECKED]
     compared = {row["label"] for row in translating}

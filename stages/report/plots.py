@@ -89,8 +89,12 @@ def isoflop_figure(comparison: dict, title: str):
         measured = [size["non_embedding_parameters"] for profile in entry["profiles"] for size in profile["sizes"]]
         for row, label in enumerate(("validation loss (nats per target token)", "BLEU (beam)")):
             axes = grid[row][column]
-            axes.set_xscale("log")
-            _ticks_at(axes, measured, count)
+            if measured:
+                axes.set_xscale("log")
+                _ticks_at(axes, measured, count)
+            else:  # every size left out at every budget (did not translate, diverged): nothing to scale
+                axes.text(0.5, 0.5, "no size in a profile", ha="center", va="center", transform=axes.transAxes)
+                axes.set_xticks([])
             axes.set_xlabel("non-embedding parameters")
             axes.set_ylabel(label)
             axes.grid(True, which="both", alpha=0.3)

@@ -31,8 +31,8 @@ FIGURES = [
            r"for the whole\s+graph|the whole graph took"),
     Figure("the default job's artifacts on disk", "2026-12-01_multi30k_default_job_epyc_zen4.md", "957 MB",
            r"of artifacts|artifacts took", SIZE + r"(?= of (?:artifacts|disk))"),
-    Figure("the frontier study's wall time", "2026-11-30_isoflop_study_xeon_amx.md", "2:02:09",
-           r"for 64 tune stages|multi30k_frontier\.yaml` (?:trains|runs)"),
+    Figure("the CPU frontier study's wall time", "2026-12-02_frontier_machinery_epyc_zen4.md", "31 min 55 s",
+           r"multi30k_frontier\.yaml` (?:\| a test of the IsoFLOP|is an IsoFLOP study)"),
     Figure("the smoke run's time", "2026-11-27_smoke_run_epyc_zen4.md", "2 min 38 s", r"nmt run configs/smoke\.yaml"),
 ]
 PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]

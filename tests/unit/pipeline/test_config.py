@@ -165,7 +165,7 @@ def test_sizes_make_one_named_run_per_size_with_that_preset_and_the_shared_setti
 
 
 @pytest.mark.parametrize(("model", "message"), [
-    ("{name: t, family: rnn, sizes: [w64, w512]}", r"models.0: .*sizes \['w512'\] are not rnn presets; presets are: "),
+    ("{name: t, family: rnn, sizes: [w64, w2048]}", r"models.0: .*sizes \['w2048'\] are not rnn presets; presets are: "),
     ("{name: t, family: rnn, preset: tiny, sizes: [w64]}", "models.0: .*name the preset or the sizes, not both"),
     ("{name: t, family: rnn, sizes: [w64, w128], settings: {hidden: 96}}",
      r"models.0: .*settings \['hidden'\] would make every size the same"),
@@ -199,22 +199,45 @@ def test_a_config_that_is_not_utf8_names_file_and_line(tmp_path):
 
 
 def test_the_frontier_study_has_the_shape_an_isoflop_study_needs():
-    """configs/multi30k_frontier.yaml: every family at four budgets over 1.5 decades, a
-    window of at least three sizes at each, tuned rates, three seeds at the second budget."""
-    import math
-
+    """configs/multi30k_frontier.yaml, the machinery's test on CPUs: every family at four
+    budgets over 30x, a window of at least three sizes at each, tuned rates,
+    three seeds at the second budget."""
     from pipeline.config import load_config
     from tests.helpers import REPO
 
     config = load_config(REPO / "configs" / "multi30k_frontier.yaml")
     assert sorted(model.family for model in config.models) == ["convs2s", "decoder_only", "rnn", "transformer"]
-    assert len(config.budgets) >= 3 and math.log10(max(config.budgets) / min(config.budgets)) >= 1.5
+    assert len(config.budgets) >= 4 and max(config.budgets) / min(config.budgets) >= 30
     for model in config.models:
         for budget in config.budgets:
             window = [sized for sized in model.at_sizes() if budget in config.budgets_of(sized)]
             assert len(window) >= 3, f"{model.name} at {budget:g}: {len(window)} sizes"
     assert len(config.tuned_sizes()) == sum(len(model.sizes) for model in config.models)
     assert [len(config.seeds_at(budget)) for budget in sorted(config.budgets)] == [1, 3, 1, 1]
+
+
+def test_the_gpu_study_spans_two_decades_with_every_rate_tuned_at_its_budget():
+    """configs/wmt14_frontier_gpu.yaml: the four families at four or more budgets over two
+    decades or more, five sizes around each, two seeds of every run, each run's rate
+    chosen by trials as long as the run itself, on GPUs."""
+    import math
+
+    from pipeline.config import load_config
+    from tests.helpers import REPO
+
+    config = load_config(REPO / "configs" / "wmt14_frontier_gpu.yaml")
+    assert sorted(model.family for model in config.models) == ["convs2s", "decoder_only", "rnn", "transformer"]
+    assert len(config.budgets) >= 4 and math.log10(max(config.budgets) / min(config.budgets)) >= 2
+    for model in config.models:
+        for budget in config.budgets:
+            assert len([s for s in model.at_sizes() if budget in config.budgets_of(s)]) >= 5, (model.name, budget)
+    assert all(len(config.seeds_at(budget)) >= 2 for budget in config.budgets)
+    runs = config.trained_models()
+    assert {run.train["max_train_flops"] for run in runs} == set(config.budgets)
+    trial_budgets = {name: budget for name, _, budget in config.tunings()}
+    for run in runs:
+        assert trial_budgets[run.lr_from] == run.train["max_train_flops"], run.name
+    assert config.train.use_gpu and not config.branch_budgets
 
 
 # The IsoFLOP study's measured optima, in non-embedding parameters, per family and budget
@@ -241,6 +264,8 @@ def test_the_frontier_study_s_windows_bracket_its_measured_optima():
     for model in config.models:
         record = family(model.family)
         for budget, optimum in MEASURED_OPTIMA.get(model.family, {}).items():
+            if budget not in config.budgets:
+                continue
             window = [record.parameter_layout(record.resolve(sized.preset, sized.settings), vocab, vocab)
                       .counts()["non_embedding"] for sized in model.at_sizes() if budget in config.budgets_of(sized)]
             assert min(window) < optimum < max(window), f"{model.name} at {budget:g}: {optimum:.3g} outside {window}"

@@ -106,6 +106,24 @@ def test_the_isoflop_and_envelope_figures_have_a_curve_per_budget_and_a_law_per_
     assert {ISOFLOP, OPTIMAL_SIZE, ENVELOPE} <= set(write_plots(records(), {}, tmp_path, "frontier", comparison))
 
 
+def test_a_family_none_of_whose_runs_translates_gets_an_empty_panel_beside_the_baselines(tmp_path):
+    """The CPU frontier study's report failed on this: every profile of a family emptied
+    by the translation gate left its log-scaled panel with nothing to scale but the
+    baselines' horizontal lines."""
+    from stages.report.plots import isoflop_figure
+
+    found = records()
+    for record in found:
+        if record["family"] == "rnn":
+            record.update(translates="no", gate_reasons=["its source use is 0.1 nats per target token"])
+    comparison = compare(found, {})
+    comparison["baselines"] = {"nats_per_token": {"1": 5.9, "2": 3.37, "4": 2.45}}
+    figure = isoflop_figure(comparison, "frontier")
+    empty = [axes for axes in figure.axes if any(text.get_text() == "no size in a profile" for text in axes.texts)]
+    assert [axes.get_xscale() for axes in empty] == ["linear", "linear"]  # the rnn's loss and BLEU panels
+    figure.savefig(tmp_path / "isoflop.png")
+
+
 def test_a_size_that_diverged_after_its_best_validation_is_judged_by_the_weights_it_ended_with():
     """A run whose loss was lowest before it diverged (a branched budget's curve holds its
     stable phase's too) enters the envelope with its last validation loss, not its best."""

@@ -11,6 +11,7 @@ import pytest
 from stages.report import gate, isoflop, write_report
 from stages.report.artifact import summary
 from stages.report.comparison import compare
+from stages.report.comparison_tables import gate_sentences
 from tests.unit.stages.report.test_comparison import REFERENCES, output, run
 from tests.unit.stages.report.test_compute_laws import records as law_records
 from tests.unit.stages.report.test_isoflop import profile_groups
@@ -68,12 +69,14 @@ def test_a_model_that_does_not_translate_is_withheld_from_every_test_at_its_budg
     assert all(test["family_size"] == 2 for test in comparison["tests"])  # Holm over the two left
     (withheld,) = comparison["withheld"]
     assert withheld["label"] == "rnn_tiny @ 1e12" and withheld["why"].startswith("seed 2: its source use is 0.050")
+    assert withheld["seeds_translating"] == [1]
     assert "rnn_tiny @ 1e12" in comparison["intervals"]  # shown, with its interval
     write_report(rows, {}, tmp_path, "gated", outputs)
     markdown = (tmp_path / "report.md").read_text()
     assert "## Does each model translate?" in markdown
-    assert ("rnn_tiny @ 1e12 did not translate at this budget (seed 2: its source use is 0.050 nats per target "
-            "token (at least 0.25 needed)): it is not ranked") in markdown
+    # Seed 1 translates, seed 2 does not: no verdict either way, and the report says why.
+    assert ("rnn_tiny @ 1e12: undecided, the seeds disagree at this budget (seed 1 translates; seed 2: its source "
+            "use is 0.050 nats per target token (at least 0.25 needed)): it is not ranked") in markdown
     primary = markdown.split("## Primary comparisons")[1].split("## Secondary")[0]
     assert "rnn_tiny @ 1e12" not in primary
     assert "At 4e12 training FLOPs, " in primary and "At 1.6e13 training FLOPs, " in primary
@@ -82,7 +85,15 @@ def test_a_model_that_does_not_translate_is_withheld_from_every_test_at_its_budg
     assert [model["translates"] for model in report["models"]].count("no") == 1
     frame, lines = summary(report)
     assert frame.set_index("model").loc["rnn_tiny @ 1e12", "translates"] == "no"
-    assert any(line.startswith("rnn_tiny @ 1e12 did not translate at this budget") for line in lines)
+    assert any(line.startswith("rnn_tiny @ 1e12: undecided, the seeds disagree") for line in lines)
+
+
+def test_a_model_none_of_whose_seeds_translates_did_not_translate(sweep, tmp_path):
+    rows, outputs = sweep
+    rows = [judged({**row, "source_use": 0.02}) if row["name"] == "rnn_tiny.1e+12.s1" else row for row in rows]
+    markdown = "\n".join(gate_sentences(compare(rows, outputs)))
+    assert markdown.startswith("rnn_tiny @ 1e12 did not translate at this budget (seed 1: its source use is 0.020")
+    assert "undecided" not in markdown
 
 
 def test_outputs_evaluated_before_the_check_are_measured_for_collapse_and_said_unchecked(tmp_path):

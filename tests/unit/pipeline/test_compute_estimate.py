@@ -1,0 +1,71 @@
+"""What ``nmt inspect`` says a config's graph will spend (pipeline/compute_estimate.py),
+checked against sums done by hand from the configs' own numbers."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from typer.testing import CliRunner
+
+from pipeline.cli import app
+from pipeline.compute_estimate import DEFAULT_MFU, estimate, gpu_hours
+from pipeline.config import load_config
+from tests.helpers import REPO
+
+pytestmark = pytest.mark.fast
+
+FAMILY = "models=[{name: t, family: transformer, sizes: [w8, w16]}]"
+
+
+def test_runs_each_train_to_their_budget_and_trials_to_theirs():
+    experiment = load_config(REPO / "configs" / "multi30k_frontier.yaml", [
+        FAMILY, "budgets=[1.0e10, 1.0e11]", "seeds=[1, 2]", "extra_seeds=null",
+        "tune={learning_rates: [1.0e-3, 2.0e-3, 4.0e-3, 8.0e-3], budget: 1.0e10, budget_fraction: 0.5}"])
+    spent = estimate(experiment)
+    assert spent.runs == 2 * 2 * 2  # sizes x budgets x seeds
+    assert spent.run_flops == pytest.approx(2 * 2 * (1.0e10 + 1.0e11))
+    # One tune stage per size and trial budget: 1e10 (half of 1e10 is below tune.budget)
+    # and 5e10 (half of 1e11), four rates each, seeds sharing them.
+    assert (spent.tune_stages, spent.trials) == (4, 16)
+    assert spent.tune_flops == pytest.approx(2 * 4 * (1.0e10 + 5.0e10))
+
+
+def test_branched_budgets_count_one_stable_phase_and_each_decay():
+    """The default job: per family and seed, the stable phase to 1e13's decay once, and
+    the decays of 1e12 and 3e12 (decay_fraction 0.2 of each)."""
+    experiment = load_config(REPO / "configs" / "multi30k_en_de.yaml")
+    assert experiment.branch_budgets and sorted(experiment.budgets) == [1.0e12, 3.0e12, 1.0e13]
+    spent = estimate(experiment)
+    families, seeds = len(experiment.models), len(experiment.seeds)
+    decay = experiment.train.decay_fraction
+    assert spent.runs == families * seeds * 3
+    assert spent.run_flops == pytest.approx(families * seeds * (1.0e13 + decay * (1.0e12 + 3.0e12)))
+    assert spent.tune_flops == 0
+
+
+def test_a_run_without_a_flops_budget_has_no_estimate():
+    assert estimate(load_config(REPO / "configs" / "smoke.yaml")) is None  # max_steps: its length is the data's
+
+
+def test_gpu_hours_divide_by_the_datasheet_peak_at_the_mfu_assumed():
+    rate = gpu_hours("NVIDIA H200", "auto", 0.1)
+    assert (rate.gpu, rate.precision, rate.peak_flops) == ("H200 SXM", "bf16", 989.4e12)
+    assert rate.of(989.4e12 * 0.1 * 3600) == pytest.approx(1.0)
+    with pytest.raises(ValueError, match=r"--gpu B300: no datasheet peak for it \(known: H100 PCIe"):
+        gpu_hours("B300", "bf16", 0.1)
+    with pytest.raises(ValueError, match="the V100 SXM2 datasheet gives no bf16 peak"):
+        gpu_hours("V100", "bf16", 0.1)
+
+
+def test_inspect_prints_the_gpu_study_s_gpu_hours(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    config = REPO / "configs" / "wmt14_frontier_gpu.yaml"
+    result = CliRunner().invoke(app, ["inspect", str(config)], terminal_width=400)
+    assert result.exit_code == 0, result.output
+    spent = estimate(load_config(config))
+    hours = spent.total_flops / (989.4e12 * DEFAULT_MFU) / 3600
+    assert f"total {spent.total_flops:.2e}" in result.output
+    assert f"GPU-hours at 6% MFU of one H100 SXM5's bf16 peak (989 TFLOP/s, the datasheet's): {hours:,.1f} " \
+        in result.output
+    assert math.isclose(spent.tune_flops, 3 * spent.run_flops / 2)  # three rates at full budget, two seeds
