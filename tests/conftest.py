@@ -77,7 +77,7 @@ LONGEST_FIRST = [
     "e2e/test_train.py", "e2e/test_serve.py", "e2e/test_multinode.py", "e2e/test_pipeline.py",
     "e2e/test_concurrent_runs.py", "e2e/test_tune.py", "e2e/test_faults.py", "e2e/test_slurm.py",
     "unit/stages/shared/export/test_export.py", "e2e/test_evaluate_report.py", "e2e/test_ray_up.py",
-    "e2e/test_your_data.py", "e2e/test_admission.py", "e2e/test_object_store.py", "e2e/test_local_ray.py",
+    "e2e/test_gpu_study.py", "e2e/test_your_data.py", "e2e/test_admission.py", "e2e/test_object_store.py", "e2e/test_local_ray.py",
     "e2e/test_cluster_address.py",
 ]
 
