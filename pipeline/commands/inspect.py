@@ -9,6 +9,7 @@ from rich.table import Table
 
 from pipeline.commands.output import fail, load_experiment, open_store, table_console
 from pipeline.compute_estimate import DEFAULT_MFU, estimate, gpu_hours
+from pipeline.config import ExperimentConfig
 
 
 def inspect_models(config: Path, overrides: list[str], artifact_root: str | None, src_len: float | None,
@@ -59,7 +60,7 @@ def inspect_models(config: Path, overrides: list[str], artifact_root: str | None
     _print_compute(experiment, gpu, mfu or DEFAULT_MFU)
 
 
-def _print_compute(experiment, gpu: str | None, mfu: float) -> None:
+def _print_compute(experiment: ExperimentConfig, gpu: str | None, mfu: float) -> None:
     """The graph's counted FLOPs, and on GPUs (``train.use_gpu``, or ``--gpu``) the
     GPU-hours they come to at ``mfu``."""
     spent = estimate(experiment)
