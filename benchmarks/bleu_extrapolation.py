@@ -18,9 +18,15 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
 from pathlib import Path
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from stages.evaluate.artifact import read_scores  # noqa: E402
+from stages.train.artifact import read_summary  # noqa: E402
 
 
 def bleu_points(train_dir: Path) -> list[dict]:
@@ -45,16 +51,16 @@ def main() -> None:
     args = parser.parse_args()
 
     points = bleu_points(args.train_dir)
-    report = json.loads((args.train_dir / "train_report.json").read_text())["metrics"]
-    scores = json.loads((args.evaluate_dir / "scores.json").read_text())
+    report = read_summary(args.train_dir)
+    scores = read_scores(args.evaluate_dir)
     intercept, slope = fit(points, args.skip_fraction)
-    gap = scores["bleu_lc"] - points[-1]["valid_bleu"]
-    flops_per_second = report["flops_per_second"]
-    flops_per_token = report["train_flops"] / report["train_tokens"]
+    gap = scores.beam.bleu_lc - points[-1]["valid_bleu"]
+    flops_per_second = report.flops_per_second
+    flops_per_token = report.train_flops / report.train_tokens
     print(f"fit: valid BLEU = {intercept:.2f} + {slope:.2f} * log10(FLOPs) over {len(points)} validations "
           f"(the last {len(points) - int(len(points) * args.skip_fraction)} fitted)")
-    print(f"run: {report['train_flops']:.2e} FLOPs, {report['train_tokens']:,} target tokens, "
-          f"{flops_per_second / 1e9:.1f} GFLOP/s; test BLEU lc (beam, averaged) {scores['bleu_lc']:.2f} = "
+    print(f"run: {report.train_flops:.2e} FLOPs, {report.train_tokens:,} target tokens, "
+          f"{flops_per_second / 1e9:.1f} GFLOP/s; test BLEU lc (beam, averaged) {scores.beam.bleu_lc:.2f} = "
           f"last valid BLEU {points[-1]['valid_bleu']:.2f} {gap:+.2f}")
     print()
     print("| test BLEU lc | FLOPs needed | x this run | target tokens | hours at this run's FLOP/s |")
@@ -64,7 +70,7 @@ def main() -> None:
             print(f"| {target:.0f} | - | - | - | - |")
             continue
         flops = 10 ** ((target - gap - intercept) / slope)
-        print(f"| {target:.0f} | {flops:.2e} | {flops / report['train_flops']:.1f}x | "
+        print(f"| {target:.0f} | {flops:.2e} | {flops / report.train_flops:.1f}x | "
               f"{flops / flops_per_token / 1e6:,.1f}M | {flops / flops_per_second / 3600:,.1f} |")
 
 

@@ -30,6 +30,8 @@ sys.path.insert(0, str(REPO))
 from pipeline.config import budget_label, load_config  # noqa: E402
 from pipeline.core.artifacts import ArtifactStore  # noqa: E402
 from pipeline.graph import plan  # noqa: E402
+from stages.evaluate.artifact import load_scores  # noqa: E402
+from stages.train.artifact import load_summary  # noqa: E402
 
 CONFIG = REPO / "configs" / "multi30k_sweep.yaml"
 # The sweep's runs under wsd: one warmup for every budget (a number of updates,
@@ -96,13 +98,15 @@ def read(store: ArtifactStore, config) -> dict:
     """Test BLEU per (budget, seed) and the FLOPs its train stages computed themselves."""
     bleu, flops, stages = {}, 0.0, 0
     for item in plan(config, store):
-        metrics = (store.read_manifest(item.stage.name, item.key) or {}).get("metrics", {})
+        metrics = store.read_manifest(item.stage.name, item.key)["metrics"]
+        where = store.path(item.stage.name, item.key)
         if item.stage.group == "train":
             stages += 1
-            flops += metrics.get("own_train_flops", metrics["train_flops"])
+            summary = load_summary(metrics, where)
+            flops += summary.train_flops if summary.own_train_flops is None else summary.own_train_flops
         if item.stage.group == "evaluate":
             spec = next(run for run in config.trained_models() if item.stage.name.endswith(f"/{run.name}"))
-            bleu[(spec.train["max_train_flops"], spec.train["seed"])] = metrics["bleu"]
+            bleu[(spec.train["max_train_flops"], spec.train["seed"])] = load_scores(metrics, where).beam.bleu
     return {"bleu": bleu, "flops": flops, "stages": stages}
 
 

@@ -52,7 +52,9 @@ def from_config(config: ExperimentConfig, store: ArtifactStore) -> Gathered:
         # The train artifact's checkpoints are not needed: read only its small files.
         history = store.read_files(trained.stage.name, trained.key, (CURVE_FILE,))[CURVE_FILE]
         record, curve = model_row(model.name, store.read_manifest(trained.stage.name, trained.key),
-                                  parse_curve(history.decode("utf-8")), evaluation_manifest, model.run_of)
+                                  parse_curve(history.decode("utf-8")), evaluation_manifest, model.run_of,
+                                  train_source=store.path(trained.stage.name, trained.key),
+                                  eval_source=store.path(evaluation.stage.name, evaluation.key))
         gathered.rows.append(record)
         gathered.curves[model.name] = curve
     return gathered
@@ -91,8 +93,9 @@ def from_mlflow(client: MlflowClient, run_id: str) -> Gathered:
             else:
                 gathered.skipped.append(f"{gathered.label}/{name}: not evaluated; BLEU columns left empty")
             record, curve = model_row(
-                name, json.loads((train_dir / "stage_report.json").read_text()),
-                read_curve(train_dir), eval_report)
+                name, json.loads((train_dir / "stage_report.json").read_text()), read_curve(train_dir), eval_report,
+                train_source=f"MLflow run {finished[stage].info.run_id}",
+                eval_source=f"MLflow run {evaluation.info.run_id}" if evaluation else "")
             gathered.rows.append(record)
             gathered.curves[name] = curve
     if not gathered.rows:

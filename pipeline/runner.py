@@ -1,10 +1,10 @@
 """Executing a plan: each stage that is not cached runs as a Ray task.
 
-``run_pipeline`` submits the planned stages as Ray tasks, each receiving its upstream
-tasks' ObjectRefs as arguments, so Ray starts a stage as soon as its inputs exist and
-runs independent stages in parallel. The driver waits on the refs and hands each
-finished (or failed) stage to the caller, which records it in MLflow
-(``pipeline/run_recorder.py``).
+``run_pipeline`` submits what the scheduler (``pipeline/scheduler.py``) says may start
+as Ray tasks (``StageTasks``), waits for one to end, tells the scheduler, and hands the
+stage's result (or failure) to the caller, which records it in MLflow
+(``pipeline/run_recorder.py``). ``execute_stage``, the body of each task, commits the
+stage's artifact.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import os
 import socket
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable
+from typing import Callable
 
 from pipeline.core.artifacts import ArtifactState, ArtifactStore
 from pipeline.core.timeline import ENV as TIMELINE_ENV
@@ -26,9 +26,11 @@ from pipeline.core.context import (
     RayTasks,
     StageContext,
     TrainingPlacement,
+    WorkerTurn,
     ray_progress,
 )
 from pipeline.graph import PlannedStage
+from pipeline.scheduler import Job, Scheduler
 from pipeline.instance_reaper import start_reaper
 from pipeline.core.hardware import CPU_BF16_ENV
 from pipeline.core.leases import held
@@ -42,9 +44,6 @@ API_SERVER_ENV = "RAY_API_SERVER_ADDRESS"
 # Ray Train's preemption watcher: an actor per train stage that asks Ray whether a node
 # is being drained, so that a run on a cluster stops cleanly before a node goes away.
 PREEMPTION_WATCHER_ENV = "RAY_TRAIN_ENABLE_PREEMPTION_WATCHER"
-
-if TYPE_CHECKING:
-    from pipeline.start_order import TrainingTurn
 
 log = logging.getLogger("nmt")
 
@@ -61,7 +60,7 @@ class StageResult:
 
 
 def execute_stage(stage: Stage, section, key: str, upstream_keys: dict[str, str], store: ArtifactStore,
-                  mirrors: list[str], metrics_sink: Callable | None, training_turn: TrainingTurn | None,
+                  mirrors: list[str], metrics_sink: Callable | None, training_turn: WorkerTurn | None,
                   *upstream_results: StageResult, forced: bool = False) -> StageResult:
     """Run one stage and commit its artifact; the body of each stage's Ray task.
     ``forced``: recompute and replace the artifact even if it is committed (``--force``).
@@ -116,7 +115,7 @@ def _waiting_for(stage: str) -> Callable[[dict], None]:
 
 
 def stage_resources(stage: Stage, store: ArtifactStore, key: str, mirrors: list[str],
-                    training_turn: TrainingTurn | None) -> DownloadSources | TrainingPlacement | None:
+                    training_turn: WorkerTurn | None) -> DownloadSources | TrainingPlacement | None:
     """What only ``stage`` uses, of the type its package names (``Stage.resources``)."""
     if stage.resources is DownloadSources:
         return DownloadSources(mirrors=mirrors)
@@ -217,130 +216,144 @@ def run_pipeline(config: ExperimentConfig, planned: list[PlannedStage], store: A
                  mirrors: list[str], on_result: Callable[[PlannedStage, StageResult], None],
                  on_failure: Callable[[PlannedStage, BaseException], None],
                  on_submit: Callable[[PlannedStage], Callable | None] = lambda item: None) -> list[StageResult]:
-    """Run the planned stages that are not cached; ``on_result`` sees every stage, hits
-    included. ``on_submit`` may return a metrics sink the stage can log to as it runs."""
-    import ray
-
-    from pipeline.admission import Admission
-    from pipeline.start_order import StartOrder, TrainingTurn
-
-    task = ray.remote(execute_stage)
-    training = [item.stage.name for item in planned if item.will_run and item.stage.group == "train"]
-    start_order = StartOrder.remote() if len(training) > 1 else None
-    refs: dict[str, ray.ObjectRef] = {}
-    pending: dict[ray.ObjectRef, PlannedStage] = {}
-    waiting: list[PlannedStage] = []  # to run, not submitted yet: plan order
-    results = []
-    for item in planned:
-        if item.will_run:
-            waiting.append(item)
-            continue
-        # A hit reports the metrics its artifact was made with, so every run's record is whole.
-        manifest = store.read_manifest(item.stage.name, item.key) or {}
-        result = StageResult(item.stage.name, item.key, True, manifest.get("metrics", {}),
-                             size_bytes=item.status.size_bytes)
-        on_result(item, result)
-        results.append(result)
-
-    def submit(item: PlannedStage) -> None:
-        upstream_refs = [refs[name] for name in item.stage.upstream if name in refs]
-        section = item.stage.config_of(config)
-        turn = None
-        if start_order and item.stage.name in training:
-            # Train stages ask for workers in the order submitted; waited for, so that the
-            # stage's own wait for its turn finds it listed.
-            ray.get(start_order.enqueue.remote(item.stage.name))
-            turn = TrainingTurn(start_order, item.stage.name)
-        ref = task.options(name=f"stage:{item.stage.name}", num_cpus=item.stage.cpus_of_task(section)).remote(
-            item.stage, section, item.key, item.upstream_keys, store, mirrors, on_submit(item), turn, *upstream_refs,
-            forced=item.status.state == ArtifactState.CACHED)  # planned to run though cached: --force
-        refs[item.stage.name] = ref
-        pending[ref] = item
-        log.info("%-9s submitted (key %s)", item.stage.name, item.key)
-
-    def submit_what_may_start() -> None:
-        """Every waiting stage whose upstream stages are submitted and, for one that
-        holds workers, whose workers fit beside the running ones (pipeline/admission.py);
-        once one such stage does not fit, those behind it wait their turn too."""
-        blocked = False
-        for item in list(waiting):
-            if any(name in upstream_names and name not in refs for name in item.stage.upstream):
-                continue
-            claim = (item.stage.worker_resources(item.stage.config_of(config), admission.capacity)
-                     if item.stage.worker_resources else None)
-            if claim is not None:
-                # It waits for its upstream stages to end, not only to start: one that
-                # continues another train stage (a branched budget) would hold its claim idle.
-                if any(name in upstream_names and name not in ended for name in item.stage.upstream):
-                    continue
-                if blocked or not admission.admits(claim):
-                    blocked = True
-                    continue
-                admission.hold(item.stage.name, claim)
-            waiting.remove(item)
-            submit(item)
-
-    upstream_names = {item.stage.name for item in waiting}
-    ended: set[str] = set()  # stages of this run that have finished or failed
-    # Ray is started only when something runs: a fully cached run has no cluster to ask.
-    admission = Admission(ray.cluster_resources() if any(item.stage.worker_resources for item in waiting) else {})
-    submit_what_may_start()
+    """Run the planned stages that are not cached, each when the scheduler says
+    (``pipeline/scheduler.py``); ``on_result`` sees every stage, hits included.
+    ``on_submit`` may return a metrics sink the stage can log to as it runs."""
+    results = [_cached_result(item, store, on_result) for item in planned if not item.will_run]
+    to_run = {item.stage.name: item for item in planned if item.will_run}
+    if not to_run:  # Ray is started only when something runs: a cached run has no cluster to ask
+        return results
+    tasks = StageTasks(config, store, mirrors, on_submit, list(to_run.values()))
+    scheduler = Scheduler([tasks.job(item) for item in to_run.values()], tasks.capacity)
     # After a failure, stages that do not depend on it run to completion: their
     # artifacts are committed, so the next run resumes from them.
     failed: dict[str, BaseException] = {}
     try:
-        while pending:
-            # A second at a time: SIGTERM (pipeline/driver_sigterm.py) ends the run between waits.
-            done, _ = ray.wait(list(pending), num_returns=1, timeout=1.0)
-            raise_if_terminated()
-            if not done:
-                continue
-            item = pending.pop(done[0])
-            admission.release(item.stage.name)
-            ended.add(item.stage.name)
-            try:
-                result = ray.get(done[0])
-            except Exception as error:
-                # Ray hands a stage its upstream's exception, and may report the downstream
-                # stage first: look at the upstream refs, not at the order of reports.
-                upstream = _failed_upstream(item.stage, refs)
-                cause = (UpstreamFailed(f"not run: upstream stage {upstream!r} failed") if upstream
-                         else getattr(error, "cause", None) or error)
-                failed[item.stage.name] = cause
-                on_failure(item, cause)
+        while True:
+            for job in scheduler.startable():
+                tasks.submit(to_run[job.name])
+            if not tasks.running:
+                break
+            item, outcome = tasks.next_ended()
+            scheduler.end(item.stage.name)
+            if isinstance(outcome, BaseException):
+                failed[item.stage.name] = outcome
+                on_failure(item, outcome)
             else:
-                on_result(item, result)
-                results.append(result)
-            submit_what_may_start()
+                on_result(item, outcome)
+                results.append(outcome)
     except KeyboardInterrupt:
-        _stop(pending)
+        tasks.stop()
         raise
-    if waiting:  # cannot happen: with nothing running, the first waiting stage is admitted
-        raise RuntimeError(f"stages never submitted: {', '.join(item.stage.name for item in waiting)}")
+    scheduler.check_all_started()
     if failed:
         root_causes = [error for error in failed.values() if not isinstance(error, UpstreamFailed)]
         raise (root_causes or list(failed.values()))[0]
     return results
 
 
-def _stop(pending: dict) -> None:
-    """At Ctrl-C: end the stage tasks still running, and the Ray Train runs they own,
-    before the driver closes its MLflow runs. Left running until the driver exits, they
-    go on logging live metrics to the SQLite store the driver is closing the runs in (a
-    CI run's Ctrl-C once took over 120 s to end; this was the likely cause, not a proven
-    one). What they had checkpointed stays in their staging directories for the next run."""
-    import ray
+def _cached_result(item: PlannedStage, store: ArtifactStore,
+                   on_result: Callable[[PlannedStage, StageResult], None]) -> StageResult:
+    """A hit reports the metrics its artifact was made with, so every run's record is whole."""
+    manifest = store.read_manifest(item.stage.name, item.key) or {}
+    result = StageResult(item.stage.name, item.key, True, manifest.get("metrics", {}),
+                         size_bytes=item.status.size_bytes)
+    on_result(item, result)
+    return result
 
-    # Not a task whose result is in: cancelling one as its reply arrives trips a fatal
-    # check in Ray's core worker ("it != submissible_tasks_.end()", ray-project/ray#54846;
-    # seen with Ray 2.60 at a Ctrl-C right after a stage committed), and the driver dies
-    # with exit status 1 instead of saying what it kept.
-    finished, _ = ray.wait(list(pending), num_returns=len(pending), timeout=0)
-    for ref in set(pending) - set(finished):
+
+class StageTasks:
+    """The Ray side of a run: a task per stage, its result or failure, Ctrl-C.
+
+    Each stage's task receives its upstream tasks' ObjectRefs as arguments, so Ray starts
+    it once their results exist. Train stages, when more than one runs, wait for their
+    turn to ask for workers (``pipeline/start_order.py``), enqueued as they are submitted.
+    """
+
+    def __init__(self, config: ExperimentConfig, store: ArtifactStore, mirrors: list[str],
+                 on_submit: Callable[[PlannedStage], Callable | None], to_run: list[PlannedStage]):
+        import ray
+
+        from pipeline.start_order import StartOrder
+
+        self.config, self.store, self.mirrors, self.on_submit = config, store, mirrors, on_submit
+        self.task = ray.remote(execute_stage)
+        self.refs: dict[str, ray.ObjectRef] = {}  # every stage submitted, by name
+        self.pending: dict[ray.ObjectRef, PlannedStage] = {}  # those not ended
+        # The cluster's resources, which stages that hold workers are admitted against.
+        self.capacity = ray.cluster_resources() if any(item.stage.worker_resources for item in to_run) else {}
+        self.training = [item.stage.name for item in to_run if item.stage.group == "train"]
+        self.start_order = StartOrder.remote() if len(self.training) > 1 else None
+
+    @property
+    def running(self) -> bool:
+        return bool(self.pending)
+
+    def job(self, item: PlannedStage) -> Job:
+        """What the scheduler needs of ``item``: its upstream stages, its workers' claim."""
+        stage = item.stage
+        claim = stage.worker_resources(stage.config_of(self.config), self.capacity) if stage.worker_resources else None
+        return Job(stage.name, tuple(stage.upstream), claim)
+
+    def submit(self, item: PlannedStage) -> None:
+        import ray
+
+        from pipeline.start_order import TrainingTurn
+
+        upstream_refs = [self.refs[name] for name in item.stage.upstream if name in self.refs]
+        section = item.stage.config_of(self.config)
+        turn = None
+        if self.start_order and item.stage.name in self.training:
+            # Waited for, so that the stage's own wait for its turn finds it listed.
+            ray.get(self.start_order.enqueue.remote(item.stage.name))
+            turn = TrainingTurn(self.start_order, item.stage.name)
+        ref = self.task.options(name=f"stage:{item.stage.name}", num_cpus=item.stage.cpus_of_task(section)).remote(
+            item.stage, section, item.key, item.upstream_keys, self.store, self.mirrors, self.on_submit(item), turn,
+            *upstream_refs, forced=item.status.state == ArtifactState.CACHED)  # planned to run though cached: --force
+        self.refs[item.stage.name] = ref
+        self.pending[ref] = item
+        log.info("%-9s submitted (key %s)", item.stage.name, item.key)
+
+    def next_ended(self) -> tuple[PlannedStage, StageResult | BaseException]:
+        """The next stage to end, with its result or why it failed (``UpstreamFailed``
+        where it did not run because an upstream stage failed)."""
+        import ray
+
+        while True:
+            # A second at a time: SIGTERM (pipeline/driver_sigterm.py) ends the run between waits.
+            done, _ = ray.wait(list(self.pending), num_returns=1, timeout=1.0)
+            raise_if_terminated()
+            if done:
+                break
+        item = self.pending.pop(done[0])
         try:
-            ray.cancel(ref, force=True, recursive=True)
-        except Exception as error:  # one already ended
-            log.debug("cancelling a stage task: %s", error)
+            return item, ray.get(done[0])
+        except Exception as error:
+            # Ray hands a stage its upstream's exception, and may report the downstream
+            # stage first: look at the upstream refs, not at the order of reports.
+            upstream = _failed_upstream(item.stage, self.refs)
+            return item, (UpstreamFailed(f"not run: upstream stage {upstream!r} failed") if upstream
+                          else getattr(error, "cause", None) or error)
+
+    def stop(self) -> None:
+        """At Ctrl-C: end the stage tasks still running, and the Ray Train runs they own,
+        before the driver closes its MLflow runs. Left running until the driver exits,
+        they go on logging live metrics to the SQLite store the driver is closing the
+        runs in (a CI run's Ctrl-C once took over 120 s to end; this was the likely
+        cause, not a proven one). What they had checkpointed stays in their staging
+        directories for the next run."""
+        import ray
+
+        # Not a task whose result is in: cancelling one as its reply arrives trips a fatal
+        # check in Ray's core worker ("it != submissible_tasks_.end()", ray-project/ray#54846;
+        # seen with Ray 2.60 at a Ctrl-C right after a stage committed), and the driver dies
+        # with exit status 1 instead of saying what it kept.
+        finished, _ = ray.wait(list(self.pending), num_returns=len(self.pending), timeout=0)
+        for ref in set(self.pending) - set(finished):
+            try:
+                ray.cancel(ref, force=True, recursive=True)
+            except Exception as error:  # one already ended
+                log.debug("cancelling a stage task: %s", error)
 
 
 def _failed_upstream(stage: Stage, refs: dict) -> str | None:

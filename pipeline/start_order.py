@@ -1,14 +1,6 @@
-"""Train stages start in the config's order when they compete for the cluster.
-
-Every train stage's task starts at once (it holds no CPUs itself) and asks Ray Train
-for its workers; Ray places the worker groups in the order they ask. Asked within the
-same second, that order is a race. In one run of the converged config the two models
-meant to share one core one after the other took both cores, and the model meant to
-have the other core for the whole run waited 46 minutes for it. So a train stage asks
-for its workers only once every train stage before it in the config has its own
-workers (or has ended): the order the runner submits them in (the config's, as far
-as ``pipeline/admission.py`` and their upstream stages allow) is the order workers are
-placed in.
+"""The train stages' turns to ask for workers (``scheduler.WorkerTurns``), kept in a Ray
+actor: the driver enqueues each train stage as it submits it, the stage's task waits
+for its turn, and its rank-0 worker reports once the workers are placed.
 
 A train stage whose workers can never be placed (a GPU the cluster lacks) holds up the
 ones after it, as Ray itself would hold it up forever.
@@ -21,6 +13,8 @@ from dataclasses import dataclass
 
 import ray
 
+from pipeline.scheduler import WorkerTurns
+
 POLL_S = 0.5
 
 
@@ -29,27 +23,26 @@ class StartOrder:
     """The driver's record of which train stages have their workers."""
 
     def __init__(self):
-        self.names, self.started = [], set()
+        self.turns = WorkerTurns()
 
     def enqueue(self, name: str) -> None:
-        """``name`` was submitted: it comes after every train stage submitted before it."""
-        self.names.append(name)
+        self.turns.enqueue(name)
 
     def may_start(self, name: str) -> bool:
-        """Whether every train stage submitted before ``name`` has its workers (or has ended)."""
-        return name in self.names and self.started.issuperset(self.names[:self.names.index(name)])
+        return self.turns.may_start(name)
 
     async def wait_for_turn(self, name: str) -> None:
-        while not self.may_start(name):
+        while not self.turns.may_start(name):
             await asyncio.sleep(POLL_S)
 
     def mark_started(self, name: str) -> None:
-        self.started.add(name)
+        self.turns.mark_started(name)
 
 
 @dataclass(frozen=True)
 class TrainingTurn:
-    """One train stage's place in the order: picklable, so its workers can report."""
+    """One train stage's place in the order (``pipeline.core.context.WorkerTurn``):
+    picklable, so its workers can report."""
 
     order: ray.actor.ActorHandle
     name: str

@@ -38,6 +38,17 @@ class DownloadSources:
     cache: Path = field(default_factory=lambda: default_cache_dir() / "downloads")
 
 
+class WorkerTurn(Protocol):
+    """A train stage's turn to ask for workers, in the order the runner submitted the
+    train stages (``pipeline/scheduler.py``); picklable, so its workers can report."""
+
+    def wait(self) -> None:
+        """Return once every train stage submitted before this one has its workers."""
+
+    def started(self) -> None:
+        """This stage has its workers, or will never need them (it ended or failed)."""
+
+
 @dataclass
 class TrainingPlacement:
     """Where a train stage keeps its checkpoints and when it may ask for workers."""
@@ -46,9 +57,9 @@ class TrainingPlacement:
     # kept there survive the node. None when the store is local, where the stage's own
     # output directory is already on the store.
     durable_staging: tuple[Any, str] | None = None
-    # The stage's place in the order workers are placed in (``pipeline/start_order.py``);
-    # None outside ``nmt run``.
-    turn: Any = None
+    # The stage's place in the order workers are placed in; None where it need not wait
+    # (outside ``nmt run``, or the run's only train stage).
+    turn: WorkerTurn | None = None
     # Ray Train callbacks of the run (a tuning trial's, which passes its workers'
     # reports on to Ray Tune: stages/tune/trials.py).
     callbacks: tuple = ()

@@ -31,9 +31,11 @@ import time
 from pathlib import Path
 
 from pipeline.core.context import StageContext
+from pipeline.core.records import to_json
 from pipeline.core.hardware import HardwareError, detect_device, resolve_precision
 from stages.clean import read_split
 from stages.shared.errors import InputDataError
+from stages.evaluate.artifact import SCORES_FILE, EvalSummary
 from stages.evaluate.config import EvaluateStageConfig
 from stages.shared.inference.model_file import MODEL_FILES, weights_file
 from stages.shared.names import TRAIN, train_stage
@@ -89,32 +91,28 @@ def run(inputs: dict[str, Path], config: EvaluateStageConfig, output: Path, ctx:
                                          "score": hypothesis.score, "log_prob": hypothesis.log_prob,
                                          "tokens": len(hypothesis.tokens) + 1}, ensure_ascii=False) + "\n")
 
-    scores = {"split": settings.split, "sentences": len(sources), "beam_size": settings.beam_size,
-              "length_penalty": settings.length_penalty, "decode_wall_seconds": wall_seconds,
-              **_hardware_summary([part.hardware for part in parts]),
-              **score_hypotheses(beam, references, "", sum(p.beam_seconds for p in parts)),
-              "decode_flops_per_sentence": sum(part.beam_flops for part in parts) / len(sources),
-              **collapse([line[0].text for line in beam]), **parts[0].source_use}
+    greedy = translated = None
     if settings.greedy:
         greedy = [line for part in parts for line in part.greedy]
         _write_lines(output / "hypotheses.greedy.txt", [line[0].text for line in greedy])
-        scores.update(score_hypotheses(greedy, references, "greedy_", sum(p.greedy_seconds for p in parts)))
-    if settings.ctranslate2 is not None:
-        scores["ctranslate2_weights"] = settings.ctranslate2
-        if parts[0].ctranslate2_skipped:
-            scores["ctranslate2_skipped"] = parts[0].ctranslate2_skipped
-        else:
-            translated = [line for part in parts for line in part.ctranslate2]
-            _write_lines(output / "hypotheses.ctranslate2.txt", [line[0].text for line in translated])
-            scores.update(score_hypotheses(translated, references, "ctranslate2_",
-                                           sum(p.ctranslate2_seconds for p in parts)))
-    (output / "scores.json").write_text(json.dumps(scores, indent=2, ensure_ascii=False))
+    skipped = parts[0].ctranslate2_skipped if settings.ctranslate2 is not None else None
+    if settings.ctranslate2 is not None and not skipped:
+        translated = [line for part in parts for line in part.ctranslate2]
+        _write_lines(output / "hypotheses.ctranslate2.txt", [line[0].text for line in translated])
+    summary = EvalSummary(
+        split=settings.split, sentences=len(sources), beam_size=settings.beam_size,
+        length_penalty=settings.length_penalty, decode_wall_seconds=wall_seconds,
+        **_hardware_summary([part.hardware for part in parts]),
+        beam=score_hypotheses(beam, references, sum(p.beam_seconds for p in parts)),
+        decode_flops_per_sentence=sum(part.beam_flops for part in parts) / len(sources),
+        **collapse([line[0].text for line in beam]), **parts[0].source_use,
+        greedy=None if greedy is None else score_hypotheses(greedy, references, sum(p.greedy_seconds for p in parts)),
+        ctranslate2_weights=settings.ctranslate2, ctranslate2_skipped=skipped or None,
+        ctranslate2=None if translated is None else score_hypotheses(translated, references,
+                                                                     sum(p.ctranslate2_seconds for p in parts)))
+    scores = to_json(summary)
+    (output / SCORES_FILE).write_text(json.dumps(scores, indent=2, ensure_ascii=False))
     return scores
-
-
-def read_scores(artifact: Path) -> dict:
-    """``scores.json`` of an evaluate artifact."""
-    return json.loads((artifact / "scores.json").read_text())
 
 
 def preflight(config: EvaluateStageConfig, cpus: int) -> None:

@@ -108,9 +108,11 @@ def _mean(records: list[dict], field: str) -> str:
 
 
 def model_row(name: str, train_report: dict, train_curve: list[dict], eval_report: dict | None,
-              run_of: str | None = None) -> tuple[dict, list[dict]]:
+              run_of: str | None = None, *, train_source: str, eval_source: str) -> tuple[dict, list[dict]]:
     """One model's row of the report and its validation curve, from any dicts with a
-    stage's ``config`` and ``metrics`` (a manifest, or the copy MLflow keeps)."""
+    stage's ``config`` and ``metrics`` (a manifest, or the copy MLflow keeps); the
+    sources name them in an error (``stages/report/records.py``)."""
     from stages.report.records import from_reports
 
-    return from_reports(name, train_report, train_curve, eval_report, run_of)
+    return from_reports(name, train_report, train_curve, eval_report, run_of, train_source=train_source,
+                        eval_source=eval_source)

@@ -12,7 +12,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from pipeline.core.artifacts import read_local_manifest
-from stages.train.artifact import read_curve
+from stages.evaluate.artifact import EvalSummary, load_scores
+from stages.train.artifact import TrainSummary, load_summary, read_curve
 
 # The fields of report.json and report.csv, in column order.
 FIELDS = (
@@ -29,7 +30,7 @@ FIELDS = (
 )
 
 
-def model_record(name: str, train_config: dict, train_metrics: dict, eval_metrics: dict | None,
+def model_record(name: str, train_config: dict, train: TrainSummary, evaluation: EvalSummary | None,
                  run_of: str | None = None, final_valid_loss: float | None = None) -> dict:
     """A trained run's row: training costs three ways, quality, and decoding speed.
     ``model`` is the configured model it is a run of (``run_of``, else its own name),
@@ -42,49 +43,48 @@ def model_record(name: str, train_config: dict, train_metrics: dict, eval_metric
     peaks were measured fall back to the config's ``peak_flops_per_worker``, or None.
     """
     training, model = train_config["train"], train_config["model"]
-    peak = train_metrics.get("peak_flops_per_worker") or training.get("peak_flops_per_worker")
-    peak_source = train_metrics.get("peak_source") or ("config" if peak else None)
-    evaluation = eval_metrics or {}
+    peak = train.peak_flops_per_worker or training.get("peak_flops_per_worker")
+    peak_source = train.peak_source or ("config" if peak else None)
+    beam = evaluation.beam if evaluation else None
+    greedy = evaluation.greedy if evaluation else None
+    ctranslate2 = evaluation.ctranslate2 if evaluation else None
     record = {
         "name": name, "model": run_of or name, "seed": training.get("seed"),
         "budget": training.get("max_train_flops"), "family": model["family"], "preset": model["preset"],
-        "parameters": train_metrics["parameters"],
-        "non_embedding_parameters": train_metrics["non_embedding_parameters"],
-        "steps": train_metrics["steps"], "stop_reason": train_metrics.get("stop_reason"),
-        "train_tokens": train_metrics["train_tokens"],
-        "train_seconds": train_metrics["train_seconds"], "workers": training["workers"],
-        "device_hours": train_metrics["device_hours"],
-        "train_flops": train_metrics["train_flops"], "train_flops_6nd": train_metrics["train_flops_6nd"],
-        "train_flops_paper": train_metrics["train_seconds"] * training["workers"] * peak if peak else None,
-        "flops_per_second": train_metrics["flops_per_second"], "mfu": train_metrics.get("mfu"),
-        "best_valid_ppl": train_metrics.get("best_valid_ppl"), "final_valid_loss": final_valid_loss,
-        "best_valid_bleu": train_metrics.get("best_valid_bleu"),
-        "bleu": evaluation.get("bleu"), "bleu_lc": evaluation.get("bleu_lc"), "chrf": evaluation.get("chrf"),
-        "greedy_bleu": evaluation.get("greedy_bleu"), "greedy_bleu_lc": evaluation.get("greedy_bleu_lc"),
-        "greedy_chrf": evaluation.get("greedy_chrf"),
-        "beam_size": evaluation.get("beam_size"),
+        "parameters": train.parameters, "non_embedding_parameters": train.non_embedding_parameters,
+        "steps": train.steps, "stop_reason": train.stop_reason, "train_tokens": train.train_tokens,
+        "train_seconds": train.train_seconds, "workers": training["workers"], "device_hours": train.device_hours,
+        "train_flops": train.train_flops, "train_flops_6nd": train.train_flops_6nd,
+        "train_flops_paper": train.train_seconds * training["workers"] * peak if peak else None,
+        "flops_per_second": train.flops_per_second, "mfu": train.mfu,
+        "best_valid_ppl": train.best_valid_ppl, "final_valid_loss": final_valid_loss,
+        "best_valid_bleu": train.best_valid_bleu,
+        "bleu": beam and beam.bleu, "bleu_lc": beam and beam.bleu_lc, "chrf": beam and beam.chrf,
+        "greedy_bleu": greedy and greedy.bleu, "greedy_bleu_lc": greedy and greedy.bleu_lc,
+        "greedy_chrf": greedy and greedy.chrf,
+        "beam_size": evaluation and evaluation.beam_size,
         # The translation gate's inputs (stages/report/gate.py); its verdict is given by
         # write_report, which can also measure collapse on outputs evaluated before it was.
-        "translates": None, "source_use": evaluation.get("source_use"),
-        "top_output_share": evaluation.get("top_output_share"),
-        "distinct_output_share": evaluation.get("distinct_output_share"),
-        "sentences_per_second": evaluation.get("sentences_per_second"),
-        "tokens_per_second": evaluation.get("tokens_per_second"),
-        "decode_flops_per_sentence": evaluation.get("decode_flops_per_sentence"),
-        "greedy_sentences_per_second": evaluation.get("greedy_sentences_per_second"),
+        "translates": None, "source_use": evaluation and evaluation.source_use,
+        "top_output_share": evaluation and evaluation.top_output_share,
+        "distinct_output_share": evaluation and evaluation.distinct_output_share,
+        "sentences_per_second": beam and beam.sentences_per_second,
+        "tokens_per_second": beam and beam.tokens_per_second,
+        "decode_flops_per_sentence": evaluation and evaluation.decode_flops_per_sentence,
+        "greedy_sentences_per_second": greedy and greedy.sentences_per_second,
         # The same beam search run by CTranslate2 (evaluate.ctranslate2), where the family exports.
-        "ctranslate2_weights": evaluation.get("ctranslate2_weights"),
-        "ctranslate2_bleu": evaluation.get("ctranslate2_bleu"),
-        "ctranslate2_sentences_per_second": evaluation.get("ctranslate2_sentences_per_second"),
-        "test_sentences": evaluation.get("sentences"),
-        "sacrebleu_signature": evaluation.get("bleu_signature"),
-        "bleu_lc_signature": evaluation.get("bleu_lc_signature"),
-        "chrf_signature": evaluation.get("chrf_signature"),
-        "precision": train_metrics.get("precision"), "device_name": train_metrics.get("device_name"),
-        "device_capability": train_metrics.get("device_capability"),
-        "threads_per_worker": train_metrics.get("threads_per_worker"),
-        "peak_flops_per_worker": peak, "peak_source": peak_source, "peak_detail": train_metrics.get("peak_detail"),
-        "eval_precision": evaluation.get("precision"), "eval_device_name": evaluation.get("device_name"),
+        "ctranslate2_weights": evaluation and evaluation.ctranslate2_weights,
+        "ctranslate2_bleu": ctranslate2 and ctranslate2.bleu,
+        "ctranslate2_sentences_per_second": ctranslate2 and ctranslate2.sentences_per_second,
+        "test_sentences": evaluation and evaluation.sentences,
+        "sacrebleu_signature": beam and beam.bleu_signature,
+        "bleu_lc_signature": beam and beam.bleu_lc_signature,
+        "chrf_signature": beam and beam.chrf_signature,
+        "precision": train.precision, "device_name": train.device_name,
+        "device_capability": train.device_capability, "threads_per_worker": train.threads_per_worker,
+        "peak_flops_per_worker": peak, "peak_source": peak_source, "peak_detail": train.peak_detail,
+        "eval_precision": evaluation and evaluation.precision,
+        "eval_device_name": evaluation and evaluation.device_name,
     }
     return {field: record[field] for field in FIELDS}
 
@@ -106,21 +106,23 @@ def from_artifacts(name: str, train_dir: Path, eval_dir: Path | None,
                    run_of: str | None = None) -> tuple[dict, list[dict]]:
     """(record, validation curve) of a run from its train and evaluate artifacts."""
     return from_reports(name, read_local_manifest(train_dir), read_curve(train_dir),
-                        read_local_manifest(eval_dir) if eval_dir else None, run_of)
+                        read_local_manifest(eval_dir) if eval_dir else None, run_of,
+                        train_source=str(train_dir), eval_source=str(eval_dir))
 
 
-def from_reports(name: str, train_report: dict, train_curve: list[dict],
-                 eval_report: dict | None, run_of: str | None = None) -> tuple[dict, list[dict]]:
+def from_reports(name: str, train_report: dict, train_curve: list[dict], eval_report: dict | None,
+                 run_of: str | None = None, *, train_source: str, eval_source: str) -> tuple[dict, list[dict]]:
     """The same from any dicts with a stage's ``config`` and ``metrics``: a manifest, or
-    the ``stage_report.json`` MLflow keeps."""
+    the ``stage_report.json`` MLflow keeps; ``train_source`` and ``eval_source`` name them
+    in the error raised when their metrics lack a field or hold an unknown one."""
     curve = validation_curve(train_curve)
     losses = [point["valid_loss"] for point in curve if "valid_loss" in point]
-    record = model_record(name, train_report["config"], train_report["metrics"],
-                          eval_report["metrics"] if eval_report else None, run_of, losses[-1] if losses else None)
-    if eval_report and eval_report["metrics"].get("top_output") is not None:
-        record["top_output"] = eval_report["metrics"]["top_output"]
-    record["training_warnings"] = training_warnings(name, train_report["config"]["train"], train_report["metrics"],
-                                                    train_curve)
+    train = load_summary(train_report["metrics"], train_source)
+    evaluation = load_scores(eval_report["metrics"], eval_source) if eval_report else None
+    record = model_record(name, train_report["config"], train, evaluation, run_of, losses[-1] if losses else None)
+    if evaluation and evaluation.top_output is not None:
+        record["top_output"] = evaluation.top_output
+    record["training_warnings"] = training_warnings(name, train_report["config"]["train"], train, train_curve)
     return record, curve
 
 
@@ -128,11 +130,11 @@ def from_reports(name: str, train_report: dict, train_curve: list[dict],
 STUCK_LOSS_RATIO = 0.95
 
 
-def training_warnings(name: str, training: dict, metrics: dict, rows: list[dict]) -> list[str]:
+def training_warnings(name: str, training: dict, train: TrainSummary, rows: list[dict]) -> list[str]:
     """What says a run did not really train: it ended inside its warmup (its rate never
     reached its peak), or its training loss never left where it started."""
     warnings = []
-    warmup, steps = training.get("warmup_steps"), metrics.get("steps", 0)
+    warmup, steps = training.get("warmup_steps"), train.steps
     if training.get("warmup_fraction") is None and warmup and steps < warmup:
         warnings.append(f"{name} ended at update {steps:,}, inside its warmup of {warmup:,} updates: its learning "
                         "rate never reached its peak (lower train.warmup_steps, or set train.warmup_fraction)")

@@ -11,7 +11,7 @@ from typing import Any, Callable
 
 import torch
 
-from pipeline.core.context import MetricsSink
+from pipeline.core.context import MetricsSink, WorkerTurn
 from pipeline.core.timeline import mark
 from stages.shared.inference.model_file import build_for_vocabulary, vocabulary_facts
 from stages.shared.models.flops import training_flops
@@ -37,7 +37,7 @@ class WorkerArgs:
     run_dir: str
     filesystem: Any  # a pyarrow filesystem
     metrics_sink: MetricsSink | None  # rank 0 logs its rows there as it trains
-    training_turn: Any  # rank 0 reports that the workers are placed: the next train stage may ask
+    training_turn: WorkerTurn | None  # rank 0 reports that the workers are placed: the next train stage may ask
     # The artifact of the train stage this run continues (``TrainStageConfig.start_from``),
     # local to the worker that calls it; None for a run from nothing.
     fetch_start: Callable[[], Path] | None = None

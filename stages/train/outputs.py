@@ -12,6 +12,7 @@ import json
 import math
 from pathlib import Path
 
+from pipeline.core.records import to_json
 from stages.bpe import read_vocab
 from stages.shared.inference.model_file import (
     build_for_vocabulary,
@@ -20,6 +21,7 @@ from stages.shared.inference.model_file import (
     weights_file,
 )
 from stages.train import checkpointer, plan
+from stages.train.artifact import TrainSummary
 from stages.train.config import TrainStageConfig
 from stages.shared.models.flops import parameter_counts, six_nd
 
@@ -55,48 +57,37 @@ def write_outputs(output: Path, config: TrainStageConfig, tokenized: Path, check
     params = parameter_counts(model)
     train_rows = [row for row in map(json.loads, history_text.splitlines()) if "train_loss" in row]
     seconds = progress["seconds"]
-    metrics = {
-        # ``epoch``: the (0-based) epoch the last update was in.
-        "steps": progress["step"], "epoch": progress["epoch"], "train_tokens": progress["train_tokens"],
-        "train_flops": progress["train_flops"],
-        "train_src_tokens": progress["train_src_tokens"],
-        # Kaplan et al. (2020)'s 6ND, side by side (stages/shared/models/flops.py).
-        "train_flops_6nd": six_nd(model, progress["train_src_tokens"], progress["train_tokens"]),
-        "train_seconds": seconds, "device_hours": seconds * training.workers / 3600,
-        "tokens_per_second": progress["train_tokens"] / max(seconds, 1e-9),
-        "flops_per_second": progress["train_flops"] / max(seconds, 1e-9),
-        "parameters": params["total"], "non_embedding_parameters": params["non_embedding"],
-        "restarts": progress["restarts"], "attempt_seconds": seconds_this_attempt,
-        "skipped_updates": progress.get("skipped_updates", 0),  # fp16 overflows
-        "stop_reason": progress["stop_reason"],  # the budget that ended training
-    }
     # Where the training time went: the loop's parts besides the updates (the final
     # validation and checkpoint included), and the updates themselves.
     spent = progress.get("time_spent") or {}
-    metrics.update({f"seconds_{part}": spent.get(part, 0.0) for part in TIME_PARTS})
-    metrics["seconds_updates"] = max(0.0, seconds - progress.get("time_spent_in_seconds", 0.0))
-    if config.lr_from is not None:
-        metrics.update(lr=training.lr, lr_from=config.lr_from)  # the rate its tune stage chose
-    continued = progress.get("continued") or {}
-    if continued:
-        # A branched budget: the totals above include the stable phase it continued;
-        # what this stage computed itself is the rest.
-        metrics.update(continued_from=continued["stage"], continued_at_step=continued["step"],
-                       own_train_flops=progress["train_flops"] - continued["train_flops"],
-                       own_train_seconds=seconds - continued["seconds"])
-    # Resolved precision, device and peak FLOP/s (with where the peak came from).
-    hardware = progress.get("hardware", {})
-    metrics.update({key: value for key, value in hardware.items() if key != "peak_flops_total"})
-    if hardware.get("peak_flops_total"):
-        metrics["mfu"] = metrics["flops_per_second"] / hardware["peak_flops_total"]
-    if progress["best_valid_loss"] is not None:
-        metrics["best_valid_loss"] = progress["best_valid_loss"]
-        metrics["best_valid_ppl"] = math.exp(min(progress["best_valid_loss"], 50))
-    if progress.get("best_valid_bleu") is not None:
-        metrics["best_valid_bleu"] = progress["best_valid_bleu"]
-        metrics["best_step"] = progress["best_step"]
-    if train_rows:
-        metrics["final_train_loss"] = train_rows[-1]["train_loss"]
+    continued = progress.get("continued") or {}  # a branched budget: the stable phase it continued
+    hardware = dict(progress.get("hardware", {}))  # resolved precision, device and peak FLOP/s
+    peak_total = hardware.pop("peak_flops_total", None)
+    probes = {key[len("bleu_probe_seconds_"):]: hardware.pop(key) for key in list(hardware)
+              if key.startswith("bleu_probe_seconds_")}
+    best_loss, best_bleu = progress["best_valid_loss"], progress.get("best_valid_bleu")
+    summary = TrainSummary(
+        steps=progress["step"], epoch=progress["epoch"], train_tokens=progress["train_tokens"],
+        train_flops=progress["train_flops"], train_src_tokens=progress["train_src_tokens"],
+        train_flops_6nd=six_nd(model, progress["train_src_tokens"], progress["train_tokens"]),
+        train_seconds=seconds, device_hours=seconds * training.workers / 3600,
+        tokens_per_second=progress["train_tokens"] / max(seconds, 1e-9),
+        flops_per_second=progress["train_flops"] / max(seconds, 1e-9),
+        parameters=params["total"], non_embedding_parameters=params["non_embedding"],
+        restarts=progress["restarts"], attempt_seconds=seconds_this_attempt,
+        skipped_updates=progress.get("skipped_updates", 0), stop_reason=progress["stop_reason"],
+        **{f"seconds_{part}": spent.get(part, 0.0) for part in TIME_PARTS},
+        seconds_updates=max(0.0, seconds - progress.get("time_spent_in_seconds", 0.0)),
+        lr=training.lr if config.lr_from is not None else None, lr_from=config.lr_from,
+        continued_from=continued.get("stage"), continued_at_step=continued.get("step"),
+        own_train_flops=progress["train_flops"] - continued["train_flops"] if continued else None,
+        own_train_seconds=seconds - continued["seconds"] if continued else None,
+        **hardware, bleu_probe_seconds=probes,
+        mfu=progress["train_flops"] / max(seconds, 1e-9) / peak_total if peak_total else None,
+        best_valid_loss=best_loss, best_valid_ppl=math.exp(min(best_loss, 50)) if best_loss is not None else None,
+        best_valid_bleu=best_bleu, best_step=progress["best_step"] if best_bleu is not None else None,
+        final_train_loss=train_rows[-1]["train_loss"] if train_rows else None)
+    metrics = to_json(summary)
     report = {"model": config.model.model_dump(mode="json"), "stop_reason": progress["stop_reason"],
               "metrics": metrics, "checkpoints": [str(c.path.relative_to(output)) for c in checkpoints],
               "averaged_steps": info["averaged_steps"]}

@@ -17,13 +17,13 @@ def translations(lines: list[str]) -> list[list[Translation]]:
 
 def test_lowercased_bleu_ignores_case_and_the_headline_does_not():
     shouted = translations([line.upper() for line in REFERENCES])
-    scores = score_hypotheses(shouted, REFERENCES, "", seconds=1.0)
-    assert scores["bleu_lc"] == pytest.approx(100.0)
-    assert scores["bleu"] < 10.0
-    assert "case:lc" in scores["bleu_lc_signature"] and "case:mixed" in scores["bleu_signature"]
-    assert "tok:13a" in scores["bleu_lc_signature"]
+    scores = score_hypotheses(shouted, REFERENCES, seconds=1.0)
+    assert scores.bleu_lc == pytest.approx(100.0)
+    assert scores.bleu < 10.0
+    assert "case:lc" in scores.bleu_lc_signature and "case:mixed" in scores.bleu_signature
+    assert "tok:13a" in scores.bleu_lc_signature
 
 
 def test_both_agree_when_case_is_right():
-    scores = score_hypotheses(translations(REFERENCES), REFERENCES, "greedy_", seconds=1.0)
-    assert scores["greedy_bleu"] == pytest.approx(100.0) and scores["greedy_bleu_lc"] == pytest.approx(100.0)
+    scores = score_hypotheses(translations(REFERENCES), REFERENCES, seconds=1.0)
+    assert scores.bleu == pytest.approx(100.0) and scores.bleu_lc == pytest.approx(100.0)

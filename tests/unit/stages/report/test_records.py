@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import pytest
 
+from stages.evaluate.artifact import DecodeScores, EvalSummary
 from stages.report.records import model_record
+from stages.train.artifact import TrainSummary
 from stages.report.tables import display_table, hardware_lines, markdown
 
 CONFIG = {"model": {"family": "transformer", "preset": "small"},
@@ -17,9 +19,24 @@ MEASURED = {"precision": "fp32", "device_name": "AMD EPYC", "device_capability":
             "peak_flops_per_worker": 8e10, "peak_source": "measured",
             "peak_detail": "fp32 matmul probe, AMD EPYC, 1 thread"}
 
+SCORES = {"bleu": 20.0, "bleu_lc": 20.0, "bleu_lc_signature": "", "chrf": 40.0, "bleu_signature": "",
+          "chrf_signature": "", "mean_score": -1.0, "decode_seconds": 1.0, "sentences_per_second": 1.0,
+          "tokens_per_second": 1.0}
+
+SOURCES = {"train_source": "train artifact", "eval_source": "evaluate artifact"}
+
+
+def trained(**fields) -> TrainSummary:
+    return TrainSummary(**{**TRAIN, **fields})
+
+
+def evaluated(precision: str | None = None, device_name: str | None = None, **scores) -> EvalSummary:
+    return EvalSummary(split="test", sentences=3, beam_size=4, length_penalty=0.6, decode_wall_seconds=1.0,
+                       precision=precision, device_name=device_name, beam=DecodeScores(**{**SCORES, **scores}))
+
 
 def test_a_row_uses_the_peak_the_run_measured_and_says_so():
-    record = model_record("t", CONFIG, {**TRAIN, **MEASURED}, {"precision": "fp32", "device_name": "AMD EPYC"})
+    record = model_record("t", CONFIG, trained(**MEASURED), evaluated("fp32", "AMD EPYC"))
     assert record["train_flops_paper"] == pytest.approx(100.0 * 2 * 8e10)
     assert (record["peak_source"], record["precision"], record["eval_precision"]) == ("measured", "fp32", "fp32")
     cells = display_table([record]).iloc[0]
@@ -33,7 +50,7 @@ def test_a_row_uses_the_peak_the_run_measured_and_says_so():
 
 def test_an_artifact_made_before_peaks_were_measured_falls_back_to_the_configs_peak():
     old_config = {**CONFIG, "train": {"workers": 2, "peak_flops_per_worker": 1.64e11}}
-    record = model_record("old", old_config, TRAIN, None)
+    record = model_record("old", old_config, trained(), None)
     assert record["peak_flops_per_worker"] == 1.64e11 and record["peak_source"] == "config"
     assert record["train_flops_paper"] == pytest.approx(100.0 * 2 * 1.64e11)
     assert record["precision"] is None and display_table([record]).iloc[0]["precision"] == "-"
@@ -41,7 +58,7 @@ def test_an_artifact_made_before_peaks_were_measured_falls_back_to_the_configs_p
 
 
 def test_no_peak_at_all_leaves_the_columns_empty():
-    record = model_record("bare", CONFIG, {**TRAIN, "mfu": None}, None)
+    record = model_record("bare", CONFIG, trained(mfu=None), None)
     assert record["train_flops_paper"] is None and record["peak_source"] is None
     assert hardware_lines([record]) == []
 
@@ -59,7 +76,7 @@ def test_the_curve_keeps_loss_and_bleu_points_and_the_report_plots_bleu_beside_t
     assert [point["step"] for point in curve] == [10, 20, 20]  # no training-loss row
     assert curve[2] == {"step": 20, "train_flops": 2e12, "train_seconds": 9.0, "valid_bleu": 12.5,
                         "valid_chrf": 40.0, "train_bleu": 15.0, "train_chrf": 45.0}
-    record = model_record("t", CONFIG, {**TRAIN, "best_valid_bleu": 12.5}, {"bleu": 11.0, "bleu_lc": 12.0})
+    record = model_record("t", CONFIG, trained(best_valid_bleu=12.5), evaluated(bleu=11.0, bleu_lc=12.0))
     assert display_table([record]).iloc[0][["valid BLEU", "BLEU beam", "BLEU lc beam"]].tolist() == \
         ["12.50", "11.00", "12.00"]
     written = write_plots([record], {"t": curve}, tmp_path, "title")
@@ -77,7 +94,7 @@ def test_a_run_that_ended_inside_its_warmup_or_did_not_learn_is_warned_of_in_the
     falling = [{"step": 50, "train_loss": 9.0}, {"step": 100, "train_loss": 6.0}]
     flat = [{"step": 50, "train_loss": 9.0}, {"step": 100, "train_loss": 8.9}]
     inside = {**CONFIG, "train": {**CONFIG["train"], "warmup_steps": 4000}}
-    warned, _ = from_reports("short", {"config": inside, "metrics": TRAIN}, flat, None)
+    warned, _ = from_reports("short", {"config": inside, "metrics": TRAIN}, flat, None, **SOURCES)
     assert warned["training_warnings"] == [
         "short ended at update 100, inside its warmup of 4,000 updates: its learning rate never reached its peak "
         "(lower train.warmup_steps, or set train.warmup_fraction)",
@@ -87,9 +104,11 @@ def test_a_run_that_ended_inside_its_warmup_or_did_not_learn_is_warned_of_in_the
     assert lines[:2] == [f"warning: {line}" for line in warned["training_warnings"]]
     # Past its warmup and learning; or a warmup given as a fraction of the run: nothing.
     past = {**CONFIG, "train": {**CONFIG["train"], "warmup_steps": 40}}
-    assert from_reports("ok", {"config": past, "metrics": TRAIN}, falling, None)[0]["training_warnings"] == []
+    record, _ = from_reports("ok", {"config": past, "metrics": TRAIN}, falling, None, **SOURCES)
+    assert record["training_warnings"] == []
     fraction = {**CONFIG, "train": {**CONFIG["train"], "warmup_steps": 4000, "warmup_fraction": 0.1}}
-    assert from_reports("ok", {"config": fraction, "metrics": TRAIN}, falling, None)[0]["training_warnings"] == []
+    record, _ = from_reports("ok", {"config": fraction, "metrics": TRAIN}, falling, None, **SOURCES)
+    assert record["training_warnings"] == []
 
 
 def test_the_console_summary_fits_100_columns_without_cutting_a_cell():
@@ -106,8 +125,8 @@ def test_the_console_summary_fits_100_columns_without_cutting_a_cell():
             groups.append({"label": label, "model": model, "budget": budget})
             intervals[label] = {"BLEU": {"score": 12.345, "low": 10.111, "high": 14.579}}
             for seed in (1, 2):
-                records.append({**model_record(f"{label}.s{seed}", CONFIG, {**TRAIN, **MEASURED}, {"bleu": 12.3,
-                                                                                                "chrf": 40.1}),
+                records.append({**model_record(f"{label}.s{seed}", CONFIG, trained(**MEASURED),
+                                                evaluated(bleu=12.3, chrf=40.1)),
                                 "model": model, "budget": budget, "training_warnings": []})
     report = {"title": "a long experiment name", "models": records,
               "comparison": {"groups": groups, "intervals": intervals, "tests": [

@@ -32,16 +32,15 @@ def translations(texts: list[str], scores: list[float], lengths: list[int]) -> l
 
 def test_score_hypotheses_is_sacrebleu_on_the_best_hypotheses_with_speed_and_mean_score():
     hypotheses = ["Ein Hund rennt am Strand.", "Zwei Männer spielen Fußball.", "Eine Frau liest."]
-    scored = score_hypotheses(translations(hypotheses, [-1.0, -2.0, -4.5], [6, 5, 3]), REFERENCES, "greedy_",
-                              seconds=2.0)
-    assert scored["greedy_bleu"] == pytest.approx(BLEU().corpus_score(hypotheses, [REFERENCES]).score)
-    assert scored["greedy_chrf"] == pytest.approx(CHRF().corpus_score(hypotheses, [REFERENCES]).score)
-    assert scored["greedy_bleu_signature"].startswith("nrefs:1|case:mixed|eff:no|tok:13a")
-    assert scored["greedy_mean_score"] == pytest.approx(-2.5)
-    assert scored["greedy_sentences_per_second"] == pytest.approx(1.5)
-    assert scored["greedy_tokens_per_second"] == pytest.approx((7 + 6 + 4) / 2.0)  # EOS counted per line
-    perfect = score_hypotheses(translations(REFERENCES, [0.0] * 3, [1] * 3), REFERENCES, "", seconds=1.0)
-    assert perfect["bleu"] == pytest.approx(100.0) and perfect["chrf"] == pytest.approx(100.0)
+    scored = score_hypotheses(translations(hypotheses, [-1.0, -2.0, -4.5], [6, 5, 3]), REFERENCES, seconds=2.0)
+    assert scored.bleu == pytest.approx(BLEU().corpus_score(hypotheses, [REFERENCES]).score)
+    assert scored.chrf == pytest.approx(CHRF().corpus_score(hypotheses, [REFERENCES]).score)
+    assert scored.bleu_signature.startswith("nrefs:1|case:mixed|eff:no|tok:13a")
+    assert scored.mean_score == pytest.approx(-2.5)
+    assert scored.sentences_per_second == pytest.approx(1.5)
+    assert scored.tokens_per_second == pytest.approx((7 + 6 + 4) / 2.0)  # EOS counted per line
+    perfect = score_hypotheses(translations(REFERENCES, [0.0] * 3, [1] * 3), REFERENCES, seconds=1.0)
+    assert perfect.bleu == pytest.approx(100.0) and perfect.chrf == pytest.approx(100.0)
 
 
 def row(name: str, bleu: float | None = 20.0, **fields) -> dict:
