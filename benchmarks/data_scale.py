@@ -146,7 +146,7 @@ def measure_size(pairs: int, work: Path, multi30k: Path) -> list[StageRow]:
             raise error
 
         with PeakMemory() as memory:
-            run_pipeline(config, planned, store, [], lambda item, result: results.append(result), failed)
+            run_pipeline(planned, store, [], lambda item, result: results.append(result), failed)
         result = next(r for r in results if r.name == stage and not r.cache_hit)
         rows.append(StageRow(pairs, stage, result.ended - result.started,
                              float(result.metrics.get("serial_seconds", result.ended - result.started)),

@@ -50,7 +50,7 @@ def main() -> None:
     mirrors = mirrors_from(config.mirrors)
     connect_ray(None)
     ignore = lambda *_: None  # noqa: E731
-    run_pipeline(config, plan(config, store, until="bpe"), store, mirrors, ignore, ignore)
+    run_pipeline(plan(config, store, until="bpe"), store, mirrors, ignore, ignore)
     items = {item.stage.name: item for item in plan(config, store, until="bpe")}
     clean = store.local_path("clean", items["clean"].key)
     bpe = store.local_path("bpe", items["bpe"].key)
@@ -71,7 +71,7 @@ def main() -> None:
         sharded = load_config(args.config, [f"tokenize.shards={shards}"])
         times = []
         for _ in range(args.repeats):
-            results = run_pipeline(sharded, plan(sharded, store, until="tokenize", force=("tokenize",)),
+            results = run_pipeline(plan(sharded, store, until="tokenize", force=("tokenize",)),
                                    store, mirrors, ignore, ignore)
             tokenize = next(r for r in results if r.name == "tokenize")
             times.append(tokenize.ended - tokenize.started)

@@ -24,7 +24,7 @@ from pipeline.core.artifacts import (
 )
 from pipeline.config import ExperimentConfig
 from pipeline.core.hardware import HardwareError
-from pipeline.core.section import key_exclusions
+from pipeline.core.section import Section, key_exclusions
 from pipeline.stage import Stage
 from stages import bpe, clean, download, evaluate, report, tokenize, train, tune
 from stages.shared.models.spec import ModelSpec
@@ -79,6 +79,8 @@ def _evaluate_slice(model: ModelSpec, config: ExperimentConfig):
 @dataclass(frozen=True)
 class PlannedStage:
     stage: Stage
+    # The stage's config slice, validated once here and handed to the stage as it is.
+    section: Section
     key: str
     upstream_keys: dict[str, str]
     status: ArtifactStatus
@@ -93,10 +95,9 @@ def find_stage(planned: list[PlannedStage], name: str) -> PlannedStage:
     raise KeyError(f"no stage {name!r} in this plan; stages are: {', '.join(i.stage.name for i in planned)}")
 
 
-def stage_key_inputs(stage: Stage, config: ExperimentConfig) -> dict:
+def stage_key_inputs(stage: Stage, section: Section) -> dict:
     """The config slice a stage's key is computed from, plus what its ``fingerprint``
     says about inputs outside the store (e.g. local corpus files)."""
-    section = stage.config_of(config)
     slice_ = section.model_dump(mode="json", exclude=key_exclusions(section))
     if stage.fingerprint is not None:
         slice_["local_files"] = stage.fingerprint(section)
@@ -121,23 +122,24 @@ def plan(config: ExperimentConfig, store: ArtifactStore, until: str | None = Non
     planned = []
     for stage in stages:
         upstream_keys = {name: keys[name] for name in stage.upstream}
-        key = artifact_key(stage.name, stage.version, stage_key_inputs(stage, config), upstream_keys)
+        section = stage.config_of(config)
+        key = artifact_key(stage.name, stage.version, stage_key_inputs(stage, section), upstream_keys)
         keys[stage.name] = key
         # Forcing a stage forces everything downstream of it too.
         if forced & set(stage.upstream):
             forced.add(stage.name)
         status = store.status(stage.name, key, verify=verify)
         will_run = stage.name in forced or status.state != ArtifactState.CACHED
-        planned.append(PlannedStage(stage, key, upstream_keys, status, will_run))
+        planned.append(PlannedStage(stage, section, key, upstream_keys, status, will_run))
     return planned
 
 
-def preflight(config: ExperimentConfig, planned: list[PlannedStage], cpus: int) -> None:
+def preflight(planned: list[PlannedStage], cpus: int) -> None:
     """Check every stage that will run against this machine (``Stage.preflight``);
     raise HardwareError naming the stage and the config key."""
     for item in planned:
         if item.will_run and item.stage.preflight is not None:
             try:
-                item.stage.preflight(item.stage.config_of(config), cpus)
+                item.stage.preflight(item.section, cpus)
             except HardwareError as error:
                 raise HardwareError(f"{item.stage.name}: {error}") from None

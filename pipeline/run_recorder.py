@@ -15,7 +15,6 @@ import time
 from dataclasses import dataclass
 
 from pipeline.core.artifacts import ArtifactStore
-from pipeline.config import ExperimentConfig
 from pipeline.graph import PlannedStage
 from pipeline.runner import StageResult, UpstreamFailed
 from pipeline.metrics_sink import RelayedSink
@@ -36,8 +35,8 @@ class ResultRow:
 
 
 class RunRecorder:
-    def __init__(self, tracker: RunTracker, experiment: ExperimentConfig, store: ArtifactStore):
-        self.tracker, self.experiment, self.store = tracker, experiment, store
+    def __init__(self, tracker: RunTracker, store: ArtifactStore):
+        self.tracker, self.store = tracker, store
         self.rows: list[ResultRow] = []
         self.open_runs: dict[str, str] = {}  # stage -> its nested MLflow run, opened at submission
         self.relay = None  # the MetricsRelay actor, started with the first train stage
@@ -87,7 +86,7 @@ class RunRecorder:
         self.tracker.finish(status, summary)
 
     def _slice(self, item: PlannedStage) -> dict:
-        return item.stage.config_of(self.experiment).model_dump(mode="json")
+        return item.section.model_dump(mode="json")
 
     def _close(self, item: PlannedStage, result: StageResult, status: str = "FINISHED",
                error: str | None = None) -> None:

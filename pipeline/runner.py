@@ -20,7 +20,6 @@ from typing import Callable
 from pipeline.core.artifacts import ArtifactState, ArtifactStore
 from pipeline.core.timeline import ENV as TIMELINE_ENV
 from pipeline.core.timeline import mark
-from pipeline.config import ExperimentConfig
 from pipeline.core.context import (
     DownloadSources,
     RayTasks,
@@ -212,8 +211,7 @@ def point_state_api_at_own_dashboard() -> int:
     return port
 
 
-def run_pipeline(config: ExperimentConfig, planned: list[PlannedStage], store: ArtifactStore,
-                 mirrors: list[str], on_result: Callable[[PlannedStage, StageResult], None],
+def run_pipeline(planned: list[PlannedStage], store: ArtifactStore, mirrors: list[str], on_result: Callable[[PlannedStage, StageResult], None],
                  on_failure: Callable[[PlannedStage, BaseException], None],
                  on_submit: Callable[[PlannedStage], Callable | None] = lambda item: None) -> list[StageResult]:
     """Run the planned stages that are not cached, each when the scheduler says
@@ -223,7 +221,7 @@ def run_pipeline(config: ExperimentConfig, planned: list[PlannedStage], store: A
     to_run = {item.stage.name: item for item in planned if item.will_run}
     if not to_run:  # Ray is started only when something runs: a cached run has no cluster to ask
         return results
-    tasks = StageTasks(config, store, mirrors, on_submit, list(to_run.values()))
+    tasks = StageTasks(store, mirrors, on_submit, list(to_run.values()))
     scheduler = Scheduler([tasks.job(item) for item in to_run.values()], tasks.capacity)
     # After a failure, stages that do not depend on it run to completion: their
     # artifacts are committed, so the next run resumes from them.
@@ -270,13 +268,13 @@ class StageTasks:
     turn to ask for workers (``pipeline/start_order.py``), enqueued as they are submitted.
     """
 
-    def __init__(self, config: ExperimentConfig, store: ArtifactStore, mirrors: list[str],
-                 on_submit: Callable[[PlannedStage], Callable | None], to_run: list[PlannedStage]):
+    def __init__(self, store: ArtifactStore, mirrors: list[str], on_submit: Callable[[PlannedStage], Callable | None],
+                 to_run: list[PlannedStage]):
         import ray
 
         from pipeline.start_order import StartOrder
 
-        self.config, self.store, self.mirrors, self.on_submit = config, store, mirrors, on_submit
+        self.store, self.mirrors, self.on_submit = store, mirrors, on_submit
         self.task = ray.remote(execute_stage)
         self.refs: dict[str, ray.ObjectRef] = {}  # every stage submitted, by name
         self.pending: dict[ray.ObjectRef, PlannedStage] = {}  # those not ended
@@ -292,7 +290,7 @@ class StageTasks:
     def job(self, item: PlannedStage) -> Job:
         """What the scheduler needs of ``item``: its upstream stages, its workers' claim."""
         stage = item.stage
-        claim = stage.worker_resources(stage.config_of(self.config), self.capacity) if stage.worker_resources else None
+        claim = stage.worker_resources(item.section, self.capacity) if stage.worker_resources else None
         return Job(stage.name, tuple(stage.upstream), claim)
 
     def submit(self, item: PlannedStage) -> None:
@@ -301,7 +299,7 @@ class StageTasks:
         from pipeline.start_order import TrainingTurn
 
         upstream_refs = [self.refs[name] for name in item.stage.upstream if name in self.refs]
-        section = item.stage.config_of(self.config)
+        section = item.section
         turn = None
         if self.start_order and item.stage.name in self.training:
             # Waited for, so that the stage's own wait for its turn finds it listed.

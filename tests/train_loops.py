@@ -47,7 +47,10 @@ def train_loop(tokenized: Path, precision: str, use_gpu: bool, family: str = "tr
     from stages.train.config import TrainConfig, TrainStageConfig
     from stages.train.data import TokenizedSplit
     from stages.train.engine import build_engine
+    from stages.train.deepspeed_config import bf16_autocast
     from stages.train.loop import TrainLoop
+    from stages.train.loop_state import Curve, LoopState
+    from stages.train.row_log import RowLog
     from stages.train.progress import TrainingProgress
 
     train = TokenizedSplit(tokenized, "train")
@@ -59,8 +62,10 @@ def train_loop(tokenized: Path, precision: str, use_gpu: bool, family: str = "tr
     engine = build_engine(build_for_vocabulary(config.model, facts), config.train, precision)
     rows: list[dict] = []
     progress = TrainingProgress(hardware={"precision": precision, "peak_flops_total": 1e12})
-    loop = TrainLoop(engine, config, facts, train, TokenizedSplit(tokenized, "valid"), 0, 1, progress, [], None,
-                     session=None, run_dir="", filesystem=None, metrics_sink=rows.extend)
+    state = LoopState(engine, 0, 1, progress, Curve([], rows.extend), autocast=bf16_autocast(precision))
+    # Updates one at a time, without the schedules (validations, checkpoints).
+    loop = TrainLoop(state, config, train, facts["special_ids"]["pad"], RowLog(state, config.train.log_every, {}),
+                     validations=[], checkpoints=None)
     batches = batches_from(progress.position, train.src_lengths, train.tgt_lengths, max_tokens, seed=1)
     started = time.perf_counter()
     return LoopUnderTest(loop, lambda: loop.train_update(batches, started), rows)

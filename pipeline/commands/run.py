@@ -60,7 +60,7 @@ def run_experiment(config: Path, overrides: list[str], until: str | None, force:
         # A local run: this machine is the one that trains and decodes, so refuse now
         # what it cannot run. A cluster's workers check their own devices.
         try:
-            preflight(experiment, planned, cpus_of_this_task())
+            preflight(planned, cpus_of_this_task())
         except HardwareError as error:
             fail(str(error), 2)
     # translate/export/attention/serve CONFIG --model NAME then find what this run trains.
@@ -76,12 +76,12 @@ def run_experiment(config: Path, overrides: list[str], until: str | None, force:
                            redact(yaml.safe_dump(experiment.model_dump(mode="json"), sort_keys=False)),
                            redact(shlex.join(["nmt", *sys.argv[1:]])))
     log.info("MLflow run %s (experiment %r); artifacts in %s", parent, experiment.name, redact(store.root_uri))
-    recorder = RunRecorder(tracker, experiment, store)
+    recorder = RunRecorder(tracker, store)
 
     stop_on_sigterm()
     try:
         try:
-            run_pipeline(experiment, planned, store, mirrors_from(experiment.mirrors), recorder.on_result,
+            run_pipeline(planned, store, mirrors_from(experiment.mirrors), recorder.on_result,
                          recorder.on_failure, recorder.on_submit)
         finally:
             stop_progress_bars()  # the workers' bars, where this driver draws them: gone before the tables
@@ -97,7 +97,7 @@ def run_experiment(config: Path, overrides: list[str], until: str | None, force:
     except KeyboardInterrupt:
         recorder.finish("FAILED")  # the stages still running are marked KILLED
         print_results(recorder.rows)
-        _say_what_was_kept(experiment, planned, store, recorder.rows)
+        _say_what_was_kept(planned, store, recorder.rows)
         raise typer.Exit(128 + signal.SIGINT) from None
     except BaseException:
         recorder.finish("FAILED")  # the stages still running are marked KILLED
@@ -110,7 +110,7 @@ def run_experiment(config: Path, overrides: list[str], until: str | None, force:
         console.print(f"report: {store.path('report', report.key)}/report.md (.html, .csv, .json, plots)")
 
 
-def _say_what_was_kept(experiment, planned, store, rows: list[ResultRow]) -> None:
+def _say_what_was_kept(planned, store, rows: list[ResultRow]) -> None:
     """After Ctrl-C: what this run committed, the checkpoint each interrupted training
     keeps, and the command that goes on from there."""
     from pipeline.core.artifacts import ArtifactState
@@ -122,7 +122,7 @@ def _say_what_was_kept(experiment, planned, store, rows: list[ResultRow]) -> Non
         if item.stage.group != "train" or item.stage.name in done or item.status.state == ArtifactState.CACHED:
             continue
         staging = Path(store.root) / item.stage.name / f"{item.key}.partial"
-        step = train.kept_checkpoint(item.stage.config_of(experiment), staging) if store.is_local else None
+        step = train.kept_checkpoint(item.section, staging) if store.is_local else None
         if step is not None:
             lines.append(f"{item.stage.name}: its checkpoint at update {step:,} is kept")
     lines.append("run the same command to go on from there: " + redact(shlex.join(["nmt", *sys.argv[1:]])))

@@ -16,13 +16,18 @@ from pipeline.core.timeline import mark
 from stages.shared.inference.model_file import build_for_vocabulary, vocabulary_facts
 from stages.shared.models.flops import training_flops
 from stages.train import checkpointer, plan
-from stages.train.config import TrainStageConfig
+from stages.train.checkpoints import Checkpoints
+from stages.train.config import TrainConfig, TrainStageConfig
 from stages.train.data import TokenizedSplit
+from stages.train.deepspeed_config import bf16_autocast
 from stages.train.engine import build_engine
 from stages.train.loop import TrainLoop
+from stages.train.loop_state import Curve, LoopState
 from stages.train.progress import STABLE_PHASE_END, TrainingProgress
+from stages.train.row_log import RowLog
 from stages.train.schedule import Spent
 from stages.train.session import RayTrainSession
+from stages.train.validation import BestWeights, BleuValidation, LossValidation
 from stages.train.worker_device import worker_hardware
 
 
@@ -57,18 +62,7 @@ def train_worker(loop_config: dict) -> None:
         mark(stage, "worker started")
     if rank == 0 and args.training_turn is not None:
         args.training_turn.started()
-    # As many threads as the CPUs Ray gave this worker, never more (config.py checks).
-    threads = training.threads_per_worker or training.cpus_per_worker
-    torch.set_num_threads(threads)
-    device = "cpu"
-    if training.use_gpu:
-        import ray.train.torch
-
-        device = str(ray.train.torch.get_device())
-        # Several workers on one node: each on the GPU Ray Train gave it. DeepSpeed puts
-        # its engine on cuda:LOCAL_RANK, so LOCAL_RANK is that GPU's index here.
-        torch.cuda.set_device(device)
-        os.environ["LOCAL_RANK"] = str(torch.device(device).index or 0)
+    device, threads = _take_device(training)
     hardware = worker_hardware(training, device, threads, world)
     tokenized = args.fetch_tokenized()
     train_split, valid_split = TokenizedSplit(tokenized, "train"), TokenizedSplit(tokenized, "valid")
@@ -113,15 +107,39 @@ def train_worker(loop_config: dict) -> None:
     if rank == 0:
         mark(stage, "engine ready")
 
-    bleu = None
+    # The loop and its schedules, which share the engine, progress and curve: rank 0
+    # logs the curve live where the run is tracked.
+    state = LoopState(engine, rank, world, progress, Curve(history, args.metrics_sink if rank == 0 else None),
+                      autocast=bf16_autocast(hardware["precision"]))
+    best_weights = BestWeights(state, training.best_metric, best)
+    validations = [LossValidation(state, valid_split, training.max_tokens, facts["special_ids"]["pad"],
+                                  training.valid_every, best_weights)]
     if training.valid_bleu_every is not None:
         from stages.train.validation_bleu import BleuValidator
 
-        bleu = BleuValidator(tokenized, train_split, valid_split, training, str(engine.device),
-                             hardware["precision"], rank, world)
-    loop = TrainLoop(engine, config, facts, train_split, valid_split, rank, world, progress, history, best, session,
-                     args.run_dir, args.filesystem, args.metrics_sink if rank == 0 else None, bleu)
-    loop.run()
+        validator = BleuValidator(tokenized, train_split, valid_split, training, str(engine.device),
+                                  hardware["precision"], rank, world)
+        validations.append(BleuValidation(state, validator, training.valid_bleu_every, best_weights))
+    rows = RowLog(state, training.log_every, progress.log_window)
+    checkpoints = Checkpoints(state, training, session, args.run_dir, args.filesystem, rows, best_weights)
+    TrainLoop(state, config, train_split, facts["special_ids"]["pad"], rows, validations, checkpoints).run()
+
+
+def _take_device(training: TrainConfig) -> tuple[str, int]:
+    """This worker's device and CPU threads: as many threads as the CPUs Ray gave it, never
+    more (config.py checks); on a GPU, the one Ray Train gave it."""
+    threads = training.threads_per_worker or training.cpus_per_worker
+    torch.set_num_threads(threads)
+    if not training.use_gpu:
+        return "cpu", threads
+    import ray.train.torch
+
+    device = str(ray.train.torch.get_device())
+    # Several workers on one node: each on the GPU Ray Train gave it. DeepSpeed puts
+    # its engine on cuda:LOCAL_RANK, so LOCAL_RANK is that GPU's index here.
+    torch.cuda.set_device(device)
+    os.environ["LOCAL_RANK"] = str(torch.device(device).index or 0)
+    return device, threads
 
 
 def _continue(engine, config: TrainStageConfig, upstream: Path, world: int):

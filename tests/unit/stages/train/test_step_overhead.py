@@ -90,7 +90,7 @@ def test_the_counted_flops_are_the_sum_of_each_sentence_s(tokenized, monkeypatch
     for indices in token_batches(split.src_lengths, split.tgt_lengths, 300, seed=1, epoch=0)[:5]:
         batch = split.batch(indices)
         for source_logits in (True, False):
-            expected = sum(training_flops(loop.model, int(s), int(t), source_logits)
+            expected = sum(training_flops(loop.state.model, int(s), int(t), source_logits)
                            for s, t in zip(batch.src_lengths, batch.tgt_lengths))
             assert loop._counted_flops(batch, source_logits) == expected
 
