@@ -72,7 +72,7 @@ def run(
 def status(config: Path = ConfigArg, overrides: List[str] = SetOpt,
            artifact_root: Optional[str] = RootOpt) -> None:
     """List each stage with its artifact state (cached / missing / invalid), key and size."""
-    from pipeline.commands.run import show_status
+    from pipeline.commands.status import show_status
 
     show_status(config, overrides, artifact_root)
 
@@ -82,7 +82,7 @@ def verify(config: Path = ConfigArg, overrides: List[str] = SetOpt,
            artifact_root: Optional[str] = RootOpt) -> None:
     """Like status, but re-hash every file of every artifact against its manifest; exit 1
     if any does not match."""
-    from pipeline.commands.run import show_status
+    from pipeline.commands.status import show_status
 
     show_status(config, overrides, artifact_root, verify=True)
 

@@ -11,10 +11,11 @@ from pathlib import Path
 
 from mlflow.tracking import MlflowClient
 
-from pipeline.core.artifacts import ArtifactState, ArtifactStore
 from pipeline.config import ExperimentConfig
-from stages.shared.names import evaluate_stage, train_stage, trained_model
+from pipeline.core.artifacts import ArtifactState, ArtifactStore
+from pipeline.graph import find_stage, plan
 from stages.report.artifact import OUTPUT_FILES, evaluation_outputs, model_row
+from stages.shared.names import evaluate_stage, train_stage, trained_model
 from stages.train.artifact import CURVE_FILE, parse_curve, read_curve
 
 
@@ -32,8 +33,6 @@ class Gathered:
 
 def from_config(config: ExperimentConfig, store: ArtifactStore) -> Gathered:
     """Every model of ``config`` whose train artifact is cached (evaluation if cached)."""
-    from pipeline.graph import find_stage, plan
-
     planned = plan(config, store)
     gathered = Gathered(config.name, primary_comparisons=config.report.primary_comparisons)
     for model in config.trained_models():

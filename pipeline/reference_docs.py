@@ -24,9 +24,14 @@ import types
 import typing
 from pathlib import Path
 
+import click
+import typer
+import yaml
 from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
+from pipeline.cli import app
+from pipeline.config import ExperimentConfig
 from pipeline.core.section import Section
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
@@ -84,8 +89,6 @@ def bounds_text(field) -> str:
 
 def yaml_value(value) -> str:
     """A default as the YAML a user writes: null, true, [1, 2], 'auto' as auto."""
-    import yaml
-
     if isinstance(value, tuple):
         value = list(value)
     text = yaml.safe_dump(value, default_flow_style=True, width=10_000).strip()
@@ -195,8 +198,6 @@ def _message_text(node: ast.AST, constants: dict[str, str]) -> str:
 
 
 def configuration_page() -> str:
-    from pipeline.config import ExperimentConfig
-
     out = [HEADER, "# Configuration reference\n\n",
            "Every key of an experiment YAML, section by section, with its type, default and what\n"
            "it does, then the rules a section checks beyond each key's type (the messages a config\n"
@@ -232,11 +233,6 @@ def source_comments_of_hierarchy(cls: type) -> dict[str, str]:
 
 
 def cli_page() -> str:
-    import click
-    import typer
-
-    from pipeline.cli import app
-
     command = typer.main.get_command(app)
     context = click.Context(command, info_name="nmt")
     out = [HEADER, "# Command reference\n\n",

@@ -17,26 +17,22 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
+import ray
+
+from pipeline.cluster_address import check_in_child
 from pipeline.core.artifacts import ArtifactState, ArtifactStore
-from pipeline.core.timeline import ENV as TIMELINE_ENV
-from pipeline.core.timeline import mark
-from pipeline.core.context import (
-    DownloadSources,
-    RayTasks,
-    StageContext,
-    TrainingPlacement,
-    WorkerTurn,
-    ray_progress,
-)
-from pipeline.graph import PlannedStage
-from pipeline.scheduler import Job, Scheduler
-from pipeline.instance_reaper import start_reaper
+from pipeline.core.context import DownloadSources, RayTasks, StageContext, TrainingPlacement, WorkerTurn, ray_progress
 from pipeline.core.hardware import CPU_BF16_ENV
 from pipeline.core.leases import held
-from pipeline.driver_sigterm import raise_if_terminated
 from pipeline.core.progress_lines import PROGRESS_ENV, choose_progress_style
+from pipeline.core.timeline import ENV as TIMELINE_ENV, mark
+from pipeline.driver_sigterm import raise_if_terminated
+from pipeline.graph import PlannedStage
+from pipeline.instance_reaper import start_reaper
 from pipeline.ray_output import filter_worker_output
+from pipeline.scheduler import Job, Scheduler
 from pipeline.stage import Stage
+from pipeline.start_order import StartOrder, TrainingTurn
 
 # Where Ray's State API clients (ray.util.state) send their requests.
 API_SERVER_ENV = "RAY_API_SERVER_ADDRESS"
@@ -127,10 +123,6 @@ def connect_ray(address: str | None) -> None:
     """Join the cluster at ``address`` (or RAY_ADDRESS), else start an embedded local
     instance. ``ClusterUnreachable`` within seconds where no head answers there or it
     refuses our token (Ray itself would retry for minutes)."""
-    import ray
-
-    from pipeline.cluster_address import check_in_child
-
     if ray.is_initialized():
         return
     if address or os.environ.get("RAY_ADDRESS"):
@@ -270,10 +262,6 @@ class StageTasks:
 
     def __init__(self, store: ArtifactStore, mirrors: list[str], on_submit: Callable[[PlannedStage], Callable | None],
                  to_run: list[PlannedStage]):
-        import ray
-
-        from pipeline.start_order import StartOrder
-
         self.store, self.mirrors, self.on_submit = store, mirrors, on_submit
         self.task = ray.remote(execute_stage)
         self.refs: dict[str, ray.ObjectRef] = {}  # every stage submitted, by name
@@ -294,10 +282,6 @@ class StageTasks:
         return Job(stage.name, tuple(stage.upstream), claim)
 
     def submit(self, item: PlannedStage) -> None:
-        import ray
-
-        from pipeline.start_order import TrainingTurn
-
         upstream_refs = [self.refs[name] for name in item.stage.upstream if name in self.refs]
         section = item.section
         turn = None
@@ -315,8 +299,6 @@ class StageTasks:
     def next_ended(self) -> tuple[PlannedStage, StageResult | BaseException]:
         """The next stage to end, with its result or why it failed (``UpstreamFailed``
         where it did not run because an upstream stage failed)."""
-        import ray
-
         while True:
             # A second at a time: SIGTERM (pipeline/driver_sigterm.py) ends the run between waits.
             done, _ = ray.wait(list(self.pending), num_returns=1, timeout=1.0)
@@ -340,8 +322,6 @@ class StageTasks:
         runs in (a CI run's Ctrl-C once took over 120 s to end; this was the likely
         cause, not a proven one). What they had checkpointed stays in their staging
         directories for the next run."""
-        import ray
-
         # Not a task whose result is in: cancelling one as its reply arrives trips a fatal
         # check in Ray's core worker ("it != submissible_tasks_.end()", ray-project/ray#54846;
         # seen with Ray 2.60 at a Ctrl-C right after a stage committed), and the driver dies
@@ -356,8 +336,6 @@ class StageTasks:
 
 def _failed_upstream(stage: Stage, refs: dict) -> str | None:
     """The first direct upstream stage of ``stage`` whose task failed in this run."""
-    import ray
-
     for name in stage.upstream:
         ref = refs.get(name)
         if ref is None or not ray.wait([ref], timeout=0)[0]:

@@ -18,9 +18,11 @@ import time
 import warnings
 from pathlib import Path
 
+import ray
 from mlflow.entities import Metric, Param, RunTag
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from pipeline.metrics_sink import MetricsRelay
 
@@ -164,17 +166,12 @@ class RunTracker:
     def start_relay(self):
         """A ``MetricsRelay`` actor on this node (a SQLite store is a file here), for
         the rows of the stages that log as they run (``RelayedSink``)."""
-        import ray
-        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
         here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
         return ray.remote(num_cpus=0)(MetricsRelay).options(scheduling_strategy=here).remote(self.tracking_uri)
 
     @staticmethod
     def flush_relay(relay, timeout: float = 60.0) -> None:
         """Wait until the relay has logged every row sent to it; best effort, as the rows are."""
-        import ray
-
         try:
             ray.get(relay.flush.remote(), timeout=timeout)
         except Exception as error:  # a relay that died or hangs costs the curves their last points

@@ -6,14 +6,13 @@ from pathlib import Path
 
 from pipeline.commands.console import console
 from pipeline.commands.output import fail
+from pipeline.commands.translate import model_file
+from stages.shared.export import ExportError, export_model
+from stages.shared.inference.model_file import ModelFileError
 
 
 def export_files(model: Path, model_name: str | None, format: str, output: Path, quantization: str | None,
                  force: bool, artifact_root: str | None, overrides: list[str] = ()) -> None:
-    from pipeline.commands.translate import model_file
-    from stages.shared.export import ExportError, export_model
-    from stages.shared.inference.model_file import ModelFileError
-
     try:
         written = export_model(model_file(model, model_name, artifact_root, overrides), format, output, quantization,
                                force)

@@ -10,16 +10,15 @@ from rich.table import Table
 from pipeline.commands.output import fail, load_experiment, open_store, table_console
 from pipeline.compute_estimate import DEFAULT_MFU, estimate, gpu_hours
 from pipeline.config import ExperimentConfig
+from pipeline.core.artifacts import ArtifactState
+from pipeline.graph import find_stage, plan
+from stages.shared.models.families import family
+from stages.shared.models.flops import cost_summary
+from stages.tokenize import read_index
 
 
 def inspect_models(config: Path, overrides: list[str], artifact_root: str | None, src_len: float | None,
                    tgt_len: float | None, gpu: str | None = None, mfu: float | None = None) -> None:
-    from pipeline.core.artifacts import ArtifactState
-    from pipeline.graph import find_stage, plan
-    from stages.shared.models.families import family
-    from stages.shared.models.flops import cost_summary
-    from stages.tokenize import read_index
-
     experiment = load_experiment(config, overrides)
     if not experiment.models:
         fail(f"{config}: no 'models' section to inspect", 2)

@@ -5,13 +5,15 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+from mlflow.exceptions import MlflowException
+from mlflow.tracking import MlflowClient
+
+from pipeline import run_settings
 from pipeline.commands.console import console
-from pipeline.commands.output import (
-    fail,
-    load_experiment,
-    open_store,
-    print_report,
-)
+from pipeline.commands.output import fail, load_experiment, open_store, print_report
+from pipeline.compare import from_config, from_mlflow, merge
+from pipeline.tracking import absolute_tracking_uri, default_tracking_uri
+from stages.report import write_report
 from stages.report.artifact import read_report
 
 log = logging.getLogger("nmt")
@@ -19,13 +21,6 @@ log = logging.getLogger("nmt")
 
 def compare_sources(sources: list[str], output: Path, title: str | None, artifact_root: str | None,
                     tracking_uri: str | None, overrides: list[str] = ()) -> None:
-    from mlflow.exceptions import MlflowException
-    from mlflow.tracking import MlflowClient
-
-    from pipeline.compare import from_config, from_mlflow, merge
-    from pipeline.tracking import absolute_tracking_uri, default_tracking_uri
-    from stages.report import write_report
-
     gathered = []
     for source in sources:
         if source.endswith((".yaml", ".yml")) or Path(source).is_file():
@@ -55,9 +50,6 @@ def _from_config(config_file: Path, artifact_root: str | None, overrides: list[s
     """The trained models of a config with ``overrides``; without any, and where the
     config as written has none trained, those of the last ``nmt run`` of it, with its
     ``--set`` (pipeline/run_settings.py)."""
-    from pipeline import run_settings
-    from pipeline.compare import from_config
-
     experiment = load_experiment(config_file, overrides)
     store = open_store(experiment, artifact_root)
     found = from_config(experiment, store)

@@ -1,4 +1,4 @@
-"""``nmt run``: plan, check this machine, execute, print; and ``nmt status``."""
+"""``nmt run``: plan, check this machine, execute, print (``nmt status`` is status.py)."""
 
 from __future__ import annotations
 
@@ -8,44 +8,35 @@ import shlex
 import signal
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import typer
 import yaml
 from rich.table import Table
 
+from pipeline import run_settings
+from pipeline.cluster_address import ClusterUnreachable
 from pipeline.commands.console import console
-from pipeline.commands.output import (
-    fail,
-    human_bytes,
-    load_experiment,
-    open_store,
-    print_report,
-    table_console,
-)
+from pipeline.commands.output import fail, human_bytes, load_experiment, open_store, print_report, table_console
+from pipeline.core.artifacts import ArtifactState
+from pipeline.core.hardware import HardwareError, cpus_of_this_task
 from pipeline.core.object_store import redact
-from stages.shared.errors import InputDataError
+from pipeline.driver_sigterm import Terminated, stop_on_sigterm
+from pipeline.graph import plan, preflight
+from pipeline.ray_output import stop_progress_bars
+from pipeline.run_recorder import ResultRow, RunRecorder
+from pipeline.runner import UpstreamFailed, connect_ray, run_pipeline
+from pipeline.tracking import RunTracker, default_tracking_uri
+from stages import train
+from stages.download import input_problems
+from stages.download.config import mirrors_from
 from stages.report.artifact import REPORT_JSON, parse_report
-
-if TYPE_CHECKING:
-    from pipeline.run_recorder import ResultRow
+from stages.shared.errors import InputDataError
 
 log = logging.getLogger("nmt")
 
 
 def run_experiment(config: Path, overrides: list[str], until: str | None, force: list[str],
                    artifact_root: str | None, address: str | None, tracking_uri: str | None) -> None:
-    from pipeline import run_settings
-    from pipeline.graph import plan, preflight
-    from pipeline.core.hardware import HardwareError, cpus_of_this_task
-    from pipeline.run_recorder import RunRecorder
-    from pipeline.cluster_address import ClusterUnreachable
-    from pipeline.driver_sigterm import Terminated, stop_on_sigterm
-    from pipeline.ray_output import stop_progress_bars
-    from pipeline.runner import UpstreamFailed, connect_ray, run_pipeline
-    from pipeline.tracking import RunTracker, default_tracking_uri
-    from stages.download.config import mirrors_from
-
     experiment = load_experiment(config, overrides)
     store = open_store(experiment, artifact_root, writable=True)  # before Ray and MLflow start
     try:
@@ -53,7 +44,7 @@ def run_experiment(config: Path, overrides: list[str], until: str | None, force:
     except ValueError as error:
         fail(str(error), 2)
     if any(item.stage.name == "download" and item.will_run for item in planned):
-        problems = _input_problems(experiment)  # in a second, before Ray and MLflow start
+        problems = input_problems(experiment.download)  # in a second, before Ray and MLflow start
         if problems:
             fail("\n".join(problems), 2)
     if not (address or os.environ.get("RAY_ADDRESS")):
@@ -113,9 +104,6 @@ def run_experiment(config: Path, overrides: list[str], until: str | None, force:
 def _say_what_was_kept(planned, store, rows: list[ResultRow]) -> None:
     """After Ctrl-C: what this run committed, the checkpoint each interrupted training
     keeps, and the command that goes on from there."""
-    from pipeline.core.artifacts import ArtifactState
-    from stages import train
-
     done = {row.stage for row in rows if row.state in ("ran", "cached")}
     lines = [f"interrupted: {len(done)} of {len(planned)} stages are committed and kept"]
     for item in planned:
@@ -136,37 +124,3 @@ def print_results(rows: list[ResultRow]) -> None:
         table.add_row(row.stage, row.state, row.key, "-" if row.size_bytes is None else human_bytes(row.size_bytes),
                       "-" if row.seconds is None else f"{row.seconds:.1f}s")
     table_console().print(table)
-
-
-def _input_problems(experiment) -> list[str]:
-    """The config's local corpus files that are missing or whose first lines do not parse."""
-    from stages.download import input_problems
-
-    return input_problems(experiment.download)
-
-
-def show_status(config: Path, overrides: list[str], artifact_root: str | None, verify: bool = False) -> None:
-    """The plan's stages with their artifact state. ``verify`` (``nmt verify``) re-hashes
-    every file, and exits 1 if any artifact is invalid."""
-    from pipeline.core.artifacts import ArtifactState
-    from pipeline.graph import plan
-
-    experiment = load_experiment(config, overrides)
-    store = open_store(experiment, artifact_root)
-    title = f"{experiment.name}: {redact(store.root_uri)}" + (" (every file re-hashed)" if verify else "")
-    table = Table("stage", "state", "key", "size", "path", title=title)
-    planned = plan(experiment, store, verify=verify)
-    for item in planned:
-        state = item.status.state.value
-        if item.status.reason:
-            state += f" ({item.status.reason})"
-        size = human_bytes(item.status.size_bytes) if item.status.size_bytes else "-"
-        table.add_row(item.stage.name, state, item.key, size, store.path(item.stage.name, item.key))
-    table_console().print(table)
-    downloading = any(item.stage.name == "download" and item.status.state != ArtifactState.CACHED for item in planned)
-    for problem in _input_problems(experiment) if downloading else []:
-        table_console().print(f"input: {problem}", highlight=False)
-    invalid = [item.stage.name for item in planned if item.status.state == ArtifactState.INVALID]
-    if verify and invalid:
-        fail(f"{len(invalid)} artifact(s) do not match their manifest: {', '.join(invalid)} "
-             "(the next nmt run recomputes them)", 1)

@@ -9,8 +9,15 @@ import threading
 import time
 from pathlib import Path
 
+from ray import serve
+
+from pipeline.cluster_address import ClusterUnreachable
 from pipeline.commands.console import console
 from pipeline.commands.output import fail
+from pipeline.commands.translate import TrainedModel, trained_artifact
+from pipeline.core.context import LocalPath
+from pipeline.runner import connect_ray
+from pipeline.serving.app import service_app
 
 INGRESSES = ("ray", "haproxy")
 # Ray Serve's switch from its Python HTTP proxy to HAProxy; its controller reads it at start.
@@ -48,14 +55,6 @@ def choose_ingress(ingress: str, address: str | None) -> None:
 def serve_model(model: Path, model_name: str | None, host: str, port: int, replicas: int, cpus_per_replica: float,
                 gpus_per_replica: float, settings, address: str | None, artifact_root: str | None,
                 overrides: list[str] = ()) -> None:
-    from ray import serve
-
-    from pipeline.commands.translate import TrainedModel, trained_artifact
-    from pipeline.core.context import LocalPath
-    from pipeline.cluster_address import ClusterUnreachable
-    from pipeline.runner import connect_ray
-    from pipeline.serving.app import service_app
-
     if model.suffix in (".yaml", ".yml"):
         fetch_model, name = TrainedModel(*trained_artifact(model, model_name, artifact_root, overrides)), model_name
     else:

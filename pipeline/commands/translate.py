@@ -2,30 +2,36 @@
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import sys
 import time
 from pathlib import Path
 
+import torch
 import typer
+from pydantic import ValidationError
+from tqdm import tqdm
 
+from pipeline import run_settings
 from pipeline.commands.console import console
 from pipeline.commands.output import fail, load_experiment, open_store
+from pipeline.core.artifacts import ArtifactState
+from pipeline.core.hardware import HardwareError, detect_device, resolve_precision
+from pipeline.graph import find_stage, plan
+from stages.shared.inference.attention import format_alignment, hard_alignment, sentence_attention
+from stages.shared.inference.attention_figures import write_heatmaps, write_page
+from stages.shared.inference.decode_pool import DecodePool
+from stages.shared.inference.model_file import MODEL_FILES, weights_file
 from stages.shared.inference.search import SearchSettings
+from stages.shared.inference.translator import Translator, open_translator
+from stages.shared.names import train_stage
 
 
 def translate_text(model: Path, model_name: str | None, input_file: Path | None, search: SearchSettings,
                    batch_size: int, artifact_root: str | None, alignment: bool = False, workers: int = 1,
                    overrides: list[str] = ()) -> None:
     """Translate the lines of ``input_file`` (stdin if None) to stdout, searching as ``search`` says."""
-    import contextlib
-    import functools
-
-    import torch
-    from tqdm import tqdm
-
-    from stages.shared.inference.decode_pool import DecodePool
-    from stages.shared.inference.translator import open_translator
-
     if alignment and search.nbest > 1:
         fail("--alignment prints the best translation's alignment: use it with --nbest 1", 2)
     if workers > 1 and not search.device.startswith("cpu"):
@@ -61,8 +67,6 @@ def translate_text(model: Path, model_name: str | None, input_file: Path | None,
 def search_settings(**options) -> SearchSettings:
     """The CLI's search options as ``SearchSettings``, checked once, here: an invalid one
     exits naming its CLI option (``--length-penalty``), not the field."""
-    from pydantic import ValidationError
-
     try:
         return SearchSettings(**options)
     except ValidationError as error:
@@ -73,9 +77,6 @@ def search_settings(**options) -> SearchSettings:
 
 def _load(model: Path, model_name: str | None, artifact_root: str | None, search, overrides: list[str]):
     """(model file, Translator in the resolved precision); a clear exit if either fails."""
-    from pipeline.core.hardware import HardwareError, detect_device, resolve_precision
-    from stages.shared.inference.translator import Translator
-
     try:
         resolved = resolve_precision(search.precision, detect_device(search.device), "--precision")
         path = model_file(model, model_name, artifact_root, overrides)
@@ -120,12 +121,6 @@ def _check_lengths(translator, lines: list[str], input_file: Path | None) -> Non
 
 def _alignment(translator, line: str, translation) -> str:
     """The hard word alignment of ``translation``, from the model's cross-attention."""
-    from stages.shared.inference.attention import (
-        format_alignment,
-        hard_alignment,
-        sentence_attention,
-    )
-
     if not line.strip():
         return ""
     return format_alignment(hard_alignment(sentence_attention(translator, line, translation=translation)))
@@ -134,14 +129,6 @@ def _alignment(translator, line: str, translation) -> str:
 def attention_files(model: Path, model_name: str | None, text: str, output: Path, beam: int, device: str,
                     artifact_root: str | None, overrides: list[str] = ()) -> None:
     """``nmt attention``: translate ``text``, write a PNG per layer and head and one HTML page."""
-    from stages.shared.inference.attention import (
-        format_alignment,
-        hard_alignment,
-        sentence_attention,
-    )
-    from stages.shared.inference.attention_figures import write_heatmaps, write_page
-    from stages.shared.inference.translator import Translator
-
     if not text.strip():
         fail("--input: give a sentence to translate", 2)
     try:
@@ -173,8 +160,6 @@ def trained_artifact(config_file: Path, model_name: str | None, artifact_root: s
     trained, the ``--set`` of the last ``nmt run`` of the experiment in this store
     (pipeline/run_settings.py). A clear exit if there is no such model or it is not
     trained yet."""
-    from pipeline import run_settings
-
     experiment = load_experiment(config_file, list(overrides))
     store = open_store(experiment, artifact_root)
     found = _trained(experiment, store, model_name)
@@ -198,10 +183,6 @@ def trained_artifact(config_file: Path, model_name: str | None, artifact_root: s
 def _trained(experiment, store, model_name: str | None) -> tuple[str, str] | None:
     """(stage name, key) of ``model_name``'s trained artifact under ``experiment``; None
     if the experiment has no such model or it is not trained."""
-    from pipeline.core.artifacts import ArtifactState
-    from pipeline.graph import find_stage, plan
-    from stages.shared.names import train_stage
-
     if model_name not in [spec.name for spec in experiment.trained_models()]:
         return None
     trained = find_stage(plan(experiment, store), train_stage(model_name))
@@ -216,6 +197,4 @@ class TrainedModel:
         self.store, self.stage, self.key = store, stage, key
 
     def __call__(self) -> Path:
-        from stages.shared.inference.model_file import MODEL_FILES, weights_file
-
         return weights_file(self.store.local_path(self.stage, self.key, MODEL_FILES))
