@@ -15,9 +15,9 @@
 #            bf16, 25,000 tokens a batch); decoding on CUDA against CTranslate2
 #   all      the four in turn (default)
 #
-# Pack first, where pip reaches the registry (benchmarks/gpu_pack.py says what and why):
+# Pack first, where pip reaches the registry (benchmarks/gpu/gpu_pack.py says what and why):
 #   bash benchmarks/gpu_pack.sh
-# then on the GPU machine, carrying the parts that benchmarks/gpu_pack.py's CALLS names:
+# then on the GPU machine, carrying the parts that benchmarks/gpu/gpu_pack.py's CALLS names:
 #   bash benchmarks/gpu_check.sh --phase product
 #
 # --cpu-dry-run runs every phase on this CPU at tiny sizes, in a fresh virtual
@@ -45,17 +45,17 @@ mkdir -p "$results" "$work/logs"
 
 if [ "$dry_run" = 1 ] && [ -z "${NMT_DRY_RUN_VENV:-}" ]; then
     # The image's packages in a fresh virtual environment (torch: the CPU wheel; linked
-    # from this installation where its versions match: benchmarks/dry_run_venv.py), then
+    # from this installation where its versions match: benchmarks/gpu/dry_run_venv.py), then
     # the packed parts for this Python, then this script again inside it.
     venv=$work/venv
     # Nothing from an earlier run: every stage runs, none is a cache hit.
     rm -rf "$work/artifacts" "$work/mlflow.db" "$work/wu" "$work/wu.started"
     version=$(python3 -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')
     echo "== CPU dry run: a virtual environment of the GPU image's packages (Python $version)"
-    python3 benchmarks/dry_run_venv.py "$venv" 2>&1 | grep -v "^WARNING: Location"
+    python3 benchmarks/gpu/dry_run_venv.py "$venv" 2>&1 | grep -v "^WARNING: Location"
     [ "${PIPESTATUS[0]}" = 0 ] || exit 1
-    echo "== packing for Python $version (benchmarks/gpu_pack.py)"
-    python3 benchmarks/gpu_pack.py --python-version "$version" --dest "$work/carry" --preset 0 \
+    echo "== packing for Python $version (benchmarks/gpu/gpu_pack.py)"
+    python3 benchmarks/gpu/gpu_pack.py --python-version "$version" --dest "$work/carry" --preset 0 \
         2>&1 | grep -v "^WARNING" || exit 1
     NMT_DRY_RUN_VENV=$venv GPU_CARRY=$work/carry PYTHON=$venv/bin/python exec bash "$0" --phase "$phase" --cpu-dry-run
 fi
@@ -171,7 +171,7 @@ product() {
     if [ "$dry_run" = 0 ]; then
         step gpu_tests 240 "$python" -m pytest -q -m gpu tests/gpu -p no:cacheprovider
         # The wu phase's model shape is near Transformer-Tiny: eager against compiled.
-        step tiny_throughput 120 "$python" benchmarks/train_throughput.py --device cuda --shapes tiny --tokens 8192 \
+        step tiny_throughput 120 "$python" benchmarks/training/train_throughput.py --device cuda --shapes tiny --tokens 8192 \
             --compile --steps 20 --rounds 2
     fi
     [ -n "$model" ]
@@ -184,7 +184,7 @@ product_model() {
     # One output line per input line, or the step fails.
     step product_translate 120 bash -c '"${@:2}" > "$1" && cat "$1" && [ "$(wc -l < "$1")" -eq 2 ]' _ \
         "$work/translations.de" "${nmt[@]}" translate "$model" --input "$work/sentences.en" --device "$device"
-    step product_serve 300 "$python" benchmarks/serve_probe.py "$model" \
+    step product_serve 300 "$python" benchmarks/serving/serve_probe.py "$model" \
         --gpus-per-replica "$([ "$dry_run" = 1 ] && echo 0 || echo 1)"
     step product_mlflow 60 "$python" - <<'PY'
 import os
@@ -238,24 +238,24 @@ wu() {
 engine() {
     phase_now=engine
     if [ "$dry_run" = 1 ]; then
-        step step_overhead 120 "$python" benchmarks/step_overhead.py --device cpu --shapes tiny --steps 1 --rounds 1 \
+        step step_overhead 120 "$python" benchmarks/training/step_overhead.py --device cpu --shapes tiny --steps 1 --rounds 1 \
             --json "$results/step_overhead.json"
-        step gpu_sharing 120 "$python" benchmarks/gpu_sharing.py --device cpu --runs 1 2 --seconds 2 \
+        step gpu_sharing 120 "$python" benchmarks/training/gpu_sharing.py --device cpu --runs 1 2 --seconds 2 \
             --json "$results/gpu_sharing.json"
-        step checkpoint_cost 120 "$python" benchmarks/checkpoint_cost.py --device cpu --shapes tiny --rounds 1 \
+        step checkpoint_cost 120 "$python" benchmarks/training/checkpoint_cost.py --device cpu --shapes tiny --rounds 1 \
             --json "$results/checkpoint_cost.json"
-        step compile_cost 240 "$python" benchmarks/compile_cost.py --device cpu --families transformer --updates 4 --backend eager \
+        step compile_cost 240 "$python" benchmarks/training/compile_cost.py --device cpu --families transformer --updates 4 --backend eager \
             --json "$results/compile_cost.json"
     else
         # The train stage's engine against the plain step: tiny, Wu's, base and big.
-        step step_overhead 240 "$python" benchmarks/step_overhead.py --device cuda --json "$results/step_overhead.json"
+        step step_overhead 240 "$python" benchmarks/training/step_overhead.py --device cuda --json "$results/step_overhead.json"
         # Runs of the frontier's small sizes sharing the GPU (train.gpus_per_worker): 1 to 16.
-        step gpu_sharing 300 "$python" benchmarks/gpu_sharing.py --seconds 15 --json "$results/gpu_sharing.json"
+        step gpu_sharing 300 "$python" benchmarks/training/gpu_sharing.py --seconds 15 --json "$results/gpu_sharing.json"
         # A resumable checkpoint against a weights-only snapshot (train.resume_every).
-        step checkpoint_cost 180 "$python" benchmarks/checkpoint_cost.py --device cuda \
+        step checkpoint_cost 180 "$python" benchmarks/training/checkpoint_cost.py --device cuda \
             --json "$results/checkpoint_cost.json"
         # train.compile in the update, eager against compiled: where it wins, after how many updates.
-        step compile_cost 420 "$python" benchmarks/compile_cost.py --device cuda --updates 80 \
+        step compile_cost 420 "$python" benchmarks/training/compile_cost.py --device cuda --updates 80 \
             --json "$results/compile_cost.json"
     fi
 }
@@ -271,14 +271,14 @@ bench() {
     fi
     [ -f "$model/model.pt" ] || model=$(newest train/transformer_tiny)
     if [ "$dry_run" = 1 ]; then
-        step throughput 300 "$python" benchmarks/train_throughput.py --device cpu --shapes tiny --tokens 512 \
+        step throughput 300 "$python" benchmarks/training/train_throughput.py --device cpu --shapes tiny --tokens 512 \
             --steps 1 --rounds 1 --json "$results/train_throughput.json"
     else
         # Runs of the frontier's small sizes sharing the GPU (train.gpus_per_worker): 1 to 16.
-        step gpu_sharing 240 "$python" benchmarks/gpu_sharing.py --seconds 15 --json "$results/gpu_sharing.json"
+        step gpu_sharing 240 "$python" benchmarks/training/gpu_sharing.py --seconds 15 --json "$results/gpu_sharing.json"
         # The train stage's engine against the plain step: tiny, Wu's, base and big.
-        step step_overhead 240 "$python" benchmarks/step_overhead.py --device cuda --json "$results/step_overhead.json"
-        step throughput 330 "$python" benchmarks/train_throughput.py --device cuda --shapes base big --tokens 25000 \
+        step step_overhead 240 "$python" benchmarks/training/step_overhead.py --device cuda --json "$results/step_overhead.json"
+        step throughput 330 "$python" benchmarks/training/train_throughput.py --device cuda --shapes base big --tokens 25000 \
             --compile --json "$results/train_throughput.json"
     fi
     if [ -z "$model" ] || [ ! -f "$model/model.pt" ]; then
@@ -294,7 +294,7 @@ bench() {
         "$test/test_2016_flickr.en.gz" "$work/test.en"
     "$python" -c "import gzip,sys; open(sys.argv[2],'w').write(gzip.open(sys.argv[1],'rt').read())" \
         "$test/test_2016_flickr.de.gz" "$work/test.de"
-    step decode 240 "$python" benchmarks/decode_speed.py "$model" --sources "$work/test.en" \
+    step decode 240 "$python" benchmarks/serving/decode_speed.py "$model" --sources "$work/test.en" \
         --references "$work/test.de" --device "$device" --batch-sizes "${batch_sizes[@]}" --sentences "$sentences"
     cp "$work/logs/decode.log" "$results/decode_speed.txt"
 }
@@ -311,7 +311,7 @@ case $phase in
 esac
 echo; echo "== summary ($((SECONDS - begin)) s)"
 tar -czf "$results/logs.tar.gz" -C "$work" logs
-"$python" benchmarks/gpu_summary.py "$results" | tee "$results/summary.md"
+"$python" benchmarks/gpu/gpu_summary.py "$results" | tee "$results/summary.md"
 # Exit 1 when a step failed, so that CI's dry run fails with it.
 failed=$(awk -F'\t' 'NR > 1 && $3 != 0 {print $2}' "$steps")
 if [ -n "$failed" ]; then

@@ -17,7 +17,7 @@ from pipeline.ray_output import plain_text
 from stages.shared.inference.search_defaults import SEARCH_DEFAULTS
 
 # Plain help (click's formatter): rich's, which Typer uses where rich is installed, took
-# a third of the 0.3 s `nmt --help` may take (benchmarks/cli_speed.py).
+# a third of the 0.3 s `nmt --help` may take (benchmarks/tooling/cli_speed.py).
 app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
                   help="Parallel corpus to trained, evaluated translation models, as a cached Ray task graph.")
 

@@ -12,7 +12,7 @@ it went, lets Ray stop as it would: it waits for the instance's raylet and GCS t
 (Ray's workers end with them), gives the rest ``GRACE_S`` more, and kills those left.
 Killing sooner cost a training stopped by SIGTERM its last checkpoint: killed 2 s after
 the driver's exit, a process was still needed for it (7 updates lost, in
-benchmarks/faults.py's term case).
+benchmarks/orchestration/faults.py's term case).
 
     python -m pipeline.instance_reaper DRIVER_PID      # started by runner.connect_ray
 """

@@ -5,7 +5,7 @@ one ``MetricsRelay`` actor and returns at once; the relay logs them with a
 ``MetricsSink``. So MLflow is imported once per ``nmt run``, in the relay, and never in
 the processes a train stage starts: Ray Train's controller and every worker unpickle the
 sink before training, and importing MLflow there, then opening its store at the first
-row, cost each stage about 2 s of a 2-core CPU (benchmarks/stage_overhead.py). The
+row, cost each stage about 2 s of a 2-core CPU (benchmarks/orchestration/stage_overhead.py). The
 relay runs on the driver's node, where a SQLite tracking file is, and is its one writer.
 """
 

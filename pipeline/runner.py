@@ -134,7 +134,7 @@ def connect_ray(address: str | None) -> None:
                 # torch backs its CPU allocations of 2 MB and more with huge pages. A
                 # training step allocates its large activations afresh each time; faulting
                 # them in 4 KB pages cost 11% of a step of Transformer small on a 2-core VM
-                # (benchmarks/train_throughput.py).
+                # (benchmarks/training/train_throughput.py).
                 "THP_MEM_ALLOC_ENABLE": os.environ.get("THP_MEM_ALLOC_ENABLE", "1"),
                 # Workers draw bars, or print progress lines, as this driver's output calls for.
                 PROGRESS_ENV: choose_progress_style(),
@@ -145,11 +145,11 @@ def connect_ray(address: str | None) -> None:
                 "RAY_TRAIN_ENABLE_PRINT_PATCH": "0",
                 # How often Ray Train's controller polls its workers (default 2 s): it notices
                 # the end of training a poll late. At 0.25 s a stage's last update to its
-                # commit took 1.0 s instead of 4.5 on a 2-core CPU (benchmarks/stage_overhead.py).
+                # commit took 1.0 s instead of 4.5 on a 2-core CPU (benchmarks/orchestration/stage_overhead.py).
                 "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": os.environ.get("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.25")}
     if CPU_BF16_ENV in os.environ:  # workers on other nodes decide precision as this driver was told to
         env_vars[CPU_BF16_ENV] = os.environ[CPU_BF16_ENV]
-    if TIMELINE_ENV in os.environ:  # every process marks where a stage's time goes (benchmarks/stage_overhead.py)
+    if TIMELINE_ENV in os.environ:  # every process marks where a stage's time goes (benchmarks/orchestration/stage_overhead.py)
         env_vars[TIMELINE_ENV] = os.environ[TIMELINE_ENV]
     runtime_env: dict | None = None
     if address or os.environ.get("RAY_ADDRESS"):

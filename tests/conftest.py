@@ -55,7 +55,7 @@ def share_cpus_between_workers() -> None:
     the CPUs. Left at torch's default, every worker ran as many OpenMP threads as the
     machine has cores, and OpenMP's threads spin while they wait: two processes training
     side by side on 2 cores took 10 to 17 times as long as one alone, with one thread
-    each 1.1 to 1.2 times (``python benchmarks/thread_sharing.py``, 2-core Zen 4:
+    each 1.1 to 1.2 times (``python benchmarks/training/thread_sharing.py``, 2-core Zen 4:
     benchmarks/reports/2026-12-02_ci_times_epyc_zen4.md). The user's own OMP_NUM_THREADS wins."""
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
     if workers < 2 or "OMP_NUM_THREADS" in os.environ:

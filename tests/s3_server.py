@@ -80,7 +80,7 @@ class SeaweedS3:
     process: subprocess.Popen | None = None
     port: int = 0
     # weed's other ports, picked at the first start and kept, so that a server started
-    # again after stop() (a restart, as benchmarks/faults.py does) is the same endpoint.
+    # again after stop() (a restart, as benchmarks/orchestration/faults.py does) is the same endpoint.
     ports: dict | None = None
 
     @property

@@ -30,7 +30,7 @@ def choose_ingress(ingress: str, address: str | None) -> None:
     parses each request and forwards it to a replica. ``haproxy``: Ray Serve's HAProxy
     ingress (Ray 2.60's feature flag), which forwards requests to the replicas in C; on a
     2-core box it served about 17% more one-sentence requests a second at 32 clients
-    (benchmarks/serve_load.py --ingress). Call before Ray starts: the local instance's
+    (benchmarks/serving/serve_load.py --ingress). Call before Ray starts: the local instance's
     Serve controller takes the switch from this process's environment."""
     if ingress not in INGRESSES:
         fail(f"--ingress {ingress}: choose {' or '.join(INGRESSES)}", 2)

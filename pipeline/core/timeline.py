@@ -1,5 +1,5 @@
-"""Wall-clock marks of where a stage's time goes, read by benchmarks/stage_overhead.py
-and benchmarks/preemption.py (a train stage also marks each update).
+"""Wall-clock marks of where a stage's time goes, read by benchmarks/orchestration/stage_overhead.py
+and benchmarks/orchestration/preemption.py (a train stage also marks each update).
 
 Off unless ``NMT_TIMELINE`` names a file. Then every process that reaches a mark (the
 driver's stage task, a Ray Train worker) appends one JSON line to it: the stage, the

@@ -39,7 +39,7 @@ No request can hold the decoder for ever, nor hold up the others:
   SCHED_IDLE), so that while a long search runs, short requests keep their own decoder
   and nearly all of a shared core. Without it one legal request of 16 long sentences at
   beam 16 held the replica for its whole 30 s deadline, and every request sent meanwhile
-  waited (benchmarks/serve_abuse.py measures both).
+  waited (benchmarks/serving/serve_abuse.py measures both).
 - Each batch has a deadline: ``batch_deadline_s`` for a batch costing up to
   ``max_request_cost``, scaled up with a costlier batch's cost. A batch that runs past
   it has its decode process killed and restarted: only that batch's requests get a 503,

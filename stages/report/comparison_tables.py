@@ -50,7 +50,7 @@ def _withheld(entry: dict) -> str:
     """Where some seeds translate and others do not, the seeds disagree about what the
     recipe makes, and a mean over both kinds of model is a verdict on neither: kept in
     the mean, a seed in three that collapsed by 6 BLEU made 14.7% of the verdicts false
-    (benchmarks/verdict_calibration.py)."""
+    (benchmarks/statistics/verdict_calibration.py)."""
     translating = entry.get("seeds_translating") or []
     if not translating:
         return f"{entry['label']} did not translate at this budget ({entry['why']})"
@@ -289,7 +289,7 @@ def _primary(comparison: dict) -> Section:
                       "No primary comparison has two or more seeds a side, so none gets a verdict. ")
                    + "With one seed a side the seeds' variance is not measured: the verdict is untestable, and p is "
                    "the test set's alone. A verdict is about the mean of seeds whose scores spread about normally: "
-                   "simulated through this path with three seeds a side (benchmarks/verdict_calibration.py), equal "
+                   "simulated through this path with three seeds a side (benchmarks/statistics/verdict_calibration.py), equal "
                    "recipes were called different in 2.3% to 4.3% of studies where their seeds spread alike, "
                    "collapsed alike, varied in output length or were a family's best size picked on them; in 7.3% "
                    "where one side's seeds spread 7 times the other's; and in 14.7% where one recipe alone lost a "
@@ -405,7 +405,7 @@ def _isoflop_profiles(comparison: dict) -> Section:
                    + (f" ({'; '.join(sources)})" if sources else "") + ", that spread itself redrawn for the "
                    "few degrees of freedom it was estimated with, each parabola refitted; in simulated studies "
                    "these 95% intervals held the true optimum in 86.7% to 95.6% of cases, the true exponent in 93% "
-                   "to 100% (benchmarks/isoflop_calibration.py). A draw whose minimum left the sizes counts as lying "
+                   "to 100% (benchmarks/statistics/isoflop_calibration.py). A draw whose minimum left the sizes counts as lying "
                    "beyond them on its side; where more than 2.5% of the draws did so on a side, no interval is given "
                    "and the table names that side. A size whose run diverged (a final "
                    "validation loss over 1.1 times its best), or that did not translate, is left out of its "

@@ -40,7 +40,7 @@ test set's alone (v_test), and the result says only whether the trained networks
 beyond the test set's variation (``seed_variance_measured`` is False); whether the
 recipes differ is not tested.
 
-``benchmarks/statistics_calibration.py`` measures, by simulation at the seed and test-set
+``benchmarks/statistics/statistics_calibration.py`` measures, by simulation at the seed and test-set
 noise of the frontier study, how often these tests reject under no difference, their
 power, and how often the intervals cover the truth.
 """

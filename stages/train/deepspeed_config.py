@@ -9,7 +9,7 @@ loop runs the forward under ``torch.autocast`` in bf16: the matrix products run 
 bf16 mode at ZeRO stage 0 wraps that optimizer in its per-parameter
 ``FP16_UnfusedOptimizer`` (an overflow check with a host sync, a norm and an fp32 copy
 per parameter tensor): 3.2x the ATen operations of the plain step and a host sync per
-tensor (benchmarks/step_overhead.py).
+tensor (benchmarks/training/step_overhead.py).
 
 fp16 is DeepSpeed's own mode, with dynamic loss scaling as in Micikevicius et al. (2018):
 start at 2^16, halve the scale and skip the update when a gradient overflows (after

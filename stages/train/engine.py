@@ -47,7 +47,7 @@ def build_engine(model: torch.nn.Module, training: TrainConfig, precision: str,
 
 # The backend torch.compile hands the traced graphs to. Tests trace with "eager": dynamo's
 # graphs and guards without generating code (inductor can add guards of its own, as for
-# ConvS2S: benchmarks/compile_cost.py measures them).
+# ConvS2S: benchmarks/training/compile_cost.py measures them).
 COMPILE_BACKEND = "inductor"
 
 
@@ -110,7 +110,7 @@ def import_deepspeed():
     allreduce (skip_inference_allreduce_build). DeepSpeed's autotuner imports MLflow
     whenever it is installed, to log tuning trials; training never uses it, and importing
     it cost each train worker 0.9 s of a 2-core CPU before its first update
-    (benchmarks/stage_overhead.py). MLflow stays importable afterwards."""
+    (benchmarks/orchestration/stage_overhead.py). MLflow stays importable afterwards."""
     if "DS_ACCELERATOR" not in os.environ and not torch.cuda.is_available():
         # Named, not detected: detection warns "Setting accelerator to CPU. If you have GPU
         # ..." once per process (eight times in the smoke run), on every CPU machine.

@@ -1,4 +1,4 @@
-"""A subset of the fault-injection matrix (``benchmarks/faults.py``): one case of each
+"""A subset of the fault-injection matrix (``benchmarks/orchestration/faults.py``): one case of each
 kind no other test injects: the S3 server restarted, a full disk and a corrupted cached
 copy. A killed driver is ``test_pipeline.py``'s (killed mid-stage) and
 ``test_multinode.py``'s (killed during training), a lost worker ``test_train.py``'s and
@@ -14,7 +14,7 @@ import subprocess
 
 import pytest
 
-from benchmarks import faults
+from benchmarks.orchestration import faults
 
 pytestmark = pytest.mark.slow
 

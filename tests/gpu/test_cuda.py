@@ -108,7 +108,7 @@ def test_beam_search_on_cuda_finds_what_the_cpu_finds(beam):
 
 def test_bf16_trains_on_cuda_with_fp32_weights_and_no_host_sync(tokenized, cuda_distributed, monkeypatch):
     from tests.train_loops import train_loop
-    from benchmarks.step_overhead import CountOps
+    from benchmarks.training.step_overhead import CountOps
 
     run = train_loop(tokenized, "bf16", use_gpu=True, max_tokens=2000, gradient_clipping=1.0)
     assert next(run.engine.module.parameters()).dtype == torch.float32  # bf16 is the loop's autocast

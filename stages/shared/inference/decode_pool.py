@@ -14,7 +14,7 @@ A service replica decodes in one such process for the same reason: while a searc
 it holds the GIL nearly all the time, and the replica's event loop, which takes in the
 requests of the next batch, would get it only every 5 ms (``sys.getswitchinterval``).
 Measured at 32 clients, one replica with 1 CPU, a 10 ms batch wait
-(benchmarks/serve_load.py, 2-core AMD EPYC): in a thread, batches of 1 to 4 sentences
+(benchmarks/serving/serve_load.py, 2-core AMD EPYC): in a thread, batches of 1 to 4 sentences
 and 14.8 requests/s; in a child process, 22.7.
 
 Each process opens its engine once, at the start (its memory is paid once per process),

@@ -4,7 +4,7 @@ On a GPU ``F.dropout`` is one fused kernel. On a CPU it draws its mask with
 ``bernoulli_`` into a float tensor and then multiplies twice; drawing uniform floats
 and comparing them with p is about 3x faster, and keeping the mask as booleans saves
 three quarters of the memory the backward pass holds on to. Over a training step of
-Transformer small that is about 2% of the time (benchmarks/train_throughput.py).
+Transformer small that is about 2% of the time (benchmarks/training/train_throughput.py).
 Both draw from torch's default generator, so seeding reproduces the masks.
 """
 

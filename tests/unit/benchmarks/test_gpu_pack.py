@@ -1,4 +1,4 @@
-"""benchmarks/gpu_pack.py: what is packed for the offline GPU machine, and whether each
+"""benchmarks/gpu/gpu_pack.py: what is packed for the offline GPU machine, and whether each
 call of the campaign fits what one call may carry."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from benchmarks import gpu_pack
+from benchmarks.gpu import gpu_pack
 from tests.helpers import REPO
 
 pytestmark = pytest.mark.trains  # imports the slimmed Ray in a process of its own

@@ -1,8 +1,8 @@
-"""benchmarks/same_recipe.py: the splits of six seeds three against three, each once."""
+"""benchmarks/statistics/same_recipe.py: the splits of six seeds three against three, each once."""
 
 from __future__ import annotations
 
-from benchmarks.same_recipe import halves, splits
+from benchmarks.statistics.same_recipe import halves, splits
 
 
 def test_six_seeds_split_three_against_three_in_ten_ways_each_once():

@@ -1,4 +1,4 @@
-"""benchmarks/verdict_calibration.py: its simulated studies are what the report reads,
+"""benchmarks/statistics/verdict_calibration.py: its simulated studies are what the report reads,
 and each case's seeds behave as the case says."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from statistics import fmean
 import numpy as np
 import pytest
 
-from benchmarks import verdict_calibration as calibration
-from benchmarks.verdict_calibration import CASES, Case, Family, World, primary_row, study
+from benchmarks.statistics import verdict_calibration as calibration
+from benchmarks.statistics.verdict_calibration import CASES, Case, Family, World, primary_row, study
 from stages.report import gate
 from stages.report.comparison import compare_systems
 from stages.report.records import FIELDS

@@ -1,5 +1,5 @@
 """``nmt --help`` answers at once: the command line's module imports none of what the
-commands load when they run (benchmarks/cli_speed.py measures the time)."""
+commands load when they run (benchmarks/tooling/cli_speed.py measures the time)."""
 
 from __future__ import annotations
 

@@ -25,7 +25,7 @@ FAMILY = ModelFamily(
     name="convs2s", config=ConvS2SConfig, presets=PRESETS, build=build, parameter_layout=parameters.parameter_layout,
     forward_flops=flops.forward_flops,
     plot_marker="D", attention_modules=attention_modules,
-    # Measured: benchmarks/compile_cost.py --families convs2s (8 compilations in 60 updates).
+    # Measured: benchmarks/training/compile_cost.py --families convs2s (8 compilations in 60 updates).
     compile_refused="inductor compiles a 1-d convolution's backward for one sequence length (torch 2.13: "
                     "convolution_backward_lowering), so every new batch length compiles the model again",
 )

@@ -3,7 +3,7 @@ the declared primary comparisons only, one seed called untestable, prose from th
 verdicts, and the human-agreement estimate read from Kocmi et al.'s table. (The
 resampling itself, and its match with sacreBLEU's command line, is tested in
 test_resampling.py; the tests' error rates are measured by
-benchmarks/statistics_calibration.py.)"""
+benchmarks/statistics/statistics_calibration.py.)"""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 meets, and one for validation's. Traced with torch.compile's "eager" backend: the graphs and
 guards dynamo makes, without generating code (seconds, not minutes). What inductor's code
 generation adds (it specializes a 1-d convolution's backward to one length: ConvS2S refuses
-compile) is measured by benchmarks/compile_cost.py."""
+compile) is measured by benchmarks/training/compile_cost.py."""
 
 from __future__ import annotations
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from benchmarks.step_overhead import CountOps
+from benchmarks.training.step_overhead import CountOps
 from tests.train_loops import single_process_distributed, train_loop
 
 pytestmark = pytest.mark.trains  # builds a DeepSpeed engine and trains

@@ -1,5 +1,5 @@
 """What a train stage's Ray processes import before the first update: each import there
-is paid by every stage of a sweep (benchmarks/stage_overhead.py). The metrics sink's
+is paid by every stage of a sweep (benchmarks/orchestration/stage_overhead.py). The metrics sink's
 imports: tests/e2e/test_metrics_relay.py."""
 
 from __future__ import annotations
