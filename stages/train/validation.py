@@ -37,22 +37,40 @@ class BestWeights:
             progress.validations_without_improvement += 1
 
 
-class LossValidation:
+class Periodic:
+    """A validation every ``every`` updates and at the end of the run, never twice at one
+    update (a resumed run may have validated the update it resumes at)."""
+
+    def __init__(self, state: LoopState, every: int):
+        self.state, self.every = state, every
+
+    def last_step(self) -> int:
+        """The update this validation last ran at (recorded in the run's progress)."""
+        raise NotImplementedError
+
+    def validate(self) -> None:
+        raise NotImplementedError
+
+    def after_update(self) -> None:
+        step = self.state.progress.step
+        if step and step % self.every == 0 and self.last_step() != step:
+            self.validate()
+
+    def at_end(self) -> None:
+        if self.last_step() != self.state.progress.step:
+            self.validate()
+
+
+class LossValidation(Periodic):
     """Loss and perplexity on the valid split: each worker a share, summed."""
 
     def __init__(self, state: LoopState, split: TokenizedSplit, max_tokens: int, pad_id: int, every: int,
                  best: BestWeights):
-        self.state, self.split, self.max_tokens, self.pad_id = state, split, max_tokens, pad_id
-        self.every, self.best = every, best
+        super().__init__(state, every)
+        self.split, self.max_tokens, self.pad_id, self.best = split, max_tokens, pad_id, best
 
-    def after_update(self) -> None:
-        progress = self.state.progress
-        if progress.step and progress.step % self.every == 0 and progress.last_valid_step != progress.step:
-            self.validate()
-
-    def at_end(self) -> None:
-        if self.state.progress.last_valid_step != self.state.progress.step:
-            self.validate()
+    def last_step(self) -> int:
+        return self.state.progress.last_valid_step
 
     def validate(self) -> None:
         state, progress = self.state, self.state.progress
@@ -81,21 +99,16 @@ class LossValidation:
                                 "train_flops": progress.train_flops, "train_tokens": progress.train_tokens})
 
 
-class BleuValidation:
+class BleuValidation(Periodic):
     """BLEU and chrF on the valid split and a fixed sample of training pairs, decoded by
     ``validator`` (validation_bleu.BleuValidator)."""
 
     def __init__(self, state: LoopState, validator, every: int, best: BestWeights):
-        self.state, self.validator, self.every, self.best = state, validator, every, best
+        super().__init__(state, every)
+        self.validator, self.best = validator, best
 
-    def after_update(self) -> None:
-        progress = self.state.progress
-        if progress.step and progress.step % self.every == 0 and progress.last_bleu_step != progress.step:
-            self.validate()
-
-    def at_end(self) -> None:
-        if self.state.progress.last_bleu_step != self.state.progress.step:
-            self.validate()
+    def last_step(self) -> int:
+        return self.state.progress.last_bleu_step
 
     def validate(self) -> None:
         state, progress = self.state, self.state.progress
