@@ -4,6 +4,7 @@ each evaluation's outputs, so that the report's intervals and tests run on them 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import tempfile
 from dataclasses import dataclass, field
@@ -128,7 +129,8 @@ def merge(sources: list[Gathered]) -> tuple[list[dict], dict[str, list[dict]], d
             # A renamed run's model is renamed too: runs of two experiments' models that
             # share a name are not seeds of one model.
             model = row.get("model") or row["name"]
-            rows.append({**row, "name": name, "model": model if name == row["name"] else f"{source.label}/{model}"})
+            rows.append(dataclasses.replace(row, name=name,
+                                            model=model if name == row.name else f"{source.label}/{model}"))
             curves[name] = source.curves.get(row["name"], [])
             if row["name"] in source.outputs:
                 outputs[name] = source.outputs[row["name"]]

@@ -68,7 +68,8 @@ from stages.report.config import ReportStageConfig
 # 26: a model some of whose seeds translate and others not is "undecided: the seeds
 #     disagree" (the withheld entries name the seeds that translate); an IsoFLOP panel
 #     with no size in any profile says so; edge minima suggest the new widths (w192...)
-VERSION = 26
+# 27: the notes name the calibration benchmarks at their paths under benchmarks/statistics/
+VERSION = 27
 # The files of each upstream artifact the report reads (besides its manifest): never
 # the train stage's checkpoints; of an evaluation, what the significance tests score.
 READS = {TRAIN: ("metrics.jsonl",), EVALUATE: OUTPUT_FILES, TUNE: ("choice.json",),
@@ -112,7 +113,7 @@ def target_baselines(tokenized: Path) -> dict:
     return baselines(targets("train"), targets("valid"), vocab["sizes"]["tgt"], vocab["special_ids"]["bos"])
 
 
-def write_report(rows: list[dict], curves: dict[str, list[dict]], output: Path, title: str,
+def write_report(rows: list[records.RunRecord], curves: dict[str, list[dict]], output: Path, title: str,
                  outputs: dict[str, tuple[list[str], list[str]]] | None = None,
                  tuning: list[dict] | None = None, primary_comparisons: list[list[str]] = (),
                  baselines: dict | None = None) -> list[Path]:

@@ -15,10 +15,11 @@ from itertools import combinations
 
 from stages.report import compute_laws, gate, isoflop, resampling, significance
 from stages.report.primary import primary_pairs
+from stages.report.records import RunRecord
 from stages.report.seeds import ModelAtBudget, group_runs
 
 
-def compare(records: list[dict], outputs: dict[str, tuple[list[str], list[str]]],
+def compare(records: list[RunRecord], outputs: dict[str, tuple[list[str], list[str]]],
             primary_comparisons: list[list[str]] = ()) -> dict:
     """``outputs``: run name -> (hypotheses, references) of its evaluation; runs without
     one are summarized but left out of intervals and tests. ``primary_comparisons``:
@@ -29,7 +30,7 @@ def compare(records: list[dict], outputs: dict[str, tuple[list[str], list[str]]]
     return compare_systems(records, systems, primary_comparisons)
 
 
-def labelled_groups(records: list[dict]) -> list[tuple[str, ModelAtBudget]]:
+def labelled_groups(records: list[RunRecord]) -> list[tuple[str, ModelAtBudget]]:
     """Each configured model at each budget with the label the report gives it: the
     model's name, and its budget where the records span several."""
     groups = group_runs(records)
@@ -37,7 +38,7 @@ def labelled_groups(records: list[dict]) -> list[tuple[str, ModelAtBudget]]:
     return [(_label(group, several_budgets), group) for group in groups]
 
 
-def compare_systems(records: list[dict], systems: dict[str, resampling.SeededSystem],
+def compare_systems(records: list[RunRecord], systems: dict[str, resampling.SeededSystem],
                     primary_comparisons: list[list[str]] = (),
                     randomization_trials: int = resampling.RANDOMIZATION_TRIALS) -> dict:
     """``compare`` from the evaluated groups' sufficient statistics (``systems``: group

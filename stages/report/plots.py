@@ -14,6 +14,7 @@ import matplotlib.pyplot as plt  # noqa: E402  (after choosing the backend)
 from matplotlib.ticker import NullFormatter  # noqa: E402
 
 from stages.report.comparison_tables import count  # noqa: E402
+from stages.report.records import RunRecord  # noqa: E402
 
 
 BLEU_VS_FLOPS = "bleu_vs_flops.png"
@@ -26,7 +27,7 @@ ENVELOPE = "envelope.png"
 LR_SENSITIVITY = "lr_sensitivity.png"
 
 
-def write_plots(records: list[dict], curves: dict[str, list[dict]], directory: Path, title: str,
+def write_plots(records: list[RunRecord], curves: dict[str, list[dict]], directory: Path, title: str,
                 comparison: dict | None = None) -> list[str]:
     """The PNG files written into ``directory``, by name."""
     written = []
@@ -179,7 +180,7 @@ def envelope_figure(comparison: dict, title: str):
     return figure
 
 
-def _bleu_vs_flops(records: list[dict], comparison: dict | None, path: Path, title: str) -> None:
+def _bleu_vs_flops(records: list[RunRecord], comparison: dict | None, path: Path, title: str) -> None:
     """Test BLEU (beam) against counted training FLOPs, a line per configured model
     through its seeds' mean at each budget, a band over the 95% interval of the seeds and
     the test set (``comparison.intervals``) where it was computed. A model at a budget
@@ -240,7 +241,7 @@ def draw_baselines(axes, comparison: dict | None) -> None:
                       xytext=(-4, 2), textcoords="offset points", ha="right", fontsize=7, color="grey")
 
 
-def _curves(records: list[dict], curves: dict[str, list[dict]], x_field: str, x_label: str, path: Path,
+def _curves(records: list[RunRecord], curves: dict[str, list[dict]], x_field: str, x_label: str, path: Path,
             title: str, comparison: dict | None = None) -> None:
     # The legend below the axes, as many columns as fit: a sweep's dozens of runs would
     # cover the curves inside them.
@@ -261,7 +262,7 @@ def _curves(records: list[dict], curves: dict[str, list[dict]], x_field: str, x_
     _save(figure, path)
 
 
-def _bleu_curves(records: list[dict], curves: dict[str, list[dict]], path: Path, title: str,
+def _bleu_curves(records: list[RunRecord], curves: dict[str, list[dict]], path: Path, title: str,
                  comparison: dict | None = None) -> None:
     """Validation loss (left) next to BLEU during training (right): the validation
     split solid, the fixed sample of training pairs dashed, against updates. One legend

@@ -9,29 +9,119 @@ logged beside it). The report stage reads artifacts; ``nmt report`` reads either
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field, fields
 from pathlib import Path
+from typing import Any
 
 from pipeline.core.artifacts import read_local_manifest
+from pipeline.core.records import load, optional, to_json
 from stages.evaluate.artifact import EvalSummary, load_scores
 from stages.train.artifact import TrainSummary, load_summary, read_curve
 
-# The fields of report.json and report.csv, in column order.
-FIELDS = (
-    "name", "model", "seed", "budget", "family", "preset", "parameters", "non_embedding_parameters", "steps", "stop_reason", "train_tokens",
-    "train_seconds", "workers", "device_hours", "train_flops", "train_flops_6nd", "train_flops_paper",
-    "flops_per_second", "mfu", "best_valid_ppl", "final_valid_loss", "best_valid_bleu", "bleu", "bleu_lc", "chrf", "greedy_bleu",
-    "greedy_bleu_lc", "greedy_chrf", "beam_size", "translates", "source_use", "top_output_share",
-    "distinct_output_share",
-    "sentences_per_second", "tokens_per_second", "decode_flops_per_sentence", "greedy_sentences_per_second",
-    "ctranslate2_weights", "ctranslate2_bleu", "ctranslate2_sentences_per_second", "test_sentences",
-    "sacrebleu_signature", "bleu_lc_signature", "chrf_signature",
-    "precision", "device_name", "device_capability", "threads_per_worker", "peak_flops_per_worker", "peak_source",
-    "peak_detail", "eval_precision", "eval_device_name",
-)
+@dataclass(kw_only=True)
+class RunRecord:
+    """One trained run's row of the report: report.json's ``models`` (its fields in this
+    order), report.csv's columns (``FIELDS``), and what the comparison, tables and plots
+    read. They read it by field name, as they read the comparison's dicts
+    (``record["bleu"]``, ``record.get("seed")``); unlike a dict, a name that is not a
+    field is an error, where a renamed field would have read as None and printed "-"."""
+
+    name: str
+    model: str | None = None  # the configured model it is a run of
+    seed: int | None = None  # train.seed
+    budget: float | None = None  # train.max_train_flops
+    family: str | None = None
+    preset: str | None = None
+    parameters: int | None = None
+    non_embedding_parameters: int | None = None
+    steps: int | None = None
+    stop_reason: str | None = None
+    train_tokens: int | None = None
+    train_seconds: float | None = None
+    workers: int | None = None
+    device_hours: float | None = None
+    # Training costs three ways: counted, Kaplan's 6ND, and time x devices x peak.
+    train_flops: float | None = None
+    train_flops_6nd: float | None = None
+    train_flops_paper: float | None = None
+    flops_per_second: float | None = None
+    mfu: float | None = None
+    best_valid_ppl: float | None = None
+    final_valid_loss: float | None = None  # the last validation's (the weights it ended with)
+    best_valid_bleu: float | None = None
+    bleu: float | None = None
+    bleu_lc: float | None = None
+    chrf: float | None = None
+    greedy_bleu: float | None = None
+    greedy_bleu_lc: float | None = None
+    greedy_chrf: float | None = None
+    beam_size: int | None = None
+    # The translation gate (gate.py): its verdict, and what it reads.
+    translates: str | None = None
+    source_use: float | None = None
+    top_output_share: float | None = None
+    distinct_output_share: float | None = None
+    sentences_per_second: float | None = None
+    tokens_per_second: float | None = None
+    decode_flops_per_sentence: float | None = None
+    greedy_sentences_per_second: float | None = None
+    # The same beam search run by CTranslate2 (evaluate.ctranslate2), where the family exports.
+    ctranslate2_weights: str | None = None
+    ctranslate2_bleu: float | None = None
+    ctranslate2_sentences_per_second: float | None = None
+    test_sentences: int | None = None
+    sacrebleu_signature: str | None = None
+    bleu_lc_signature: str | None = None
+    chrf_signature: str | None = None
+    precision: str | None = None
+    device_name: str | None = None
+    device_capability: str | None = None
+    threads_per_worker: int | None = None
+    peak_flops_per_worker: float | None = None
+    peak_source: str | None = None
+    peak_detail: str | None = None
+    eval_precision: str | None = None
+    eval_device_name: str | None = None
+    # Not columns of the tables: the most frequent output line, what says the run did
+    # not really train, and why the gate says it does not translate.
+    top_output: str | None = optional()
+    training_warnings: list[str] = field(default_factory=list)
+    gate_reasons: list[str] | None = optional()
+
+    def __getitem__(self, name: str) -> Any:
+        if name not in _NAMES:
+            raise KeyError(f"a run record has no field {name!r}")
+        return getattr(self, name)
+
+    def get(self, name: str, default: Any = None) -> Any:
+        value = self[name]
+        return default if value is None else value
+
+    def __setitem__(self, name: str, value: Any) -> None:
+        self[name]  # a field, or KeyError
+        setattr(self, name, value)
+
+    def update(self, values: dict | None = None, **more: Any) -> None:
+        for name, value in {**(values or {}), **more}.items():
+            self[name] = value
+
+    def to_json(self) -> dict:
+        return to_json(self)
+
+
+_NAMES = frozenset(spec.name for spec in fields(RunRecord))
+# The fields of report.json and report.csv, in column order: the record's but the last three.
+FIELDS = tuple(spec.name for spec in fields(RunRecord))[:-3]
+
+
+def load_record(row: dict, source: str) -> RunRecord:
+    """A report.json row as a ``RunRecord``; ``RecordError`` naming ``source`` and the
+    field if one is unknown."""
+    return load(RunRecord, row, source)
 
 
 def model_record(name: str, train_config: dict, train: TrainSummary, evaluation: EvalSummary | None,
-                 run_of: str | None = None, final_valid_loss: float | None = None) -> dict:
+                 run_of: str | None = None, final_valid_loss: float | None = None) -> RunRecord:
     """A trained run's row: training costs three ways, quality, and decoding speed.
     ``model`` is the configured model it is a run of (``run_of``, else its own name),
     ``seed`` and ``budget`` its train.seed and train.max_train_flops;
@@ -48,7 +138,7 @@ def model_record(name: str, train_config: dict, train: TrainSummary, evaluation:
     beam = evaluation.beam if evaluation else None
     greedy = evaluation.greedy if evaluation else None
     ctranslate2 = evaluation.ctranslate2 if evaluation else None
-    record = {
+    return RunRecord(**{
         "name": name, "model": run_of or name, "seed": training.get("seed"),
         "budget": training.get("max_train_flops"), "family": model["family"], "preset": model["preset"],
         "parameters": train.parameters, "non_embedding_parameters": train.non_embedding_parameters,
@@ -85,8 +175,7 @@ def model_record(name: str, train_config: dict, train: TrainSummary, evaluation:
         "peak_flops_per_worker": peak, "peak_source": peak_source, "peak_detail": train.peak_detail,
         "eval_precision": evaluation and evaluation.precision,
         "eval_device_name": evaluation and evaluation.device_name,
-    }
-    return {field: record[field] for field in FIELDS}
+    })
 
 
 # What a validation point of the curve keeps: the loss every ``valid_every`` updates,
@@ -103,7 +192,7 @@ def validation_curve(rows: list[dict]) -> list[dict]:
 
 
 def from_artifacts(name: str, train_dir: Path, eval_dir: Path | None,
-                   run_of: str | None = None) -> tuple[dict, list[dict]]:
+                   run_of: str | None = None) -> tuple[RunRecord, list[dict]]:
     """(record, validation curve) of a run from its train and evaluate artifacts."""
     return from_reports(name, read_local_manifest(train_dir), read_curve(train_dir),
                         read_local_manifest(eval_dir) if eval_dir else None, run_of,
@@ -111,7 +200,7 @@ def from_artifacts(name: str, train_dir: Path, eval_dir: Path | None,
 
 
 def from_reports(name: str, train_report: dict, train_curve: list[dict], eval_report: dict | None,
-                 run_of: str | None = None, *, train_source: str, eval_source: str) -> tuple[dict, list[dict]]:
+                 run_of: str | None = None, *, train_source: str, eval_source: str) -> tuple[RunRecord, list[dict]]:
     """The same from any dicts with a stage's ``config`` and ``metrics``: a manifest, or
     the ``stage_report.json`` MLflow keeps; ``train_source`` and ``eval_source`` name them
     in the error raised when their metrics lack a field or hold an unknown one."""
@@ -120,9 +209,8 @@ def from_reports(name: str, train_report: dict, train_curve: list[dict], eval_re
     train = load_summary(train_report["metrics"], train_source)
     evaluation = load_scores(eval_report["metrics"], eval_source) if eval_report else None
     record = model_record(name, train_report["config"], train, evaluation, run_of, losses[-1] if losses else None)
-    if evaluation and evaluation.top_output is not None:
-        record["top_output"] = evaluation.top_output
-    record["training_warnings"] = training_warnings(name, train_report["config"]["train"], train, train_curve)
+    record.top_output = evaluation and evaluation.top_output
+    record.training_warnings = training_warnings(name, train_report["config"]["train"], train, train_curve)
     return record, curve
 
 

@@ -8,6 +8,7 @@ import statistics
 from dataclasses import dataclass
 
 from stages.report import gate
+from stages.report.records import RunRecord
 
 SCORED = ("bleu", "chrf")  # the record fields summarized over seeds
 
@@ -17,7 +18,7 @@ class ModelAtBudget:
     model: str  # the configured model
     family: str
     budget: float | None  # train.max_train_flops of its runs
-    runs: tuple[dict, ...]  # the runs' records, by seed
+    runs: tuple[RunRecord, ...]  # the runs' records, by seed
 
     def summary(self) -> dict:
         """Per scored field: mean, sample standard deviation (None for one seed) and each
@@ -73,7 +74,7 @@ def _spread(values: list[float]) -> dict:
             "std": statistics.stdev(values) if len(values) > 1 else None, "each": values}
 
 
-def group_runs(records: list[dict]) -> list[ModelAtBudget]:
+def group_runs(records: list[RunRecord]) -> list[ModelAtBudget]:
     """The records grouped by configured model and budget, in the order first seen;
     each group's runs ordered by seed."""
     groups: dict[tuple, list[dict]] = {}

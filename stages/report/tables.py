@@ -13,7 +13,7 @@ from typing import Callable
 import pandas as pd
 
 from stages.report.comparison_tables import count, sections
-from stages.report.records import FIELDS
+from stages.report.records import FIELDS, RunRecord
 
 
 def _duration(seconds: float) -> str:
@@ -64,7 +64,7 @@ COLUMNS: tuple[tuple[str, str, Callable], ...] = (
 )
 
 
-def display_table(records: list[dict]) -> pd.DataFrame:
+def display_table(records: list[RunRecord]) -> pd.DataFrame:
     """Formatted strings, one row per model, "-" where a value is missing."""
     rows = [[("-" if record.get(field) is None else fmt(record[field])) for _, field, fmt in COLUMNS]
             for record in records]
@@ -119,14 +119,14 @@ def hardware_lines(records: list[dict]) -> list[str]:
     return lines
 
 
-def write_json(records: list[dict], curves: dict[str, list[dict]], path: Path, title: str,
+def write_json(records: list[RunRecord], curves: dict[str, list[dict]], path: Path, title: str,
                comparison: dict | None = None) -> None:
-    path.write_text(json.dumps({"title": title, "fields": list(FIELDS), "models": records, "curves": curves,
-                                "comparison": comparison}, indent=2, ensure_ascii=False))
+    path.write_text(json.dumps({"title": title, "fields": list(FIELDS), "models": [record.to_json() for record in records],
+                                "curves": curves, "comparison": comparison}, indent=2, ensure_ascii=False))
 
 
-def write_csv(records: list[dict], path: Path) -> None:
-    pd.DataFrame(records, columns=list(FIELDS)).to_csv(path, index=False)
+def write_csv(records: list[RunRecord], path: Path) -> None:
+    pd.DataFrame([record.to_json() for record in records], columns=list(FIELDS)).to_csv(path, index=False)
 
 
 def _markdown_table(table: pd.DataFrame, left: int) -> str:

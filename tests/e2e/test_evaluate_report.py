@@ -5,6 +5,7 @@ the module's tests."""
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 import math
 import re
@@ -26,6 +27,7 @@ from stages.shared.inference.translator import Translator
 from stages.shared.models.families import NAMES as FAMILIES
 from stages.shared.models.families import family as family_record
 from stages.report import write_report
+from stages.report.records import load_record
 from tests.helpers import slice_multi30k, small_config, write_config
 
 pytestmark = pytest.mark.slow
@@ -282,13 +284,13 @@ def test_the_report_gates_models_that_do_not_translate_and_shows_the_source_blin
 
 def test_the_report_renders_with_any_subset_of_models(pipeline_run, tmp_path):
     report = json.loads((artifact(pipeline_run, "report") / "report.json").read_text())
-    rnn = [row for row in report["models"] if row["family"] == "rnn"]
+    rnn = [load_record(row, "report.json") for row in report["models"] if row["family"] == "rnn"]
     written = write_report(rnn, {"rnn_tiny": report["curves"]["rnn_tiny"]}, tmp_path / "rnn", "only the RNN")
     assert {path.name for path in written} >= {"report.md", "bleu_vs_flops.png", "valid_loss_vs_time.png"}
     markdown = (tmp_path / "rnn" / "report.md").read_text()
     assert "rnn_tiny" in markdown and "transformer_tiny" not in markdown
     # Not evaluated, no curve, no peak FLOP/s: the table shows "-" and no BLEU plot is drawn.
-    bare = {**rnn[0], "bleu": None, "greedy_bleu": None, "chrf": None, "train_flops_paper": None, "mfu": None}
+    bare = dataclasses.replace(rnn[0], bleu=None, greedy_bleu=None, chrf=None, train_flops_paper=None, mfu=None)
     written = write_report([bare], {}, tmp_path / "bare", "bare")
     assert [path.name for path in written] == ["report.md", "report.html", "report.csv", "report.json"]
     table = [line for line in (tmp_path / "bare" / "report.md").read_text().splitlines() if line.startswith("|")]

@@ -12,7 +12,7 @@ import pytest
 
 from stages.report import write_report
 from stages.report.comparison import compare
-from stages.report.records import FIELDS
+from stages.report.records import RunRecord
 
 SAMPLE = Path(__file__).parents[3] / "data" / "multi30k" / "test_2016_flickr.de.gz"
 REFERENCES = gzip.open(SAMPLE, "rt", encoding="utf-8").read().splitlines()[:100]
@@ -25,12 +25,10 @@ def output(rate: float, seed: int) -> tuple[list[str], list[str]]:
 
 
 def run(model: str, family: str, seed: int, budget: float, bleu: float, valid_loss: float | None = None,
-        parameters: int = 1000) -> dict:
-    record = {field: None for field in FIELDS}
-    record.update(name=f"{model}.{budget:.0e}.s{seed}", model=model, family=family, seed=seed, budget=budget,
-                  train_flops=budget * 0.99, bleu=bleu, chrf=bleu + 20, parameters=parameters, train_tokens=10,
-                  train_seconds=1.0, final_valid_loss=valid_loss)
-    return record
+        parameters: int = 1000) -> RunRecord:
+    return RunRecord(name=f"{model}.{budget:.0e}.s{seed}", model=model, family=family, seed=seed, budget=budget,
+                     train_flops=budget * 0.99, bleu=bleu, chrf=bleu + 20, parameters=parameters, train_tokens=10,
+                     train_seconds=1.0, final_valid_loss=valid_loss)
 
 
 @pytest.fixture()

@@ -4,6 +4,7 @@ and law; a run evaluated before the check existed is said to be unchecked."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -90,7 +91,8 @@ def test_a_model_that_does_not_translate_is_withheld_from_every_test_at_its_budg
 
 def test_a_model_none_of_whose_seeds_translates_did_not_translate(sweep, tmp_path):
     rows, outputs = sweep
-    rows = [judged({**row, "source_use": 0.02}) if row["name"] == "rnn_tiny.1e+12.s1" else row for row in rows]
+    rows = [judged(dataclasses.replace(row, source_use=0.02)) if row["name"] == "rnn_tiny.1e+12.s1" else row
+            for row in rows]
     markdown = "\n".join(gate_sentences(compare(rows, outputs)))
     assert markdown.startswith("rnn_tiny @ 1e12 did not translate at this budget (seed 1: its source use is 0.020")
     assert "undecided" not in markdown

@@ -125,9 +125,8 @@ def test_the_console_summary_fits_100_columns_without_cutting_a_cell():
             groups.append({"label": label, "model": model, "budget": budget})
             intervals[label] = {"BLEU": {"score": 12.345, "low": 10.111, "high": 14.579}}
             for seed in (1, 2):
-                records.append({**model_record(f"{label}.s{seed}", CONFIG, trained(**MEASURED),
-                                                evaluated(bleu=12.3, chrf=40.1)),
-                                "model": model, "budget": budget, "training_warnings": []})
+                record = model_record(f"{label}.s{seed}", CONFIG, trained(**MEASURED), evaluated(bleu=12.3, chrf=40.1))
+                records.append({**record.to_json(), "model": model, "budget": budget})  # as report.json holds it
     report = {"title": "a long experiment name", "models": records,
               "comparison": {"groups": groups, "intervals": intervals, "tests": [
                   {"a": "transformer_tiny.2e12", "b": "decoder_only_tiny.2e12", "metric": "BLEU", "role": "primary",
@@ -145,3 +144,23 @@ def test_the_console_summary_fits_100_columns_without_cutting_a_cell():
     assert "decoder_only_tiny.2e12 - transformer_tiny.2e12: +1.50 BLEU [-0.50, +3.50], Holm p 0.21: not significant" \
         in " ".join(text.split())  # a line of prose may wrap; a cell may not
     assert text.count("trained in fp32 on AMD EPYC") == 1  # the hardware once
+
+
+def test_a_run_record_refuses_a_name_that_is_not_its_field():
+    """The report reads a record by field name; a renamed field is an error at once, not
+    an empty cell."""
+    from pipeline.core.records import RecordError
+    from stages.report.records import RunRecord, load_record
+
+    record = model_record("t", CONFIG, trained(**MEASURED), evaluated("fp32", "AMD EPYC"))
+    assert record["bleu"] == 20.0 and record.get("ctranslate2_bleu") is None
+    for read in (lambda: record["bleu_score"], lambda: record.get("bleu_score"),
+                 lambda: record.update({"bleu_score": 1.0})):
+        with pytest.raises(KeyError, match="a run record has no field 'bleu_score'"):
+            read()
+    written = record.to_json()
+    assert list(written)[:3] == ["name", "model", "seed"] and "top_output" not in written  # empty: left out
+    assert load_record(written, "report.json") == record
+    with pytest.raises(RecordError, match="report.json: RunRecord has no field 'bleu_score'"):
+        load_record({**written, "bleu_score": 1.0}, "report.json")
+    assert RunRecord(name="x").training_warnings == []

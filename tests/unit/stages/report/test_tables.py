@@ -12,7 +12,7 @@ from pipeline.compare import Gathered, merge
 from stages.evaluate.scores import score_hypotheses
 from stages.shared.inference.beam import Hypothesis
 from stages.shared.inference.translator import Translation
-from stages.report.records import FIELDS
+from stages.report.records import FIELDS, RunRecord
 from stages.report.tables import (
     display_table,
     html_page,
@@ -43,11 +43,9 @@ def test_score_hypotheses_is_sacrebleu_on_the_best_hypotheses_with_speed_and_mea
     assert perfect.bleu == pytest.approx(100.0) and perfect.chrf == pytest.approx(100.0)
 
 
-def row(name: str, bleu: float | None = 20.0, **fields) -> dict:
-    record = {field: None for field in FIELDS}
-    record.update(name=name, family="transformer", parameters=7_580_000, train_tokens=1_100_000,
-                  train_seconds=3725.0, train_flops=5e13, mfu=0.433, bleu=bleu, **fields)
-    return record
+def row(name: str, bleu: float | None = 20.0, **fields) -> RunRecord:
+    return RunRecord(name=name, family="transformer", parameters=7_580_000, train_tokens=1_100_000,
+                     train_seconds=3725.0, train_flops=5e13, mfu=0.433, bleu=bleu, **fields)
 
 
 def test_merge_keeps_unique_names_and_labels_names_that_repeat():
@@ -84,7 +82,7 @@ def test_markdown_html_csv_and_json_hold_the_same_rows(tmp_path):
     assert (tmp_path / "report.csv").read_text().splitlines()[0].split(",") == list(FIELDS)
     write_json(records, {"t": []}, tmp_path / "report.json", "title")
     data = json.loads((tmp_path / "report.json").read_text())
-    assert data["models"] == records and data["fields"] == list(FIELDS)
+    assert data["models"] == [record.to_json() for record in records] and data["fields"] == list(FIELDS)
 
 
 def test_the_report_shows_each_tuned_size_s_rates_its_losses_and_the_choice(tmp_path):
