@@ -149,7 +149,8 @@ def connect_ray(address: str | None) -> None:
                 "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": os.environ.get("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.25")}
     if CPU_BF16_ENV in os.environ:  # workers on other nodes decide precision as this driver was told to
         env_vars[CPU_BF16_ENV] = os.environ[CPU_BF16_ENV]
-    if TIMELINE_ENV in os.environ:  # every process marks where a stage's time goes (benchmarks/orchestration/stage_overhead.py)
+    # Every process marks where a stage's time goes (benchmarks/orchestration/stage_overhead.py).
+    if TIMELINE_ENV in os.environ:
         env_vars[TIMELINE_ENV] = os.environ[TIMELINE_ENV]
     runtime_env: dict | None = None
     if address or os.environ.get("RAY_ADDRESS"):
@@ -203,7 +204,8 @@ def point_state_api_at_own_dashboard() -> int:
     return port
 
 
-def run_pipeline(planned: list[PlannedStage], store: ArtifactStore, mirrors: list[str], on_result: Callable[[PlannedStage, StageResult], None],
+def run_pipeline(planned: list[PlannedStage], store: ArtifactStore, mirrors: list[str],
+                 on_result: Callable[[PlannedStage, StageResult], None],
                  on_failure: Callable[[PlannedStage, BaseException], None],
                  on_submit: Callable[[PlannedStage], Callable | None] = lambda item: None) -> list[StageResult]:
     """Run the planned stages that are not cached, each when the scheduler says

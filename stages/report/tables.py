@@ -121,8 +121,9 @@ def hardware_lines(records: list[dict]) -> list[str]:
 
 def write_json(records: list[RunRecord], curves: dict[str, list[dict]], path: Path, title: str,
                comparison: dict | None = None) -> None:
-    path.write_text(json.dumps({"title": title, "fields": list(FIELDS), "models": [record.to_json() for record in records],
-                                "curves": curves, "comparison": comparison}, indent=2, ensure_ascii=False))
+    models = [record.to_json() for record in records]
+    path.write_text(json.dumps({"title": title, "fields": list(FIELDS), "models": models, "curves": curves,
+                                "comparison": comparison}, indent=2, ensure_ascii=False))
 
 
 def write_csv(records: list[RunRecord], path: Path) -> None:
