@@ -8,7 +8,7 @@ and the field, a dict that lacks a field this code needs or holds one it does no
 (a field renamed on one side only), where a dict read by key would have given ``None``
 and a ``-`` in the report.
 
-Three kinds of field, by how they are declared:
+The kinds of field, by how they are declared:
 
 - no default: required, always written;
 - ``optional()``: written only when it holds a value (a run that did not validate has
@@ -88,10 +88,11 @@ def _claim(record_type: type, data: dict, reader: str, prefix: str = "") -> tupl
     for spec in dataclasses.fields(record_type):
         if _NESTED in spec.metadata:
             inner_prefix, inner_type = spec.metadata[_NESTED]
-            present = any(key.startswith(prefix + inner_prefix) and key[len(prefix + inner_prefix):] in
-                          {inner.name for inner in dataclasses.fields(inner_type)} for key in data)
+            start = prefix + inner_prefix
+            inner_names = {inner.name for inner in dataclasses.fields(inner_type)}
+            present = any(key.startswith(start) and key[len(start):] in inner_names for key in data)
             if present or spec.default is dataclasses.MISSING:
-                inner_values, inner_keys = _claim(inner_type, data, reader, prefix + inner_prefix)
+                inner_values, inner_keys = _claim(inner_type, data, reader, start)
                 values[spec.name] = inner_type(**inner_values)
                 claimed |= inner_keys
         elif _KEYED in spec.metadata:

@@ -18,6 +18,7 @@ from pipeline.core.records import load, optional, to_json
 from stages.evaluate.artifact import EvalSummary, load_scores
 from stages.train.artifact import TrainSummary, load_summary, read_curve
 
+
 @dataclass(kw_only=True)
 class RunRecord:
     """One trained run's row of the report: report.json's ``models`` (its fields in this

@@ -51,7 +51,8 @@ class TrainLoop:
                  rows: RowLog, validations: list, checkpoints: Checkpoints | None):
         self.state, self.config, self.training = state, config, config.train
         self.train_split, self.pad_id = train_split, pad_id
-        # The schedules: the validations (loss, then BLEU) and the checkpoints.
+        # The schedules: the validations (loss, then BLEU) and the checkpoints; None only where
+        # a test drives single updates (tests/train_loops.py), which never reach them.
         self.rows, self.validations, self.checkpoints = rows, validations, checkpoints
         self.clips = loop_clips(self.training, state.progress.hardware["precision"])  # else DeepSpeed clips, if at all
         # Counted FLOPs per (source length, target length, source logits): a batch has
