@@ -202,3 +202,16 @@ def as_displayed(output: str, columns: int = 120) -> list[str]:
     pyte.Stream(screen).feed(output)
     scrolled = ["".join(line[column].data for column in range(columns)).rstrip() for line in screen.history.top]
     return scrolled + [line.rstrip() for line in screen.display]
+
+
+def comparison_of(**parts):
+    """A report's ``Comparison`` with only ``parts`` given (the rest empty), as the
+    report's tables and plots take it; rows inside may be partial dicts, read by field
+    name as records are."""
+    from stages.report.comparison_records import Baselines, Comparison, record_of
+
+    empty = dict(groups=[], intervals={}, tests=[], primary=[], withheld=[], unchecked=[], repeated_seeds={},
+                 alpha=0.05, agreement={}, laws=[], law_crossovers=[], isoflop=[])
+    if isinstance(parts.get("baselines"), dict):
+        parts["baselines"] = record_of(Baselines, parts["baselines"])
+    return Comparison(**{**empty, **parts})

@@ -49,6 +49,7 @@ def train_loop(tokenized: Path, precision: str, use_gpu: bool, family: str = "tr
     from stages.train.engine import build_engine
     from stages.train.deepspeed_config import bf16_autocast
     from stages.train.loop import TrainLoop
+    from stages.train.plan import as_configured
     from stages.train.loop_state import Curve, LoopState
     from stages.train.row_log import RowLog
     from stages.train.progress import TrainingProgress
@@ -59,12 +60,13 @@ def train_loop(tokenized: Path, precision: str, use_gpu: bool, family: str = "tr
     config = TrainStageConfig(model=ModelSpec(name="t", family=family, preset="tiny"),
                               train=TrainConfig(use_gpu=use_gpu, precision=precision, max_tokens=max_tokens, **settings))
     torch.manual_seed(0)
-    engine = build_engine(build_for_vocabulary(config.model, facts), config.train, precision)
+    run = as_configured(config.train)
+    engine = build_engine(build_for_vocabulary(config.model, facts), config.train, run, precision)
     rows: list[dict] = []
     progress = TrainingProgress(hardware={"precision": precision, "peak_flops_total": 1e12})
     state = LoopState(engine, 0, 1, progress, Curve([], rows.extend), autocast=bf16_autocast(precision))
     # Updates one at a time, without the schedules (validations, checkpoints).
-    loop = TrainLoop(state, config, train, facts["special_ids"]["pad"], RowLog(state, config.train.log_every, {}),
+    loop = TrainLoop(state, config, run, train, facts["special_ids"]["pad"], RowLog(state, config.train.log_every, {}),
                      validations=[], checkpoints=None)
     batches = batches_from(progress.position, train.src_lengths, train.tgt_lengths, max_tokens, seed=1)
     started = time.perf_counter()

@@ -76,7 +76,7 @@ def main() -> None:
                      f"{experiment.name}: seeds {first_half} against the rest", gathered.outputs,
                      primary_comparisons=declared)
         comparison = json.loads((output / "report.json").read_text())["comparison"]
-        for row in comparison["tests"]:
+        for row in comparison.tests:
             if row["role"] == PRIMARY and row["metric"] == PRIMARY_METRIC:
                 found.append({"split": first_half, "model": row["a"].removesuffix(".first"), **row})
     print(f"{experiment.name}: {len(seeds)} seeds, {len(found) // max(1, len(splits(seeds)))} models, "

@@ -205,9 +205,9 @@ def run_record(model: str, family: str, size: int, seed: int, bleu: float, valid
             "source_use": 0.05 if fails_gate else 1.0}
 
 
-def primary_row(comparison: dict) -> dict | None:
+def primary_row(comparison: Comparison) -> dict | None:
     """The study's one primary BLEU row, None where no verdict was given."""
-    rows = [row for row in comparison["tests"] if row["role"] == PRIMARY and row["metric"] == PRIMARY_METRIC]
+    rows = [row for row in comparison.tests if row["role"] == PRIMARY and row["metric"] == PRIMARY_METRIC]
     return rows[0] if rows else None
 
 
@@ -216,9 +216,9 @@ def primary_row(comparison: dict) -> dict | None:
 SPREAD_RATIO = 7.0
 
 
-def spread_ratio(comparison: dict, row: dict) -> float:
+def spread_ratio(comparison: Comparison, row: dict) -> float:
     """The larger of the two compared groups' seed standard deviations (BLEU) over the smaller."""
-    spreads = [group["bleu"]["std"] for group in comparison["groups"] if group["label"] in (row["a"], row["b"])]
+    spreads = [group["bleu"]["std"] for group in comparison.groups if group["label"] in (row["a"], row["b"])]
     return max(spreads) / max(min(spreads), 1e-9)
 
 

@@ -47,6 +47,7 @@ from stages.train.config import TrainConfig  # noqa: E402
 from stages.train.deepspeed_config import bf16_autocast  # noqa: E402
 from stages.train import engine as train_engine  # noqa: E402
 from stages.train.engine import build_engine, compiled_graphs, import_deepspeed  # noqa: E402
+from stages.train.plan import as_configured  # noqa: E402
 
 # ConvS2S refuses train.compile (its record's compile_refused); it is here to measure why.
 FAMILIES = ("transformer", "decoder_only", "convs2s")
@@ -79,7 +80,7 @@ def timed_updates(family: str, preset: str, compile_: bool, batches: list, devic
     model = build_model(family, preset, {}, VOCAB, VOCAB, pad_id=PAD).to(device)
     training = TrainConfig(max_steps=len(batches), use_gpu=gpu, precision=precision, compile=compile_,
                            warmup_steps=10)
-    engine = build_engine(model, training, precision)
+    engine = build_engine(model, training, as_configured(training), precision)
     autocast = bf16_autocast(precision)
     seconds = []
     for shape in batches:

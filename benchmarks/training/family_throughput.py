@@ -38,6 +38,7 @@ from stages.train.batching import token_batches  # noqa: E402
 from stages.train.config import TrainConfig  # noqa: E402
 from stages.train.deepspeed_config import bf16_autocast  # noqa: E402
 from stages.train.engine import build_engine, import_deepspeed  # noqa: E402
+from stages.train.plan import as_configured  # noqa: E402
 
 FAMILIES = ("transformer", "rnn", "decoder_only", "convs2s")
 SETTINGS = {"transformer": {"pre_norm": True}, "rnn": {"cell": "gru", "attention": "additive"},
@@ -54,7 +55,8 @@ def pair_lengths(count: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
 def timed(family: str, width: int, max_tokens: int, precision: str, updates: int) -> dict:
     torch.manual_seed(0)
     model = build_model(family, f"w{width}", SETTINGS[family], VOCAB, VOCAB, pad_id=PAD)
-    engine = build_engine(model, TrainConfig(max_steps=updates, precision=precision, warmup_steps=10), precision)
+    training = TrainConfig(max_steps=updates, precision=precision, warmup_steps=10)
+    engine = build_engine(model, training, as_configured(training), precision)
     src_lengths, tgt_lengths = pair_lengths(20000)
     batches = token_batches(src_lengths, tgt_lengths, max_tokens, 0, 0)[:updates]
     autocast = bf16_autocast(precision)

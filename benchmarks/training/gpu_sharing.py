@@ -33,6 +33,7 @@ def train_for(seconds: float, size: str, vocab: int, tokens: int, length: int, d
     from stages.train.config import TrainConfig
     from stages.train.deepspeed_config import bf16_autocast
     from stages.train.engine import build_engine, import_deepspeed
+    from stages.train.plan import as_configured
 
     if device == "cpu":
         torch.set_num_threads(1)
@@ -46,8 +47,9 @@ def train_for(seconds: float, size: str, vocab: int, tokens: int, length: int, d
     precision = "bf16" if not gpu or torch.cuda.is_bf16_supported() else "fp32"
     torch.manual_seed(seed)
     model = Transformer(PRESETS[size], vocab, vocab).to(device)
-    engine = build_engine(model, TrainConfig(max_steps=10**9, use_gpu=gpu, precision=precision, schedule="constant",
-                                             lr=1e-3, warmup_steps=0, gradient_clipping=1.0), precision)
+    training = TrainConfig(max_steps=10**9, use_gpu=gpu, precision=precision, schedule="constant", lr=1e-3,
+                           warmup_steps=0, gradient_clipping=1.0)
+    engine = build_engine(model, training, as_configured(training), precision)
     sentences = max(1, tokens // length)
     generator = torch.Generator().manual_seed(seed)
     src = torch.randint(6, vocab, (sentences, length), generator=generator).to(device)

@@ -44,6 +44,7 @@ from stages.shared.models.transformer.model import Transformer
 from stages.train.config import TrainConfig
 from stages.train.deepspeed_config import bf16_autocast, loop_clips
 from stages.train.engine import build_engine, import_deepspeed
+from stages.train.plan import as_configured
 
 CLIPPING = 1.0
 # name: (config, vocabulary, target tokens a batch on a GPU); Wu et al. (2021)'s
@@ -96,7 +97,7 @@ class Step:
         training = TrainConfig(max_steps=10**6, use_gpu=device.startswith("cuda"), precision=precision,
                                gradient_clipping=CLIPPING, schedule="constant", lr=1e-4, warmup_steps=0,
                                deepspeed=overrides)
-        self.engine = build_engine(model, training, precision)
+        self.engine = build_engine(model, training, as_configured(training), precision)
         if row == "DeepSpeed bf16 mode":
             self.engine.enable_backward_allreduce = True
             self.autocast = self.clip = False

@@ -99,6 +99,7 @@ class DeepSpeedStep:
     def __init__(self, model, batch, precision: str, device: str):
         from stages.train.config import TrainConfig
         from stages.train.engine import build_engine, import_deepspeed
+        from stages.train.plan import as_configured
 
         deepspeed = import_deepspeed()
 
@@ -110,7 +111,7 @@ class DeepSpeedStep:
                                "MASTER_PORT": str(port)})
             deepspeed.init_distributed(dist_backend="nccl" if device.startswith("cuda") else "gloo")
         training = TrainConfig(max_steps=10**6, use_gpu=device.startswith("cuda"), precision=precision)
-        self.engine, self.batch = build_engine(model, training, precision), batch
+        self.engine, self.batch = build_engine(model, training, as_configured(training), precision), batch
         self.autocast = (torch.autocast(torch.device(device).type, dtype=torch.bfloat16)
                          if bf16_autocast(precision) else contextlib.nullcontext())
 

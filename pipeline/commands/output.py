@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 from rich.console import Console
@@ -14,6 +15,9 @@ from rich.table import Table
 from pipeline.core.artifacts import ArtifactStore
 from pipeline.config import ConfigError, ExperimentConfig, load_config
 from pipeline.core.object_store import redact
+
+if TYPE_CHECKING:
+    from stages.report.artifact import ReportFile
 
 
 def table_console() -> Console:
@@ -69,7 +73,7 @@ def human_bytes(size: int) -> str:
     return str(size)
 
 
-def print_report(report: dict) -> None:
+def print_report(report: ReportFile) -> None:
     """The report's console summary (stages/report/artifact.py ``summary``): a table that
     fits 100 columns and the lines under it."""
     from stages.report.artifact import summary
@@ -77,7 +81,7 @@ def print_report(report: dict) -> None:
     from rich.text import Text
 
     frame, footnotes = summary(report)
-    table = Table(*frame.columns, title=report["title"])
+    table = Table(*frame.columns, title=report.title)
     for row in frame.itertuples(index=False):
         table.add_row(*(Text(str(cell)) for cell in row))  # "[5.29, 12.48]" is no markup
     out = table_console()

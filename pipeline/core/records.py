@@ -21,11 +21,22 @@ The kinds of field, by how they are declared:
 
 A field with a plain default is always written, and may be absent in artifacts written
 before it existed.
+
+A field whose type is a record, or a list or dict of records, is written as a nested
+object (the report's comparison: its tests, its groups) and loaded back as records,
+checked alike; an error names the path to the field (``Comparison.tests[2]``).
+
+``FieldAccess`` lets a record be read by field name as the dicts it replaces were
+(``row["delta"]``, ``row.get("seed")``), for the code that reads records and plain dicts
+alike; a name that is not a field is a ``KeyError``, where a dict gave ``None``.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
+import types
+import typing
 from typing import Any, TypeVar
 
 RecordT = TypeVar("RecordT")
@@ -53,8 +64,36 @@ def keyed(prefix: str) -> Any:
     return dataclasses.field(default_factory=dict, metadata={_KEYED: prefix})
 
 
+class FieldAccess:
+    """Reading a record by field name: ``record["bleu"]``, ``record.get("seed", 0)``
+    (the default also for a field that holds None), ``record["bleu"] = 1.0``."""
+
+    def __getitem__(self, name: str) -> Any:
+        if name not in _names(type(self)):
+            raise KeyError(f"{type(self).__name__} has no field {name!r}")
+        return getattr(self, name)
+
+    def get(self, name: str, default: Any = None) -> Any:
+        value = self[name]
+        return default if value is None else value
+
+    def __setitem__(self, name: str, value: Any) -> None:
+        self[name]  # a field, or KeyError
+        setattr(self, name, value)
+
+    def update(self, values: dict | None = None, **more: Any) -> None:
+        for name, value in {**(values or {}), **more}.items():
+            self[name] = value
+
+
+@functools.cache
+def _names(record_type: type) -> frozenset[str]:
+    return frozenset(spec.name for spec in dataclasses.fields(record_type))
+
+
 def to_json(record: Any) -> dict:
-    """The dict a record is written as: its fields in order, nested ones flattened."""
+    """The dict a record is written as: its fields in order, nested ones flattened,
+    records inside its values written as objects."""
     written: dict = {}
     for spec in dataclasses.fields(record):
         value = getattr(record, spec.name)
@@ -65,19 +104,58 @@ def to_json(record: Any) -> dict:
         elif _KEYED in spec.metadata:
             written.update({spec.metadata[_KEYED] + key: item for key, item in value.items()})
         elif value is not None or not spec.metadata.get(_OPTIONAL):
-            written[spec.name] = value
+            written[spec.name] = _encode(value)
     return written
 
 
-def load(record_type: type[RecordT], data: dict, source: str) -> RecordT:
+def _encode(value: Any) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return to_json(value)
+    if isinstance(value, (list, tuple)):
+        return [_encode(item) for item in value]
+    if isinstance(value, dict):
+        return {key: _encode(item) for key, item in value.items()}
+    return value
+
+
+def load(record_type: type[RecordT], data: dict, source: str, path: str = "") -> RecordT:
     """``data`` as a ``record_type``; ``RecordError`` naming ``source`` (the artifact or
-    file it came from) and the field when a field is missing or unknown."""
-    values, claimed = _claim(record_type, data, f"{source}: {record_type.__name__}")
+    file it came from) and the field when a field is missing or unknown. ``path``: where
+    ``data`` sits in an enclosing record, for the error (``Comparison.tests[2]``)."""
+    reader = f"{source}: {path or record_type.__name__}"
+    if not isinstance(data, dict):
+        raise RecordError(f"{reader} should be an object, not {type(data).__name__}")
+    values, claimed = _claim(record_type, data, reader)
     unknown = [key for key in data if key not in claimed]
     if unknown:
-        raise RecordError(f"{source}: {record_type.__name__} has no field {unknown[0]!r} (written by another "
-                          "version, or renamed?)")
+        raise RecordError(f"{reader} has no field {unknown[0]!r} (written by another version, or renamed?)")
+    hints = _hints(record_type)
+    for name, value in values.items():
+        values[name] = _decode(hints[name], value, source, f"{path or record_type.__name__}.{name}")
     return record_type(**values)
+
+
+@functools.cache
+def _hints(record_type: type) -> dict[str, Any]:
+    return typing.get_type_hints(record_type)
+
+
+def _decode(hint: Any, value: Any, source: str, path: str) -> Any:
+    """``value`` read as ``hint`` says: records (also in lists, dicts and optionals)
+    loaded and checked; anything else as it is."""
+    if value is None:
+        return None
+    if dataclasses.is_dataclass(hint):
+        return value if isinstance(value, hint) else load(hint, value, source, path)
+    origin, arguments = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        inner = [argument for argument in arguments if argument is not type(None)]
+        return _decode(inner[0], value, source, path) if len(inner) == 1 else value
+    if origin in (list, tuple) and arguments and isinstance(value, list):
+        return [_decode(arguments[0], item, source, f"{path}[{index}]") for index, item in enumerate(value)]
+    if origin is dict and len(arguments) == 2 and isinstance(value, dict):
+        return {key: _decode(arguments[1], item, source, f"{path}[{key!r}]") for key, item in value.items()}
+    return value
 
 
 def _claim(record_type: type, data: dict, reader: str, prefix: str = "") -> tuple[dict, set[str]]:

@@ -22,8 +22,9 @@ from pathlib import Path
 from pipeline.core.context import StageContext
 from stages import tokenize
 from stages.shared.names import EVALUATE, TRAIN, TUNE, evaluate_stage, train_stage
-from stages.tune.artifact import read_choice
+from stages.tune.artifact import TuneChoice, read_choice
 from stages.report import gate, records
+from stages.report.comparison_records import Baselines, TunedModel, record_of
 from stages.report.artifact import OUTPUT_FILES, evaluation_outputs
 from stages.report.config import ReportStageConfig
 
@@ -86,7 +87,7 @@ def run(inputs: dict[str, Path], config: ReportStageConfig, output: Path, ctx: S
         curves[name] = curve
         if evaluation is not None:
             outputs[name] = evaluation_outputs({file: (evaluation / file).read_bytes() for file in OUTPUT_FILES})
-    tuning = [{"model": stage.partition("/")[2], **read_choice(inputs[stage])} for stage in config.tuned]
+    tuning = {stage.partition("/")[2]: read_choice(inputs[stage]) for stage in config.tuned}
     baselines = target_baselines(inputs["tokenize"]) if "tokenize" in inputs else None
     write_report(rows, curves, output, config.experiment, outputs, tuning, config.primary_comparisons, baselines)
     return {"models": len(rows)}
@@ -115,12 +116,12 @@ def target_baselines(tokenized: Path) -> dict:
 
 def write_report(rows: list[records.RunRecord], curves: dict[str, list[dict]], output: Path, title: str,
                  outputs: dict[str, tuple[list[str], list[str]]] | None = None,
-                 tuning: list[dict] | None = None, primary_comparisons: list[list[str]] = (),
+                 tuning: dict[str, TuneChoice] | None = None, primary_comparisons: list[list[str]] = (),
                  baselines: dict | None = None) -> list[Path]:
     """The report's files in ``output``; any subset of models renders. ``outputs`` (run
     name -> hypotheses and references) adds intervals and significance tests, and lets
     the translation gate (``gate.py``) measure collapse where the evaluation did not;
-    ``tuning`` (each tune stage's choice, with its model) the tuned learning rates;
+    ``tuning`` (tuned model -> its tune stage's choice) the tuned learning rates;
     ``primary_comparisons`` (pairs of configured models) replaces the default primary
     family; ``baselines`` (``ngram_baselines.baselines``) the source-blind losses shown
     beside the models'."""
@@ -138,11 +139,11 @@ def write_report(rows: list[records.RunRecord], curves: dict[str, list[dict]], o
         row["translates"], row["gate_reasons"] = gate.judge(row)
     comparison = compare(rows, outputs or {}, primary_comparisons)
     if baselines:
-        comparison["baselines"] = baselines
+        comparison.baselines = record_of(Baselines, baselines)
     if tuning:
         families = {row["model"]: row["family"] for row in rows}
-        comparison["tuning"] = [{**entry, "family": families.get(entry["model"], entry["model"].split(".")[0])}
-                                for entry in tuning]
+        comparison.tuning = [TunedModel(model=model, choice=choice, family=families.get(model, model.split(".")[0]))
+                             for model, choice in tuning.items()]
     plots = write_plots(rows, curves, output, title, comparison)
     tables.write_json(rows, curves, output / "report.json", title, comparison)
     tables.write_csv(rows, output / "report.csv")

@@ -6,8 +6,13 @@ report`` across experiments)."""
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from pipeline.core.records import load
+from stages.report.comparison_records import Comparison
+from stages.report.records import RunRecord
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -32,15 +37,28 @@ def evaluation_outputs(files: dict[str, bytes]) -> tuple[list[str], list[str]] |
     return hypotheses, references
 
 
-def parse_report(text: str | bytes) -> dict:
-    return json.loads(text)
+@dataclass(kw_only=True)
+class ReportFile:
+    """report.json as ``tables.write_json`` writes it."""
+
+    title: str
+    fields: list[str]  # report.csv's columns
+    models: list[RunRecord]  # one row per run
+    curves: dict[str, list[dict]]  # run name -> its validation points
+    comparison: Comparison | None
 
 
-def read_report(artifact: Path) -> dict:
-    return parse_report((artifact / REPORT_JSON).read_text())
+def parse_report(text: str | bytes, source: str = REPORT_JSON) -> ReportFile:
+    """``RecordError`` naming ``source`` and the path to a field this code does not know
+    or needs and does not find."""
+    return load(ReportFile, json.loads(text), source)
 
 
-def summary(report: dict) -> tuple[pd.DataFrame, list[str]]:
+def read_report(artifact: Path) -> ReportFile:
+    return parse_report((artifact / REPORT_JSON).read_text(), str(artifact / REPORT_JSON))
+
+
+def summary(report: ReportFile) -> tuple[pd.DataFrame, list[str]]:
     """What a console shows of a report, narrow enough for 100 columns: one row per
     compared model (a model's seeds together): parameters, counted training FLOPs, BLEU
     with its 95% interval, chrF, whether it translates; then the lines under it: runs that
@@ -52,9 +70,10 @@ def summary(report: dict) -> tuple[pd.DataFrame, list[str]]:
     from stages.report.comparison_tables import count, gate_sentences
     from stages.report.tables import signature_lines, warning_lines
 
-    models, comparison = report["models"], report.get("comparison") or {}
-    intervals = comparison.get("intervals") or {}
-    groups = comparison.get("groups") or [{"label": record["name"], "model": record["name"]} for record in models]
+    models, comparison = report.models, report.comparison
+    intervals = comparison.intervals if comparison else {}
+    groups = (comparison and comparison.groups) or [{"label": record["name"], "model": record["name"]}
+                                                    for record in models]
     rows = []
     for group in groups:
         members = [record for record in models if record.get("model") == group.get("model")
@@ -70,17 +89,17 @@ def summary(report: dict) -> tuple[pd.DataFrame, list[str]]:
                      "-" if flops is None else f"{flops:.2e}", score, _mean(members, "chrf"),
                      group.get("translates") or "-"])
     frame = pd.DataFrame(rows, columns=["model", "runs", "params", "FLOPs", "BLEU [95%]", "chrF", "translates"])
-    return frame, ([f"warning: {line}" for line in warning_lines(models)] + gate_sentences(comparison)
-                   + _verdict_lines(comparison)
+    judged = (gate_sentences(comparison) + _verdict_lines(comparison)) if comparison else []
+    return frame, ([f"warning: {line}" for line in warning_lines(models)] + judged
                    + [f"sacreBLEU {line}" for line in signature_lines(models)] + _hardware_once(models))
 
 
-def _verdict_lines(comparison: dict) -> list[str]:
+def _verdict_lines(comparison: Comparison) -> list[str]:
     return [f"{test['b']} - {test['a']}: {test['delta']:+.2f} BLEU [{test['delta_low']:+.2f}, "
             f"{test['delta_high']:+.2f}], Holm p {test['p_holm']:.3g}: "
             + ("significant" if test["significant"] else "not significant")
-            for test in comparison.get("tests") or []
-            if test.get("role") == "primary" and test.get("metric") == "BLEU" and test.get("p_holm") is not None]
+            for test in comparison.tests
+            if test["role"] == "primary" and test["metric"] == "BLEU" and test["p_holm"] is not None]
 
 
 def _hardware_once(models: list[dict]) -> list[str]:

@@ -5,8 +5,8 @@ primary comparisons (``primary.py``), and, with enough budgets, each family's en
 and the laws that predict it (``compute_laws.py``) and, with enough sizes, its IsoFLOP
 profiles and how the compute-optimal size grows with compute (``isoflop.py``).
 
-Everything here is plain data (JSON-ready): ``report.json`` holds it as ``comparison``,
-and the tables and the figures are drawn from it.
+What it finds is a ``Comparison`` (``comparison_records.py``): ``report.json`` holds it
+as ``comparison``, and the tables and the figures are drawn from it.
 """
 
 from __future__ import annotations
@@ -14,13 +14,15 @@ from __future__ import annotations
 from itertools import combinations
 
 from stages.report import compute_laws, gate, isoflop, resampling, significance
+from stages.report.comparison_records import (Comparison, FamilyLaws, IsoflopFamily, LawCrossover, PairedTest,
+                                              SystemInterval, Withheld, record_of)
 from stages.report.primary import primary_pairs
 from stages.report.records import RunRecord
 from stages.report.seeds import ModelAtBudget, group_runs
 
 
 def compare(records: list[RunRecord], outputs: dict[str, tuple[list[str], list[str]]],
-            primary_comparisons: list[list[str]] = ()) -> dict:
+            primary_comparisons: list[list[str]] = ()) -> Comparison:
     """``outputs``: run name -> (hypotheses, references) of its evaluation; runs without
     one are summarized but left out of intervals and tests. ``primary_comparisons``:
     pairs of configured models to give verdicts on (``primary``); by default each
@@ -40,24 +42,24 @@ def labelled_groups(records: list[RunRecord]) -> list[tuple[str, ModelAtBudget]]
 
 def compare_systems(records: list[RunRecord], systems: dict[str, resampling.SeededSystem],
                     primary_comparisons: list[list[str]] = (),
-                    randomization_trials: int = resampling.RANDOMIZATION_TRIALS) -> dict:
+                    randomization_trials: int = resampling.RANDOMIZATION_TRIALS) -> Comparison:
     """``compare`` from the evaluated groups' sufficient statistics (``systems``: group
     label -> its seeds' statistics, of whichever metrics they hold): the path the
     calibration benchmark drives with simulated statistics, BLEU's alone and no
     randomization test (``randomization_trials`` 0)."""
     labelled = labelled_groups(records)
     budgets = {label: group.budget for label, group in labelled}
-    summaries = [{"label": label, **group.summary()} for label, group in labelled]
+    summaries = [group.summary(label) for label, group in labelled]
     # Only models that translate are compared (gate.py): one that does not is shown, with
     # its interval, and withheld from every test, verdict, profile and law.
-    translating = [row for row in summaries if row["translates"] != gate.DOES_NOT]
+    translating = [row for row in summaries if row.translates != gate.DOES_NOT]
     translating_seeds = {label: [run.get("seed") for run in group.runs if run.get("translates") == gate.TRANSLATES]
                          for label, group in labelled}
-    withheld = [{"label": row["label"], "budget": row["budget"], "why": row["not_translating"],
-                 "seeds_translating": translating_seeds[row["label"]]}
-                for row in summaries if row["translates"] == gate.DOES_NOT]
-    unchecked = [row["label"] for row in summaries if row["translates"] == gate.NOT_CHECKED]
-    compared = {row["label"] for row in translating}
+    withheld = [Withheld(label=row.label, budget=row.budget, why=row.not_translating,
+                         seeds_translating=translating_seeds[row.label])
+                for row in summaries if row.translates == gate.DOES_NOT]
+    unchecked = [row.label for row in summaries if row.translates == gate.NOT_CHECKED]
+    compared = {row.label for row in translating}
     tested = {label: system for label, system in systems.items() if label in compared}
     draws: dict[int, object] = {}  # test-set size -> the bootstrap's draws, shared by the systems of that size
 
@@ -71,10 +73,11 @@ def compare_systems(records: list[RunRecord], systems: dict[str, resampling.Seed
         return draws[sentences]
 
     resamples: dict = {}  # (system, metric) -> its seeds' scores on the resamples, for intervals and tests alike
-    intervals = {label: significance.confidence_intervals(system, counts(system), resamples)
+    intervals = {label: {metric: record_of(SystemInterval, interval) for metric, interval
+                         in significance.confidence_intervals(system, counts(system), resamples).items()}
                  for label, system in systems.items()}
     # The primary family is chosen from the validation split before any test runs.
-    primary, primary_said = primary_pairs([row for row in summaries if row["label"] in tested],
+    primary, primary_said = primary_pairs([row for row in summaries if row.label in tested],
                                           [list(pair) for pair in primary_comparisons])
     tests = []
     for budget in dict.fromkeys(budgets[label] for label in tested):
@@ -89,16 +92,17 @@ def compare_systems(records: list[RunRecord], systems: dict[str, resampling.Seed
         pairs.sort(key=lambda pair: primary.index((pair[0].name, pair[1].name)) if pair[2] == significance.PRIMARY
                    else len(primary))
         tests += significance.paired_tests(pairs, counts(at_budget[0]), randomization_trials, resamples)
-    tests = significance.adjust(tests)
+    tests = [record_of(PairedTest, row) for row in significance.adjust(tests)]
 
     family_laws = compute_laws.family_laws(translating)
     # Seeds whose outputs were another seed's, line for line: counted once (resampling.seeded_system).
     repeated = {label: system.repeated for label, system in systems.items() if system.repeated}
-    return {"groups": summaries, "intervals": intervals, "tests": tests, "primary": primary_said,
-            "withheld": withheld, "unchecked": unchecked, "repeated_seeds": repeated,
-            "alpha": significance.ALPHA, "agreement": significance.AGREEMENT,
-            "laws": family_laws, "law_crossovers": compute_laws.crossovers(family_laws, translating),
-            "isoflop": isoflop.profiles(summaries)}
+    return Comparison(
+        groups=summaries, intervals=intervals, tests=tests, primary=primary_said, withheld=withheld,
+        unchecked=unchecked, repeated_seeds=repeated, alpha=significance.ALPHA, agreement=significance.AGREEMENT,
+        laws=[record_of(FamilyLaws, entry) for entry in family_laws],
+        law_crossovers=[record_of(LawCrossover, entry) for entry in compute_laws.crossovers(family_laws, translating)],
+        isoflop=[record_of(IsoflopFamily, entry) for entry in isoflop.profiles(summaries)])
 
 
 def _label(group: ModelAtBudget, several_budgets: bool) -> str:

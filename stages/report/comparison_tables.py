@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from stages.report import gate, isoflop
+from stages.report.comparison_records import Comparison, TunedModel
 from stages.report.ngram_baselines import NAMES
 from stages.report.compute_laws import DETERMINED
 from stages.report.resampling import BOOTSTRAP_SAMPLES, RANDOMIZATION_TRIALS
@@ -23,25 +24,25 @@ class Section:
     text_columns: int = 1  # the leading columns that hold text (left-aligned)
 
 
-def sections(comparison: dict) -> list[Section]:
+def sections(comparison: Comparison) -> list[Section]:
     """The sections that have something to say: seeds only when a model has several,
     tests only with two models at a budget, laws only with enough budgets."""
-    found = [_translation_check(comparison)] if comparison["groups"] else []
-    if comparison.get("baselines"):
+    found = [_translation_check(comparison)] if comparison.groups else []
+    if comparison.baselines:
         found.append(_baselines(comparison))
-    if any(len(group["seeds"]) > 1 for group in comparison["groups"]):
+    if any(len(group["seeds"]) > 1 for group in comparison.groups):
         found.append(_seeds(comparison))
-    if comparison["intervals"]:
+    if comparison.intervals:
         found.append(_intervals(comparison))
-    if any(test["role"] == PRIMARY for test in comparison["tests"]):
+    if any(test["role"] == PRIMARY for test in comparison.tests):
         found.append(_primary(comparison))
-    if any(test["role"] != PRIMARY for test in comparison["tests"]):
+    if any(test["role"] != PRIMARY for test in comparison.tests):
         found.append(_other_tests(comparison))
-    if comparison.get("isoflop"):
+    if comparison.isoflop:
         found += [_isoflop_profiles(comparison), _isoflop_exponents(comparison)]
-    if comparison.get("laws"):
+    if comparison.laws:
         found += [_envelope(comparison), _laws(comparison)]
-    if comparison.get("tuning"):
+    if comparison.tuning:
         found.append(_tuning(comparison))
     return found
 
@@ -59,21 +60,21 @@ def _withheld(entry: dict) -> str:
             f"{seeds} translate{'' if len(translating) > 1 else 's'}; {entry['why']})")
 
 
-def gate_sentences(comparison: dict) -> list[str]:
+def gate_sentences(comparison: Comparison) -> list[str]:
     """What the report says of the models the gate withheld, budget by budget, and of
     those it could not check: the only prose about a model that does not translate."""
     said = [_withheld(entry) + ": it is not ranked, and is in no comparison, verdict, profile or law."
-            for entry in comparison.get("withheld", [])]
-    if comparison.get("unchecked"):
-        said.append("The translation check was not made for " + ", ".join(comparison["unchecked"])
+            for entry in comparison.withheld]
+    if comparison.unchecked:
+        said.append("The translation check was not made for " + ", ".join(comparison.unchecked)
                     + " (evaluated before the evaluate stage measured source use): their comparisons are not "
                     "gated, and a model among them that does not translate would be ranked like one that does.")
     return said
 
 
-def _translation_check(comparison: dict) -> Section:
+def _translation_check(comparison: Comparison) -> Section:
     rows = []
-    for group in comparison["groups"]:
+    for group in comparison.groups:
         use = group.get("source_use") or {"each": []}
         rows.append([group["label"], group["translates"] if group["translates"] != gate.DOES_NOT
                      else "no: " + (group.get("not_translating") or ""),
@@ -88,8 +89,8 @@ def _translation_check(comparison: dict) -> Section:
                    + " ".join(gate_sentences(comparison)), text_columns=2)
 
 
-def _baselines(comparison: dict) -> Section:
-    found = comparison["baselines"]
+def _baselines(comparison: Comparison) -> Section:
+    found = comparison.baselines
     rows = [[NAMES.get(int(order), f"{order}-gram"), f"{loss:.3f}"] for order, loss in found["nats_per_token"].items()]
     table = pd.DataFrame(rows, columns=["source-blind model", "validation loss (nats/token)"])
     return Section("Source-blind baselines", table,
@@ -100,29 +101,29 @@ def _baselines(comparison: dict) -> Section:
                    "predicts the target worse than that n-gram model, which never reads the source.")
 
 
-def _tuning(comparison: dict) -> Section:
+def _tuning(comparison: Comparison) -> Section:
     """Each tuned model size's chosen rate, and the best validation loss of every rate
     its tune stage tried (lr_sensitivity.png draws them, a panel per family), and a
     sentence per family on whether its chosen rates are inside the rates tried."""
     rows, edges = [], {}
-    for entry in comparison["tuning"]:
-        # From the rates tried, not choice.json's at_edge: choices made before it have none.
-        rates = sorted(trial["lr"] for trial in entry["trials"])
-        edge = grid_edge(entry["lr"], rates)
+    for entry in comparison.tuning:
+        choice = entry.choice
+        rates = sorted(trial["lr"] for trial in choice.trials)
+        edge = grid_edge(choice.lr, rates)
         # tune.prefer_lower_within can choose a rate inside the grid below a best trial
         # that is still at its edge: the note names those too.
-        best_edge = grid_edge(entry["best_lr"], rates) if entry.get("best_lr", entry["lr"]) != entry["lr"] else None
-        edges.setdefault(entry.get("family", entry["model"]), []).append((entry, edge, best_edge))
-        for trial in entry["trials"]:
+        best_edge = grid_edge(choice.best_lr, rates) if choice.best_lr != choice.lr else None
+        edges.setdefault(entry.family, []).append((entry, edge, best_edge))
+        for trial in choice.trials:
             loss = trial["best_valid_loss"]
-            chosen = trial["lr"] == entry["lr"]
-            rows.append({"model": entry["model"], "learning rate": f"{trial['lr']:g}",
+            chosen = trial["lr"] == choice.lr
+            rows.append({"model": entry.model, "learning rate": f"{trial['lr']:g}",
                          "best valid loss": "no finite loss" if loss is None else f"{loss:.4g}",
                          "validations": str(trial["validations"]),
                          "ASHA": "stopped" if trial["stopped_early"] else "ran to the budget",
                          "grid": "extension" if trial.get("extension") else "",
                          "chosen": ("yes, at the grid's edge" if edge else "yes") if chosen else ""})
-    budgets = sorted({entry["budget"] for entry in comparison["tuning"]})
+    budgets = sorted({entry.choice.budget for entry in comparison.tuning})
     return Section("Tuned learning rates", pd.DataFrame(rows),
                    "Each model size's peak learning rate, chosen by its tune stage (Ray Tune: a grid, ASHA stopping "
                    f"the weak trials) as the rate whose trial reached the lowest validation loss, each trial trained "
@@ -135,10 +136,10 @@ def _tuning(comparison: dict) -> Section:
                                                         for family, chosen in edges.items()), text_columns=2)
 
 
-def _tuning_sentence(family: str, chosen: list[tuple[dict, str | None, str | None]]) -> str:
-    inside = [entry["model"] for entry, edge, _ in chosen if edge is None]
-    at_edge = [f"{entry['model']} ({entry['lr']:g}, the {edge} tried)" for entry, edge, _ in chosen if edge]
-    best_at_edge = [f"{entry['model']} (best {entry['best_lr']:g}, the {best_edge} tried; chosen {entry['lr']:g})"
+def _tuning_sentence(family: str, chosen: list[tuple[TunedModel, str | None, str | None]]) -> str:
+    inside = [entry.model for entry, edge, _ in chosen if edge is None]
+    at_edge = [f"{entry.model} ({entry.choice.lr:g}, the {edge} tried)" for entry, edge, _ in chosen if edge]
+    best_at_edge = [f"{entry.model} (best {entry.choice.best_lr:g}, the {best_edge} tried; chosen {entry.choice.lr:g})"
                     for entry, edge, best_edge in chosen if best_edge and not edge]
     if not at_edge:
         sentence = f"{family}: every chosen rate is inside the rates tried ({len(inside)} of {len(chosen)} choices)."
@@ -168,31 +169,31 @@ def short_of_budget(group: dict) -> str | None:
     return f"{group['label']} fell short of its budget of {group['budget']:.2g} FLOPs: {runs}"
 
 
-def _seeds(comparison: dict) -> Section:
+def _seeds(comparison: Comparison) -> Section:
     rows = [[group["label"], ", ".join(map(str, group["seeds"])), _mean_std(group["bleu"]),
              " / ".join(f"{value:.2f}" for value in group["bleu"]["each"]), _mean_std(group["chrf"]),
              group["translates"]]
-            for group in comparison["groups"]]
+            for group in comparison.groups]
     table = pd.DataFrame(rows, columns=["model", "seeds", "BLEU mean ± sd", "BLEU per seed", "chrF mean ± sd",
                                         "translates"])
-    shortfalls = [said + "." for group in comparison["groups"] if (said := short_of_budget(group))]
+    shortfalls = [said + "." for group in comparison.groups if (said := short_of_budget(group))]
     return Section("Seeds", table, " ".join(["Sample standard deviation over the seeds; each seed is its own "
                                              "artifact.", *shortfalls]))
 
 
-def _intervals(comparison: dict) -> Section:
+def _intervals(comparison: Comparison) -> Section:
     rows = [[label] + [f"{interval['score']:.2f} [{interval['low']:.2f}, {interval['high']:.2f}]"
                        for interval in metrics.values()] + [str(next(iter(metrics.values()))["seeds"])]
-            for label, metrics in comparison["intervals"].items()]
-    translates = {group["label"]: group["translates"] for group in comparison["groups"]}
+            for label, metrics in comparison.intervals.items()]
+    translates = {group["label"]: group["translates"] for group in comparison.groups}
     for row in rows:
         row.append(translates.get(row[0], gate.NOT_CHECKED))
-    names = list(next(iter(comparison["intervals"].values())))
+    names = list(next(iter(comparison.intervals.values())))
     table = pd.DataFrame(rows, columns=["model", *names, "seeds", "translates"])
-    one_seed = [label for label, metrics in comparison["intervals"].items()
+    one_seed = [label for label, metrics in comparison.intervals.items()
                 if not next(iter(metrics.values()))["seed_variance_measured"]]
     repeated = [f"{label}: seed {seed}'s outputs are seed {kept}'s, line for line, so it counts once"
-                for label, seeds in comparison.get("repeated_seeds", {}).items() for seed, kept in seeds.items()]
+                for label, seeds in comparison.repeated_seeds.items() for seed, kept in seeds.items()]
     return Section("95% confidence intervals", table,
                    "Score (the mean of the seeds' corpus scores) and its 95% interval: the seeds' variance over "
                    f"their number plus the test set's ({BOOTSTRAP_SAMPLES} bootstrap resamples of the test "
@@ -224,12 +225,12 @@ def _lead(test: dict) -> tuple[str, str, str]:
     return ahead, behind, interval
 
 
-def findings(comparison: dict) -> list[str]:
+def findings(comparison: Comparison) -> list[str]:
     """One sentence per primary comparison, written from its own numbers and verdict:
     the report's only prose about which model is better."""
     sentences = []
-    groups = {group["label"]: group for group in comparison.get("groups", [])}
-    for test in comparison["tests"]:
+    groups = {group["label"]: group for group in comparison.groups}
+    for test in comparison.tests:
         if test["role"] != PRIMARY:
             continue
         ahead, behind, interval = _lead(test)
@@ -245,7 +246,7 @@ def findings(comparison: dict) -> list[str]:
         else:
             said += (f"not significant (Holm p {_p(test['p_holm'])} over {test['family_size']} primary "
                      f"comparisons); with these seeds a difference of {test['detectable']:.2f} would be "
-                     f"detected {POWER:.0%} of the time at p < {comparison['alpha']} before adjustment, so a "
+                     f"detected {POWER:.0%} of the time at p < {comparison.alpha} before adjustment, so a "
                      "smaller true difference is not excluded")
         # A pair is compared at one budget; where a run stopped short of it, the pair's
         # compute was not matched, and the sentence says so rather than the label implying it.
@@ -270,22 +271,22 @@ def _sentence_level(test: dict) -> list[str]:
             f"{_agreement(test['agreement_high'])})"]
 
 
-def _primary(comparison: dict) -> Section:
+def _primary(comparison: Comparison) -> Section:
     rows = [[*_test_row(test), _p(test["p_holm"]), verdict(test), *_sentence_level(test)]
-            for test in comparison["tests"] if test["role"] == PRIMARY]
+            for test in comparison.tests if test["role"] == PRIMARY]
     table = pd.DataFrame(rows, columns=["pair", "metric", "seeds", "delta [95% interval]", "df", "p", "p Holm",
                                         "verdict", "test set only: p bootstrap / randomization",
                                         "sacreBLEU paired-bs / paired-ar", "human agreement (interval)"])
-    family = next(test["family_size"] for test in comparison["tests"])
+    family = next(test["family_size"] for test in comparison.tests)
     return Section("Primary comparisons", table,
-                   " ".join(findings(comparison)) + " " + " ".join(comparison.get("primary", [])) + " "
+                   " ".join(findings(comparison)) + " " + " ".join(comparison.primary) + " "
                    "delta = b - a, each system's score the mean of its seeds'. The test: delta over its standard "
                    "error, whose variance is the seeds' (each system's sample variance over its number of seeds) "
                    "plus the test set's common to the seeds (the paired bootstrap's variance of delta, less the "
                    "seeds' own sentence noise), against Student's t with Welch-Satterthwaite degrees of freedom "
                    "(df; the seeds' terms together at the smaller side's seeds - 1); two-sided. "
                    + (f"Holm-Bonferroni over the {family} primary comparisons with two or more seeds a side; a "
-                      f"verdict is given on those alone, at {comparison['alpha']}. " if family else
+                      f"verdict is given on those alone, at {comparison.alpha}. " if family else
                       "No primary comparison has two or more seeds a side, so none gets a verdict. ")
                    + "With one seed a side the seeds' variance is not measured: the verdict is untestable, and p is "
                    "the test set's alone. A verdict is about the mean of seeds whose scores spread about normally: "
@@ -305,9 +306,9 @@ def _primary(comparison: dict) -> Section:
                    text_columns=2)
 
 
-def _other_tests(comparison: dict) -> Section:
+def _other_tests(comparison: Comparison) -> Section:
     rows = [[*_test_row(test), test["role"], *_sentence_level(test)]
-            for test in comparison["tests"] if test["role"] != PRIMARY]
+            for test in comparison.tests if test["role"] != PRIMARY]
     table = pd.DataFrame(rows, columns=["pair", "metric", "seeds", "delta [95% interval]", "df", "p (unadjusted)",
                                         "role", "test set only: p bootstrap / randomization",
                                         "sacreBLEU paired-bs / paired-ar", "human agreement (interval)"])
@@ -323,14 +324,14 @@ def _edge(point: dict) -> str:
             "largest": "largest size tried: the optimum may be larger"}[point.get("edge")]
 
 
-def _envelope(comparison: dict) -> Section:
+def _envelope(comparison: Comparison) -> Section:
     rows = [[entry["family"], f"{point['budget']:.2g}", point["model"], f"{point['parameters'] / 1e6:.2f}M",
              f"{point['valid_loss']:.3f}", "-" if point["bleu"] is None else f"{point['bleu']:.2f}", _edge(point)]
-            for entry in comparison["laws"] for point in entry["envelope"]]
+            for entry in comparison.laws for point in entry["envelope"]]
     table = pd.DataFrame(rows, columns=["family", "budget", "best size", "parameters", "valid loss", "BLEU",
                                         "grid edge"])
-    edges = sum(bool(point.get("edge")) for entry in comparison["laws"] for point in entry["envelope"])
-    cells = sum(len(entry["envelope"]) for entry in comparison["laws"])
+    edges = sum(bool(point.get("edge")) for entry in comparison.laws for point in entry["envelope"])
+    cells = sum(len(entry["envelope"]) for entry in comparison.laws)
     return Section("Compute-optimal size per budget", table,
                    "Each family's envelope: at each budget, its size with the lowest mean validation loss "
                    "(nats per target token, at each run's last validation: the weights it ended with) over its "
@@ -376,9 +377,9 @@ def _optimum(profile: dict) -> tuple[str, str, str]:
     return parameters, tokens, where + diverged
 
 
-def _isoflop_profiles(comparison: dict) -> Section:
+def _isoflop_profiles(comparison: Comparison) -> Section:
     rows = []
-    for entry in comparison["isoflop"]:
+    for entry in comparison.isoflop:
         for profile in entry["profiles"]:
             sizes = profile["sizes"]
             if not sizes:  # every size's run diverged or did not translate
@@ -390,9 +391,9 @@ def _isoflop_profiles(comparison: dict) -> Section:
                          f"{best['preset']} ({best['valid_loss']:.3f})", *_optimum(profile)])
     table = pd.DataFrame(rows, columns=["family", "budget", "sizes tried", "lowest mean loss",
                                         "N_opt, non-embedding [95%]", "D_opt, target tokens [95%]", "minimum"])
-    flagged = [f"{entry['family']} at {profile['budget']:.2g}" for entry in comparison["isoflop"]
+    flagged = [f"{entry['family']} at {profile['budget']:.2g}" for entry in comparison.isoflop
                for profile in entry["profiles"] if profile["optimum"] is None]
-    sources = sorted({profile["noise"]["source"] for entry in comparison["isoflop"] for profile in entry["profiles"]
+    sources = sorted({profile["noise"]["source"] for entry in comparison.isoflop for profile in entry["profiles"]
                       if profile.get("noise") and profile["noise"]["source"]})
     return Section("IsoFLOP profiles", table,
                    "At each budget, every size of a family trained to the same counted FLOPs; a parabola fitted "
@@ -457,8 +458,8 @@ def _exponents_row(entry: dict, what: str, law: str) -> list[str]:
     return [entry["family"], law, said, str(budgets), span, line, against]
 
 
-def _isoflop_exponents(comparison: dict) -> Section:
-    rows = [_exponents_row(entry, what, law) for entry in comparison["isoflop"] for what, law in EXPONENTS]
+def _isoflop_exponents(comparison: Comparison) -> Section:
+    rows = [_exponents_row(entry, what, law) for entry in comparison.isoflop for what, law in EXPONENTS]
     table = pd.DataFrame(rows, columns=["family", "law", "exponent [95%]", "interior budgets", "compute span",
                                         "one straight line?", "Hoffmann et al."])
     return Section("How the compute-optimal size grows", table,
@@ -503,9 +504,9 @@ def _law_verdict(fitted: dict) -> str:
     return "; ".join(said)
 
 
-def _laws(comparison: dict) -> Section:
+def _laws(comparison: Comparison) -> Section:
     rows = []
-    for entry in comparison["laws"]:
+    for entry in comparison.laws:
         for metric in ("valid_loss", "bleu"):
             for kind, fitted in entry.get(metric, {}).items():
                 if "error" in fitted:
@@ -519,7 +520,7 @@ def _laws(comparison: dict) -> Section:
     table = pd.DataFrame(rows, columns=["family", "value", "law", "E [95%]", "alpha [95%]", "left-out error",
                                         "line error", "next-budget error", "verdict"])
     crossings = []
-    for crossing in comparison.get("law_crossovers", []):
+    for crossing in comparison.law_crossovers:
         where = crossing["flops"] if isinstance(crossing["flops"], str) else f"{crossing['flops']:.3g} FLOPs"
         if crossing["interval"]:
             where += (f" (95% of the draws' crossings: {crossing['interval'][0]:.3g} to "
@@ -528,7 +529,7 @@ def _laws(comparison: dict) -> Section:
             where += (f" ({crossing['share_of_draws']:.0%} of the draws cross inside the range: where is not "
                       "determined)")
         crossings.append(f"{' and '.join(crossing['families'])}: {where}")
-    undetermined = any(fitted.get("draws") == 0 for entry in comparison["laws"]
+    undetermined = any(fitted.get("draws") == 0 for entry in comparison.laws
                        for metric in ("valid_loss", "bleu") for fitted in entry.get(metric, {}).values()
                        if "error" not in fitted)
     return Section("Laws that predict", table,

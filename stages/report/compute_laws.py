@@ -17,7 +17,8 @@ The envelope is also checked against the grid it was chosen from: a best size th
 the smallest or largest size tried at its budget is flagged (``edge``), since the
 optimum may lie beyond it.
 
-Plain data (JSON-ready): ``report.json`` holds it as ``comparison["laws"]``.
+Dicts, made records by ``comparison.py`` (``FamilyLaws``, ``LawCrossover``): report.json holds
+them as ``comparison.laws`` and ``comparison.law_crossovers``.
 """
 
 from __future__ import annotations

@@ -52,7 +52,7 @@ scale). With three or more budgets, a **lack-of-fit test** asks whether one stra
 in log-log fits the optima within their own spreads (``lack_of_fit``); where it rejects,
 the report gives the slopes between successive budgets and no single exponent.
 
-Plain data (JSON-ready): ``report.json`` holds it as ``comparison["isoflop"]``.
+Dicts, made records by ``comparison.py`` (``IsoflopFamily``): report.json holds them as ``comparison.isoflop``.
 """
 
 from __future__ import annotations

@@ -14,6 +14,7 @@ import matplotlib.pyplot as plt  # noqa: E402  (after choosing the backend)
 from matplotlib.ticker import NullFormatter  # noqa: E402
 
 from stages.report.comparison_tables import count  # noqa: E402
+from stages.report.comparison_records import Comparison  # noqa: E402
 from stages.report.records import RunRecord  # noqa: E402
 
 
@@ -28,21 +29,21 @@ LR_SENSITIVITY = "lr_sensitivity.png"
 
 
 def write_plots(records: list[RunRecord], curves: dict[str, list[dict]], directory: Path, title: str,
-                comparison: dict | None = None) -> list[str]:
+                comparison: Comparison | None = None) -> list[str]:
     """The PNG files written into ``directory``, by name."""
     written = []
     evaluated = [record for record in records if record.get("bleu") is not None]
     if evaluated:
         _bleu_vs_flops(evaluated, comparison, directory / BLEU_VS_FLOPS, title)
         written.append(BLEU_VS_FLOPS)
-    if comparison and comparison.get("isoflop"):
+    if comparison and comparison.isoflop:
         _save(isoflop_figure(comparison, title), directory / ISOFLOP)
         _save(optimal_size_figure(comparison, title), directory / OPTIMAL_SIZE)
         written += [ISOFLOP, OPTIMAL_SIZE]
-    if comparison and comparison.get("laws"):
+    if comparison and comparison.laws:
         _save(envelope_figure(comparison, title), directory / ENVELOPE)
         written.append(ENVELOPE)
-    if comparison and comparison.get("tuning"):
+    if comparison and comparison.tuning:
         _save(lr_sensitivity_figure(comparison, title), directory / LR_SENSITIVITY)
         written.append(LR_SENSITIVITY)
     if any(curves.get(record["name"]) for record in records):
@@ -56,17 +57,17 @@ def write_plots(records: list[RunRecord], curves: dict[str, list[dict]], directo
     return written
 
 
-def isoflop_figure(comparison: dict, title: str):
+def isoflop_figure(comparison: Comparison, title: str):
     """One column per family with IsoFLOP profiles: validation loss (top) and BLEU
     (bottom) against non-embedding parameters, one curve per budget through its sizes'
     means over seeds; on the loss panels each budget's fitted parabola and, where it is
     interior, its minimum (a star)."""
     import numpy as np
 
-    entries = comparison["isoflop"]
+    entries = comparison.isoflop
     figure, grid = plt.subplots(2, len(entries), figsize=(4.2 * len(entries), 7.4), squeeze=False,
                                 layout="constrained")
-    groups = {(group["model"], group["budget"]): group for group in comparison["groups"]}
+    groups = {(group["model"], group["budget"]): group for group in comparison.groups}
     for column, entry in enumerate(entries):
         for profile in entry["profiles"]:
             sizes = profile["sizes"]
@@ -107,14 +108,14 @@ def isoflop_figure(comparison: dict, title: str):
     return figure
 
 
-def optimal_size_figure(comparison: dict, title: str):
+def optimal_size_figure(comparison: Comparison, title: str):
     """N_opt (non-embedding parameters) and D_opt (tokens) against counted FLOPs: each
     family's interior minima with their intervals and the fitted power law, or, where
     the lack-of-fit test rejected the line, the minima joined by a dotted line."""
     import numpy as np
 
     figure, grid = plt.subplots(1, 2, figsize=(10, 4.2), layout="constrained")
-    for entry in comparison["isoflop"]:
+    for entry in comparison.isoflop:
         for axes, what, interval in ((grid[0], "parameters", "interval"), (grid[1], "tokens", "tokens_interval")):
             points = [(p["budget"], p["optimum"]) for p in entry["profiles"] if p["optimum"] and p["optimum"].get(what)]
             if not points:
@@ -148,7 +149,7 @@ def optimal_size_figure(comparison: dict, title: str):
     return figure
 
 
-def envelope_figure(comparison: dict, title: str):
+def envelope_figure(comparison: Comparison, title: str):
     """Every family's envelope on one figure: validation loss against training FLOPs,
     the best size's mean at each budget (bars: its seeds' sample standard deviation),
     and its saturating law over the FLOPs measured only."""
@@ -157,8 +158,8 @@ def envelope_figure(comparison: dict, title: str):
     from stages.report.compute_laws import law_of
 
     figure, axes = plt.subplots(figsize=(6.4, 4.4))
-    for entry in comparison["laws"]:
-        groups = {(group["budget"], group["model"]): group for group in comparison["groups"]}
+    for entry in comparison.laws:
+        groups = {(group["budget"], group["model"]): group for group in comparison.groups}
         points = [groups[(point["budget"], point["model"])] for point in entry["envelope"]]
         (line,) = axes.plot([], [])
         axes.errorbar([g["train_flops"] for g in points], [g["valid_loss"]["mean"] for g in points],
@@ -180,19 +181,19 @@ def envelope_figure(comparison: dict, title: str):
     return figure
 
 
-def _bleu_vs_flops(records: list[RunRecord], comparison: dict | None, path: Path, title: str) -> None:
+def _bleu_vs_flops(records: list[RunRecord], comparison: Comparison | None, path: Path, title: str) -> None:
     """Test BLEU (beam) against counted training FLOPs, a line per configured model
     through its seeds' mean at each budget, a band over the 95% interval of the seeds and
     the test set (``comparison.intervals``) where it was computed. A model at a budget
     that does not translate (``gate.py``) is drawn hollow."""
     from stages.report.gate import DOES_NOT
 
-    groups = (comparison or {}).get("groups") or [
+    groups = (comparison and comparison.groups) or [
         {"label": record["name"], "model": record["name"], "family": record["family"], "budget": None,
          "train_flops": record["train_flops"], "bleu": {"mean": record["bleu"]},
          "translates": record.get("translates")} for record in records]
     groups = [group for group in groups if group["bleu"]["mean"] is not None]
-    intervals = (comparison or {}).get("intervals") or {}
+    intervals = (comparison and comparison.intervals) or {}
     figure, axes = plt.subplots(figsize=(6.8, 4.8), layout="constrained")
     for model in dict.fromkeys(group["model"] for group in groups):
         points = sorted((group for group in groups if group["model"] == model), key=lambda g: g["train_flops"])
@@ -224,16 +225,16 @@ def _bleu_vs_flops(records: list[RunRecord], comparison: dict | None, path: Path
     _save(figure, path)
 
 
-def draw_baselines(axes, comparison: dict | None) -> None:
+def draw_baselines(axes, comparison: Comparison | None) -> None:
     """The source-blind n-gram models' validation losses (``ngram_baselines``) as grey
     horizontal lines, each named at its right end: what a model that never reads the
     source achieves."""
     from stages.report.ngram_baselines import NAMES
 
-    found = (comparison or {}).get("baselines")
+    found = comparison and comparison.baselines
     if not found:
         return
-    for order, loss in found["nats_per_token"].items():
+    for order, loss in found.nats_per_token.items():
         if int(order) == 1:  # far above every trained model's loss: it would squash the axis
             continue
         axes.axhline(loss, color="grey", linestyle=":", linewidth=1)
@@ -242,7 +243,7 @@ def draw_baselines(axes, comparison: dict | None) -> None:
 
 
 def _curves(records: list[RunRecord], curves: dict[str, list[dict]], x_field: str, x_label: str, path: Path,
-            title: str, comparison: dict | None = None) -> None:
+            title: str, comparison: Comparison | None = None) -> None:
     # The legend below the axes, as many columns as fit: a sweep's dozens of runs would
     # cover the curves inside them.
     figure, axes = plt.subplots(figsize=(7.2, 5.0), layout="constrained")
@@ -263,7 +264,7 @@ def _curves(records: list[RunRecord], curves: dict[str, list[dict]], x_field: st
 
 
 def _bleu_curves(records: list[RunRecord], curves: dict[str, list[dict]], path: Path, title: str,
-                 comparison: dict | None = None) -> None:
+                 comparison: Comparison | None = None) -> None:
     """Validation loss (left) next to BLEU during training (right): the validation
     split solid, the fixed sample of training pairs dashed, against updates. One legend
     below both panels, one entry per run (its colour and marker) and two for the line
@@ -300,27 +301,28 @@ def _bleu_curves(records: list[RunRecord], curves: dict[str, list[dict]], path: 
     _save(figure, path)
 
 
-def lr_sensitivity_figure(comparison: dict, title: str):
+def lr_sensitivity_figure(comparison: Comparison, title: str):
     """Per family, best validation loss against the learning rate, one line per tune
     stage (a size, or a size at one trial budget: ``w24.2.5e11``), the chosen rate
     ringed; rates without a finite loss are left out."""
-    families = list(dict.fromkeys(entry.get("family", entry["model"]) for entry in comparison["tuning"]))
+    families = list(dict.fromkeys(entry.family for entry in comparison.tuning))
     figure, grid = plt.subplots(1, len(families), figsize=(4.4 * len(families), 4.2), squeeze=False,
                                 layout="constrained")
     for axes, family_name in zip(grid[0], families):
-        for entry in comparison["tuning"]:
-            if entry.get("family", entry["model"]) != family_name:
+        for entry in comparison.tuning:
+            if entry.family != family_name:
                 continue
-            points = sorted((trial["lr"], trial["best_valid_loss"]) for trial in entry["trials"]
+            points = sorted((trial["lr"], trial["best_valid_loss"]) for trial in entry.choice.trials
                             if trial["best_valid_loss"] is not None)
             if not points:
                 continue
-            line, = axes.plot(*zip(*points), marker="o", markersize=4, label=entry["model"].partition(".")[2] or entry["model"])
-            chosen = [loss for rate, loss in points if rate == entry["lr"]]
-            axes.scatter([entry["lr"]] * len(chosen), chosen, s=140, facecolors="none", edgecolors=line.get_color())
+            label = entry.model.partition(".")[2] or entry.model
+            line, = axes.plot(*zip(*points), marker="o", markersize=4, label=label)
+            chosen = [loss for rate, loss in points if rate == entry.choice.lr]
+            axes.scatter([entry.choice.lr] * len(chosen), chosen, s=140, facecolors="none", edgecolors=line.get_color())
         axes.set_xscale("log")
-        tried = [trial["lr"] for entry in comparison["tuning"] if entry.get("family", entry["model"]) == family_name
-                 for trial in entry["trials"]]
+        tried = [trial["lr"] for entry in comparison.tuning if entry.family == family_name
+                 for trial in entry.choice.trials]
         _ticks_at(axes, tried, lambda rate: f"{rate:g}")
         axes.set_xlabel("peak learning rate")
         axes.set_title(family_name)

@@ -11,16 +11,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any
 
 from pipeline.core.artifacts import read_local_manifest
-from pipeline.core.records import load, optional, to_json
+from pipeline.core.records import FieldAccess, load, optional, to_json
 from stages.evaluate.artifact import EvalSummary, load_scores
 from stages.train.artifact import TrainSummary, load_summary, read_curve
 
 
 @dataclass(kw_only=True)
-class RunRecord:
+class RunRecord(FieldAccess):
     """One trained run's row of the report: report.json's ``models`` (its fields in this
     order), report.csv's columns (``FIELDS``), and what the comparison, tables and plots
     read. They read it by field name, as they read the comparison's dicts
@@ -89,28 +88,10 @@ class RunRecord:
     training_warnings: list[str] = field(default_factory=list)
     gate_reasons: list[str] | None = optional()
 
-    def __getitem__(self, name: str) -> Any:
-        if name not in _NAMES:
-            raise KeyError(f"a run record has no field {name!r}")
-        return getattr(self, name)
-
-    def get(self, name: str, default: Any = None) -> Any:
-        value = self[name]
-        return default if value is None else value
-
-    def __setitem__(self, name: str, value: Any) -> None:
-        self[name]  # a field, or KeyError
-        setattr(self, name, value)
-
-    def update(self, values: dict | None = None, **more: Any) -> None:
-        for name, value in {**(values or {}), **more}.items():
-            self[name] = value
-
     def to_json(self) -> dict:
         return to_json(self)
 
 
-_NAMES = frozenset(spec.name for spec in fields(RunRecord))
 # The fields of report.json and report.csv, in column order: the record's but the last three.
 FIELDS = tuple(spec.name for spec in fields(RunRecord))[:-3]
 

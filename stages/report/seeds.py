@@ -8,6 +8,7 @@ import statistics
 from dataclasses import dataclass
 
 from stages.report import gate
+from stages.report.comparison_records import GroupSummary, ShortOfBudget, Spread
 from stages.report.records import RunRecord
 
 SCORED = ("bleu", "chrf")  # the record fields summarized over seeds
@@ -20,35 +21,34 @@ class ModelAtBudget:
     budget: float | None  # train.max_train_flops of its runs
     runs: tuple[RunRecord, ...]  # the runs' records, by seed
 
-    def summary(self) -> dict:
+    def summary(self, label: str) -> GroupSummary:
         """Per scored field: mean, sample standard deviation (None for one seed) and each
         seed's value; the mean training FLOPs and tokens the runs used; and the runs that stopped
         before their FLOPs budget (a wall time, say), which put the group short of the
-        compute its label names."""
-        row = {"model": self.model, "family": self.family, "budget": self.budget,
-               "preset": self.runs[0].get("preset"), "parameters": self.runs[0].get("parameters"),
-               "non_embedding_parameters": self.runs[0].get("non_embedding_parameters"),
-               "seeds": [run.get("seed") for run in self.runs],
-               "train_flops": statistics.fmean(run["train_flops"] for run in self.runs),
-               "train_tokens": (statistics.fmean(run["train_tokens"] for run in self.runs)
-                                if all(run.get("train_tokens") for run in self.runs) else None),
-               "short_of_budget": [{"seed": run.get("seed"), "train_flops": run["train_flops"],
-                                    "stop_reason": run.get("stop_reason")}
-                                   for run in self.runs
-                                   if self.budget and run.get("stop_reason") not in (None, "max_train_flops")]}
-        for field in SCORED:
-            row[field] = _spread([run[field] for run in self.runs if run.get(field) is not None])
-        # The validation loss (nats per target token) of the weights each run ended with:
-        # its last validation. Not its best: a run that diverged late (or a branched
-        # budget, whose curve holds its stable phase's) would count a loss its model no
-        # longer has. Records from before the field existed: the best, from its perplexity.
-        row["valid_loss"] = _spread([loss for run in self.runs if (loss := _final_loss(run)) is not None])
-        row["diverged_seeds"] = [run.get("seed") for run in self.runs if diverged(run)]
-        # The translation gate (gate.py): every seed must translate for the model to.
-        row["translates"] = gate.group_verdict(list(self.runs))
-        row["not_translating"] = gate.failing_seeds(list(self.runs)) or None
-        row["source_use"] = _spread([run["source_use"] for run in self.runs if run.get("source_use") is not None])
-        return row
+        compute its label names. ``label``: what the report calls the group."""
+        first = self.runs[0]
+        return GroupSummary(
+            label=label, model=self.model, family=self.family, budget=self.budget, preset=first.get("preset"),
+            parameters=first.get("parameters"), non_embedding_parameters=first.get("non_embedding_parameters"),
+            seeds=[run.get("seed") for run in self.runs],
+            train_flops=statistics.fmean(run["train_flops"] for run in self.runs),
+            train_tokens=(statistics.fmean(run["train_tokens"] for run in self.runs)
+                          if all(run.get("train_tokens") for run in self.runs) else None),
+            short_of_budget=[ShortOfBudget(seed=run.get("seed"), train_flops=run["train_flops"],
+                                           stop_reason=run.get("stop_reason"))
+                             for run in self.runs
+                             if self.budget and run.get("stop_reason") not in (None, "max_train_flops")],
+            **{field: _spread([run[field] for run in self.runs if run.get(field) is not None]) for field in SCORED},
+            # The validation loss (nats per target token) of the weights each run ended with:
+            # its last validation. Not its best: a run that diverged late (or a branched
+            # budget, whose curve holds its stable phase's) would count a loss its model no
+            # longer has. Records from before the field existed: the best, from its perplexity.
+            valid_loss=_spread([loss for run in self.runs if (loss := _final_loss(run)) is not None]),
+            diverged_seeds=[run.get("seed") for run in self.runs if diverged(run)],
+            # The translation gate (gate.py): every seed must translate for the model to.
+            translates=gate.group_verdict(list(self.runs)),
+            not_translating=gate.failing_seeds(list(self.runs)) or None,
+            source_use=_spread([run["source_use"] for run in self.runs if run.get("source_use") is not None]))
 
 
 # A run whose final validation loss is this much above its best had diverged by the end.
@@ -69,9 +69,9 @@ def _final_loss(run: dict) -> float | None:
     return math.log(run["best_valid_ppl"]) if run.get("best_valid_ppl") else None
 
 
-def _spread(values: list[float]) -> dict:
-    return {"mean": statistics.fmean(values) if values else None,
-            "std": statistics.stdev(values) if len(values) > 1 else None, "each": values}
+def _spread(values: list[float]) -> Spread:
+    return Spread(mean=statistics.fmean(values) if values else None,
+                  std=statistics.stdev(values) if len(values) > 1 else None, each=values)
 
 
 def group_runs(records: list[RunRecord]) -> list[ModelAtBudget]:

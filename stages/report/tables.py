@@ -12,6 +12,7 @@ from typing import Callable
 
 import pandas as pd
 
+from stages.report.comparison_records import Comparison
 from stages.report.comparison_tables import count, sections
 from stages.report.records import FIELDS, RunRecord
 
@@ -120,10 +121,10 @@ def hardware_lines(records: list[dict]) -> list[str]:
 
 
 def write_json(records: list[RunRecord], curves: dict[str, list[dict]], path: Path, title: str,
-               comparison: dict | None = None) -> None:
+               comparison: Comparison | None = None) -> None:
     models = [record.to_json() for record in records]
     path.write_text(json.dumps({"title": title, "fields": list(FIELDS), "models": models, "curves": curves,
-                                "comparison": comparison}, indent=2, ensure_ascii=False))
+                                "comparison": comparison and comparison.to_json()}, indent=2, ensure_ascii=False))
 
 
 def write_csv(records: list[RunRecord], path: Path) -> None:
@@ -136,7 +137,7 @@ def _markdown_table(table: pd.DataFrame, left: int) -> str:
     return table.to_markdown(index=False, disable_numparse=True, colalign=align)
 
 
-def markdown(records: list[dict], title: str, plots: list[str], comparison: dict | None = None) -> str:
+def markdown(records: list[dict], title: str, plots: list[str], comparison: Comparison | None = None) -> str:
     parts = [f"# {title}", "", _markdown_table(display_table(records), 2), ""]
     parts += [f"- **Warning:** {line}" for line in warning_lines(records)]
     parts += [f"- sacreBLEU {line}" for line in signature_lines(records)]
@@ -149,7 +150,7 @@ def markdown(records: list[dict], title: str, plots: list[str], comparison: dict
     return "\n".join(parts) + "\n"
 
 
-def html_page(records: list[dict], title: str, plots: list[str], comparison: dict | None = None) -> str:
+def html_page(records: list[dict], title: str, plots: list[str], comparison: Comparison | None = None) -> str:
     table = display_table(records).to_html(index=False, border=0, classes="report")
     signatures = "".join(f"<li><strong>Warning:</strong> {html.escape(line)}</li>" for line in warning_lines(records))
     signatures += "".join(f"<li>sacreBLEU {html.escape(line)}</li>" for line in signature_lines(records))

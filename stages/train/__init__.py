@@ -28,7 +28,7 @@ from stages.shared.models.families import family
 from stages.train.config import TrainStageConfig
 
 __all__ = ["VERSION", "RUN_NAME", "RESUMABLE", "kept_checkpoint", "task_cpus", "MLFLOW_FILES", "READS",
-           "RESOURCES", "run", "preflight", "worker_resources"]
+           "RESOURCES", "run", "train_at", "preflight", "worker_resources"]
 
 # 3: checkpoints but the newest are slimmed to their fp32 weights
 # 4: no dropout on attention weights by default, CPU dropout masks from uniform draws,
@@ -83,6 +83,13 @@ def worker_resources(config: TrainStageConfig, cluster: dict[str, float]) -> dic
 
 
 def run(inputs: dict[str, Path], config: TrainStageConfig, output: Path, ctx: StageContext[TrainingPlacement]) -> dict:
+    return train_at(peak_rate(inputs, config), inputs, config, output, ctx)
+
+
+def train_at(lr: float, inputs: dict[str, Path], config: TrainStageConfig, output: Path,
+             ctx: StageContext[TrainingPlacement]) -> dict:
+    """The stage at the peak learning rate ``lr``: its own (``peak_rate``), or a tuning
+    trial's."""
     # Imported here: Ray, torch and DeepSpeed load only when the stage runs, not with its config.
     import pyarrow.fs as pafs
 
@@ -90,7 +97,6 @@ def run(inputs: dict[str, Path], config: TrainStageConfig, output: Path, ctx: St
     from stages.train.checkpointer import complete_checkpoints, download_checkpoints
     from stages.train.outputs import write_outputs
 
-    config = _with_tuned_rate(inputs, config)
     training, tokenized = config.train, inputs["tokenize"]
     placement = ctx.resources or TrainingPlacement()
     _check_inputs(tokenized, config)
@@ -98,7 +104,7 @@ def run(inputs: dict[str, Path], config: TrainStageConfig, output: Path, ctx: St
     # Where the checkpoints persist: on the artifact store, reachable from every node.
     filesystem, storage = placement.durable_staging or (pafs.LocalFileSystem(), str(output))
     run_dir = f"{storage}/{RUN_NAME}"
-    args = WorkerArgs(config, ctx.fetcher("tokenize", tokenized), run_dir, filesystem, ctx.metrics_sink,
+    args = WorkerArgs(config, lr, ctx.fetcher("tokenize", tokenized), run_dir, filesystem, ctx.metrics_sink,
                       placement.turn, _start(inputs, config, ctx))
     if placement.turn is not None:
         placement.turn.wait()  # the train stages before this one in the config ask for workers first
@@ -119,7 +125,7 @@ def run(inputs: dict[str, Path], config: TrainStageConfig, output: Path, ctx: St
     checkpoints = complete_checkpoints(output / RUN_NAME, world, zero)
     if not checkpoints:
         raise RuntimeError(f"training {config.model.name!r} ended without a complete checkpoint in {output}")
-    return write_outputs(output, config, tokenized, checkpoints, time.time() - started)
+    return write_outputs(output, config, lr, tokenized, checkpoints, time.time() - started)
 
 
 def _ray_train_fit(args, training, storage: str, filesystem, placement: TrainingPlacement) -> None:
@@ -150,17 +156,17 @@ def _ray_train_fit(args, training, storage: str, filesystem, placement: Training
     trainer.fit()
 
 
-def _with_tuned_rate(inputs: dict[str, Path], config: TrainStageConfig) -> TrainStageConfig:
-    """The config with the peak learning rate its tune stage chose (``lr_from``)."""
+def peak_rate(inputs: dict[str, Path], config: TrainStageConfig) -> float:
+    """The run's peak learning rate: the one its tune stage chose (``lr_from``), else
+    ``train.lr``."""
     if config.lr_from is None:
-        return config
+        return config.train.lr
     from stages.tune.artifact import read_choice
 
     if config.lr_from not in inputs:
         raise InputDataError(f"train {config.model.name!r} takes its learning rate from {config.lr_from}, which is "
                              f"not among its inputs ({', '.join(inputs)})")
-    chosen = read_choice(inputs[config.lr_from])["lr"]
-    return config.model_copy(update={"train": config.train.model_copy(update={"lr": chosen})})
+    return read_choice(inputs[config.lr_from]).lr
 
 
 def _start(inputs: dict[str, Path], config: TrainStageConfig, ctx: StageContext):

@@ -36,6 +36,7 @@ class WorkerArgs:
     """What the train stage hands each of its workers (pickled by Ray Train)."""
 
     config: TrainStageConfig
+    lr: float  # the peak learning rate: train.lr, or the rate the model's tune stage chose (lr_from)
     fetch_tokenized: Callable[[], Path]  # the tokenize artifact, local to the worker that calls it
     # Ray Train's run directory on the artifact store (``filesystem``), where workers look
     # for the newest complete checkpoint when they start (``checkpointer.newest_resumable``).
@@ -71,6 +72,7 @@ def train_worker(loop_config: dict) -> None:
         mark(stage, "data ready")
     torch.manual_seed(training.seed)  # the same initial weights on every worker
     model = build_for_vocabulary(config.model, facts)
+    updates = None
     if plan.needs_planning(config):
         # Fractions of the run (warmup, checkpoints, ae_fraction) in updates, the same on
         # every worker: planned from the data and the model's FLOPs, before training.
@@ -78,15 +80,14 @@ def train_worker(loop_config: dict) -> None:
                                        lambda s, t, source: training_flops(model, s, t, source),
                                        plan.source_logit_schedule(model, config.model.settings))
         plan.check_warmup_before_decay(training, updates)
-        config = plan.resolve(config, updates)
-        training = config.train
-        plan.apply_settings(model, config.model)
+    run_plan = plan.plan_run(config, args.lr, updates)
+    plan.apply_settings(model, run_plan)
     progress, history, best = TrainingProgress(), [], None
     # The schedule reads what has been spent through the name ``progress``, not this
     # object: restoring a checkpoint below rebinds the name to the restored progress.
     # DeepSpeed steps the schedule inside an update, before the loop counts it, so the
     # counts cover ``progress.step`` updates then, in a resumed run as in a fresh one.
-    engine = build_engine(model, training, hardware["precision"],
+    engine = build_engine(model, training, run_plan, hardware["precision"],
                           spent=lambda: Spent(progress.step, progress.train_flops, progress.train_tokens))
 
     checkpoint = checkpointer.newest_resumable(args.run_dir, args.filesystem, world, training.zero_stage, session)
@@ -121,8 +122,9 @@ def train_worker(loop_config: dict) -> None:
                                   hardware["precision"], rank, world)
         validations.append(BleuValidation(state, validator, training.valid_bleu_every, best_weights))
     rows = RowLog(state, training.log_every, progress.log_window)
-    checkpoints = Checkpoints(state, training, session, args.run_dir, args.filesystem, rows, best_weights)
-    TrainLoop(state, config, train_split, facts["special_ids"]["pad"], rows, validations, checkpoints).run()
+    checkpoints = Checkpoints(state, training, run_plan.checkpoint_every, session, args.run_dir, args.filesystem, rows,
+                              best_weights)
+    TrainLoop(state, config, run_plan, train_split, facts["special_ids"]["pad"], rows, validations, checkpoints).run()
 
 
 def _take_device(training: TrainConfig) -> tuple[str, int]:

@@ -13,16 +13,17 @@ from stages.train.validation import BestWeights
 
 
 class Checkpoints:
-    def __init__(self, state: LoopState, training: TrainConfig, session, run_dir: str, filesystem, rows: RowLog,
-                 best: BestWeights):
+    def __init__(self, state: LoopState, training: TrainConfig, every: int, session, run_dir: str, filesystem,
+                 rows: RowLog, best: BestWeights):
         self.state, self.training, self.session = state, training, session
+        self.every = every  # train.checkpoint_every, or its checkpoint_fraction of the run (plan.RunPlan)
         self.run_dir, self.filesystem = run_dir, filesystem  # where snapshots go, beside the checkpoints
         self.rows, self.best = rows, best
 
     def after_update(self) -> None:
         """On the schedule, unless the run stops here (its end saves)."""
         progress = self.state.progress
-        if progress.step % self.training.checkpoint_every == 0 and not progress.stop_reason:
+        if progress.step % self.every == 0 and not progress.stop_reason:
             if self._resumable_due():
                 self.save()
             else:

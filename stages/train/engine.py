@@ -10,15 +10,17 @@ import torch
 
 from stages.train.config import TrainConfig
 from stages.train.deepspeed_config import deepspeed_config
+from stages.train.plan import RunPlan
 from stages.train.schedule import NOTHING_SPENT, Spent, learning_rate
 
 
-def build_engine(model: torch.nn.Module, training: TrainConfig, precision: str,
+def build_engine(model: torch.nn.Module, training: TrainConfig, run: RunPlan, precision: str,
                  spent: Callable[[], Spent] = lambda: NOTHING_SPENT):
     """The DeepSpeed engine that trains ``model``: Adam or AdamW under our learning-rate
-    schedule, in the precision the workers agreed on (deepspeed_config.py). ``spent``
-    returns the updates, counted FLOPs and target tokens trained so far, by which a
-    cosine over a FLOPs or tokens budget decays.
+    schedule (to the peak rate and over the warmup that ``run`` settled), in the precision
+    the workers agreed on (deepspeed_config.py). ``spent`` returns the updates, counted
+    FLOPs and target tokens trained so far, by which a cosine over a FLOPs or tokens
+    budget decays.
 
     The optimizer is torch's fused implementation (one kernel for all parameters, on a
     CPU as on a GPU) rather than one kernel per parameter and operation; at ZeRO stage 0
@@ -35,7 +37,7 @@ def build_engine(model: torch.nn.Module, training: TrainConfig, precision: str,
     optimizer = optimizer_class(model.parameters(), lr=1.0, betas=training.betas, eps=training.eps,
                                 weight_decay=training.weight_decay, fused=True)
     scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda update: learning_rate(update + 1, training, width, spent()))
+        optimizer, lambda update: learning_rate(update + 1, training, run, width, spent()))
     engine, _, _, _ = deepspeed.initialize(model=model, optimizer=optimizer, lr_scheduler=scheduler,
                                            config=deepspeed_config(training, precision))
     if engine.dp_world_size == 1 and engine.zero_optimization_stage() == 0:

@@ -42,14 +42,15 @@ from stages.train.data import Batch, TokenizedSplit
 from stages.train.deepspeed_config import loop_clips
 from stages.train.engine import compiled_graphs
 from stages.train.loop_state import LoopState
+from stages.train.plan import RunPlan
 from stages.train.progress import STABLE_PHASE_END, TrainingProgress, budget_reached
 from stages.train.row_log import RowLog
 
 
 class TrainLoop:
-    def __init__(self, state: LoopState, config: TrainStageConfig, train_split: TokenizedSplit, pad_id: int,
-                 rows: RowLog, validations: list, checkpoints: Checkpoints | None):
-        self.state, self.config, self.training = state, config, config.train
+    def __init__(self, state: LoopState, config: TrainStageConfig, run: RunPlan, train_split: TokenizedSplit,
+                 pad_id: int, rows: RowLog, validations: list, checkpoints: Checkpoints | None):
+        self.state, self.config, self.training, self.run_plan = state, config, config.train, run
         self.train_split, self.pad_id = train_split, pad_id
         # The schedules: the validations (loss, then BLEU) and the checkpoints; None only where
         # a test drives single updates (tests/train_loops.py), which never reach them.
@@ -137,8 +138,8 @@ class TrainLoop:
         DeepSpeed set for the next update is below the peak once the warmup is over
         (schedule.py returns the peak itself until the decay begins)."""
         reason = budget_reached(self.training, self.progress)
-        if (not reason and self.config.until_decay and self.progress.step >= self.training.warmup_steps
-                and self.engine.get_lr()[0] < self.training.lr):
+        if (not reason and self.config.until_decay and self.progress.step >= self.run_plan.warmup_steps
+                and self.engine.get_lr()[0] < self.run_plan.lr):
             reason = STABLE_PHASE_END
         return reason
 

@@ -29,8 +29,9 @@ from stages.shared.models.flops import parameter_counts, six_nd
 TIME_PARTS = ("data", "validation", "checkpoints", "logging")
 
 
-def write_outputs(output: Path, config: TrainStageConfig, tokenized: Path, checkpoints: list,
+def write_outputs(output: Path, config: TrainStageConfig, lr: float, tokenized: Path, checkpoints: list,
                    seconds_this_attempt: float) -> dict:
+    """``lr``: the run's peak rate (train.lr, or the one its tune stage chose)."""
     training = config.train
     last = checkpoints[-1]
     vocab = read_vocab(tokenized)
@@ -78,7 +79,7 @@ def write_outputs(output: Path, config: TrainStageConfig, tokenized: Path, check
         skipped_updates=progress.get("skipped_updates", 0), stop_reason=progress["stop_reason"],
         **{f"seconds_{part}": spent.get(part, 0.0) for part in TIME_PARTS},
         seconds_updates=max(0.0, seconds - progress.get("time_spent_in_seconds", 0.0)),
-        lr=training.lr if config.lr_from is not None else None, lr_from=config.lr_from,
+        lr=lr if config.lr_from is not None else None, lr_from=config.lr_from,
         continued_from=continued.get("stage"), continued_at_step=continued.get("step"),
         own_train_flops=progress["train_flops"] - continued["train_flops"] if continued else None,
         own_train_seconds=seconds - continued["seconds"] if continued else None,

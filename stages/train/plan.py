@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -71,30 +72,50 @@ def source_logit_schedule(model, settings: dict) -> tuple[str, float] | None:
     return None if schedule is None else schedule(model, settings)
 
 
-def resolve(config: TrainStageConfig, updates: int | None) -> TrainStageConfig:
-    """The stage config with each fraction turned into updates of this run (warmup at
-    least 1, checkpoint interval at least 1, ``ae_steps``), and the fractions cleared."""
-    training, settings = config.train, dict(config.model.settings)
-    changes = {}
-    if training.warmup_fraction is not None:
-        changes.update(warmup_steps=max(1, round(training.warmup_fraction * updates)), warmup_fraction=None)
-    if training.checkpoint_fraction is not None:
-        changes.update(checkpoint_every=max(1, round(training.checkpoint_fraction * updates)), checkpoint_fraction=None)
-    if settings.get("ae_fraction") is not None:
-        settings["ae_steps"] = max(1, round(settings.pop("ae_fraction") * updates))
-    if not changes and settings == config.model.settings:
-        return config
-    return config.model_copy(update={"train": training.model_copy(update=changes),
-                                     "model": config.model.model_copy(update={"settings": settings})})
+@dataclass(frozen=True)
+class RunPlan:
+    """What a run settles before its first update that its config leaves open: the peak
+    learning rate (``train.lr``, or the rate its tune stage chose), and in updates of
+    this run what the config may give as fractions of it. The config itself is passed
+    on as it was validated; the schedule, the checkpoints and the loop read these."""
+
+    lr: float
+    warmup_steps: int
+    checkpoint_every: int
+    ae_steps: int | None  # a decoder-only model's, where it sets ae_fraction
+    updates: int | None  # planned from the budget; None: only wall time (or early stopping) ends it
 
 
-def apply_settings(model, spec) -> None:
-    """Give a model built before ``resolve`` the ``ae_steps`` it resolved from its
-    ``ae_fraction`` (its loss reads ``model.config``): one model is built, not one to
-    plan with and one to train."""
+def plan_run(config: TrainStageConfig, lr: float, updates: int | None) -> RunPlan:
+    """Each fraction of the run in updates (warmup at least 1, checkpoint interval at
+    least 1, ``ae_steps``), else the config's own counts."""
+    training, settings = config.train, config.model.settings
+
+    def share(fraction: float | None, count: int | None) -> int | None:
+        return count if fraction is None else max(1, round(fraction * updates))
+
+    return RunPlan(lr=lr, warmup_steps=share(training.warmup_fraction, training.warmup_steps),
+                   checkpoint_every=share(training.checkpoint_fraction, training.checkpoint_every),
+                   ae_steps=share(settings.get("ae_fraction"), settings.get("ae_steps")), updates=updates)
+
+
+def as_configured(training: TrainConfig) -> RunPlan:
+    """The plan of a run whose config gives counts, not fractions: its own rate, warmup
+    and checkpoint interval (benchmarks and tests that build an engine themselves)."""
+    if training.warmup_fraction is not None or training.checkpoint_fraction is not None:
+        raise ValueError("a run with train.warmup_fraction or train.checkpoint_fraction is planned from its data "
+                         "(plan_run)")
+    return RunPlan(lr=training.lr, warmup_steps=training.warmup_steps, checkpoint_every=training.checkpoint_every,
+                   ae_steps=None, updates=None)
+
+
+def apply_settings(model, run: RunPlan) -> None:
+    """Give a model whose loss ends after ``ae_fraction`` of the run the ``ae_steps`` it
+    comes to (its loss reads ``model.config``): one model is built, not one to plan with
+    and one to train."""
     config = getattr(model, "config", None)
-    if getattr(config, "ae_fraction", None) is not None and "ae_steps" in spec.settings:
-        model.config = dataclasses.replace(config, ae_steps=spec.settings["ae_steps"], ae_fraction=None)
+    if getattr(config, "ae_fraction", None) is not None:
+        model.config = dataclasses.replace(config, ae_steps=run.ae_steps, ae_fraction=None)
 
 
 def averaged(checkpoint_steps: list[int], training: TrainConfig) -> list[int]:

@@ -25,6 +25,7 @@ import math
 from typing import NamedTuple
 
 from stages.train.config import TrainConfig
+from stages.train.plan import RunPlan
 
 
 class Spent(NamedTuple):
@@ -38,24 +39,24 @@ class Spent(NamedTuple):
 NOTHING_SPENT = Spent(0, 0.0, 0.0)
 
 
-def learning_rate(step: int, config: TrainConfig, d_model: int, spent: Spent = NOTHING_SPENT) -> float:
-    """The rate of update ``step``; ``spent``: what the updates before it have used."""
-    step = max(step, 1)
+def learning_rate(step: int, config: TrainConfig, run: RunPlan, d_model: int, spent: Spent = NOTHING_SPENT) -> float:
+    """The rate of update ``step``, up to the peak ``run.lr`` over ``run.warmup_steps``
+    (what the run settled: plan.py); ``spent``: what the updates before it have used."""
+    step, peak, warmup = max(step, 1), run.lr, run.warmup_steps
     if config.schedule == "noam":
-        warmup = max(config.warmup_steps, 1)
-        return config.lr_scale * d_model ** -0.5 * min(step ** -0.5, step * warmup ** -1.5)
-    if step <= config.warmup_steps:
-        return config.lr * step / config.warmup_steps
+        return config.lr_scale * d_model ** -0.5 * min(step ** -0.5, step * max(warmup, 1) ** -1.5)
+    if step <= warmup:
+        return peak * step / warmup
     if config.schedule == "constant":
-        return config.lr
+        return peak
     if config.schedule == "wsd":
         progress = wsd_decay_progress(step, config, spent)
         if progress == 0.0:
-            return config.lr  # exactly: a stable-phase segment stops where the rate first drops
+            return peak  # exactly: a stable-phase segment stops where the rate first drops
         factor = 1.0 - (math.sqrt(progress) if config.decay_shape == "1-sqrt" else progress)
-        return config.min_lr + (config.lr - config.min_lr) * factor
-    progress = decay_progress(step, config, spent)
-    return config.min_lr + 0.5 * (config.lr - config.min_lr) * (1.0 + math.cos(math.pi * progress))
+        return config.min_lr + (peak - config.min_lr) * factor
+    progress = decay_progress(step, warmup, config, spent)
+    return config.min_lr + 0.5 * (peak - config.min_lr) * (1.0 + math.cos(math.pi * progress))
 
 
 def wsd_decay_progress(step: int, config: TrainConfig, spent: Spent) -> float:
@@ -78,7 +79,7 @@ def budget_share(step: int, config: TrainConfig, spent: Spent) -> float:
     return max(shares)
 
 
-def decay_progress(step: int, config: TrainConfig, spent: Spent) -> float:
+def decay_progress(step: int, warmup: int, config: TrainConfig, spent: Spent) -> float:
     """How far the cosine has come, from 0 at the end of warmup to 1 at the end of the
     budget: the furthest over the budgets that are set.
 
@@ -86,7 +87,6 @@ def decay_progress(step: int, config: TrainConfig, spent: Spent) -> float:
     cost of the updates counted so far, so that at a steady cost per update this is the
     fraction that counting updates against the budget's equivalent ``max_steps`` gives.
     """
-    warmup = config.warmup_steps
     fractions = [0.0]
     if config.max_steps is not None:
         fractions.append((step - warmup) / max(1, config.max_steps - warmup))

@@ -29,7 +29,7 @@ import shutil
 from pathlib import Path
 
 from pipeline.core.context import StageContext
-from stages.tune.artifact import CHOICE_FILE, grid_edge, read_choice
+from stages.tune.artifact import CHOICE_FILE, TuneChoice, grid_edge, read_choice
 from stages.tune.config import TuneStageConfig
 
 __all__ = ["VERSION", "TASK_CPUS", "MLFLOW_FILES", "run", "worker_resources", "concurrent_trials", "read_choice",
@@ -137,10 +137,10 @@ def run(inputs: dict[str, Path], config: TuneStageConfig, output: Path, ctx: Sta
     # JSON has no infinity: a trial without a finite loss shows null.
     shown = [{**row, "best_valid_loss": row["best_valid_loss"] if math.isfinite(row["best_valid_loss"]) else None}
              for row in sorted(rows, key=lambda row: row["lr"])]
-    choice = {"lr": chosen["lr"], "metric": "best validation loss", "budget": settings.budget,
-              "best_lr": best["lr"], "prefer_lower_within": settings.prefer_lower_within,
-              "extensions": extensions, "at_edge": edge, "trials": shown}
-    (output / CHOICE_FILE).write_text(json.dumps(choice, indent=2))
+    choice = TuneChoice(lr=chosen["lr"], metric="best validation loss", budget=settings.budget, best_lr=best["lr"],
+                        prefer_lower_within=settings.prefer_lower_within, extensions=extensions, at_edge=edge,
+                        trials=shown)
+    (output / CHOICE_FILE).write_text(json.dumps(choice.to_json(), indent=2))
     return {"lr": chosen["lr"], "best_valid_loss": chosen["best_valid_loss"], "trials": len(rows),
             "stopped_early": sum(row["stopped_early"] for row in rows), "extensions": extensions,
             "at_edge": edge or "inside"}

@@ -36,12 +36,11 @@ def run_trial(params: dict, *, config: TrainStageConfig, tokenized: Path, root: 
     from stages import train
 
     rate = params["lr"]
-    config = config.model_copy(update={"train": config.train.model_copy(update={"lr": rate})})
     output = Path(root) / trial_name(rate)
     output.mkdir(parents=True, exist_ok=True)
-    train.run({"tokenize": tokenized}, config, output,
-              StageContext(resources=TrainingPlacement(callbacks=(TuneReportCallback(),),
-                                                       report_to_tune=ray.tune.report)))
+    train.train_at(rate, {"tokenize": tokenized}, config, output,
+                   StageContext(resources=TrainingPlacement(callbacks=(TuneReportCallback(),),
+                                                            report_to_tune=ray.tune.report)))
 
 
 def stage_trainable(stage_id: str):

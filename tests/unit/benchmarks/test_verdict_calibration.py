@@ -57,10 +57,10 @@ def test_every_case_s_studies_are_records_the_report_compares(world, case):
     records, systems = study(world, case, qualities(world, case), np.random.default_rng(1))
     assert all(set(FIELDS) >= set(record) - {"gate_reasons"} for record in records)
     comparison = compare_systems(records, systems, randomization_trials=0)
-    labels = {group["label"] for group in comparison["groups"]}
+    labels = {group["label"] for group in comparison.groups}
     assert labels == set(systems)
     row = primary_row(comparison)
-    withheld = {entry["label"] for entry in comparison["withheld"]}
+    withheld = {entry["label"] for entry in comparison.withheld}
     if withheld:  # only the gate withholds
         assert row is None and all(label.startswith("b_") for label in withheld)
     else:
@@ -74,7 +74,7 @@ def test_the_best_size_is_the_one_whose_seeds_had_the_lower_validation_loss(worl
     records, systems = study(world, case, qualities(world, case), np.random.default_rng(2))
     comparison = compare_systems(records, systems, randomization_trials=0)
     row = primary_row(comparison)
-    losses = {group["label"]: group["valid_loss"]["mean"] for group in comparison["groups"]}
+    losses = {group["label"]: group["valid_loss"]["mean"] for group in comparison.groups}
     for chosen in (row["a"], row["b"]):
         family = chosen[0]
         assert losses[chosen] == min(loss for label, loss in losses.items() if label.startswith(family))

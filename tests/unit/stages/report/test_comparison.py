@@ -10,8 +10,11 @@ from pathlib import Path
 
 import pytest
 
+from pipeline.core.records import RecordError, to_json
 from stages.report import write_report
+from stages.report.artifact import parse_report, read_report
 from stages.report.comparison import compare
+from stages.report.comparison_records import Agreement, ShortOfBudget
 from stages.report.records import RunRecord
 
 SAMPLE = Path(__file__).parents[3] / "data" / "multi30k" / "test_2016_flickr.de.gz"
@@ -47,19 +50,19 @@ def sweep():
 def test_seeds_are_summarized_and_tests_pair_models_at_the_same_budget(sweep):
     rows, outputs = sweep
     comparison = compare(rows, outputs)
-    groups = {group["label"]: group for group in comparison["groups"]}
+    groups = {group["label"]: group for group in comparison.groups}
     assert len(groups) == 6 and groups["rnn_tiny @ 4e12"]["seeds"] == [1, 2]
     bleu = groups["transformer_tiny @ 1e12"]["bleu"]
     assert bleu["each"] == pytest.approx([8.1, 8.2]) and bleu["mean"] == pytest.approx(8.15)
     assert bleu["std"] == pytest.approx(0.0707, abs=1e-4)
-    assert set(comparison["intervals"]) == set(groups)
-    assert set(comparison["intervals"]["rnn_tiny @ 1e12"]) == {"BLEU", "chrF", "chrF++"}
-    pairs = {(test["a"], test["b"]) for test in comparison["tests"]}
+    assert set(comparison.intervals) == set(groups)
+    assert set(comparison.intervals["rnn_tiny @ 1e12"]) == {"BLEU", "chrF", "chrF++"}
+    pairs = {(test["a"], test["b"]) for test in comparison.tests}
     assert pairs == {(f"transformer_tiny @ {b}", f"rnn_tiny @ {b}") for b in ("1e12", "4e12", "1.6e13")}
-    assert len(comparison["tests"]) == 3 * 3  # each family's only size: the primary pair, on BLEU, chrF, chrF++
-    assert [test["role"] for test in comparison["tests"]] == ["primary", "secondary", "secondary"] * 3
-    assert all(test["seed_variance_measured"] and test["family_size"] == 3 for test in comparison["tests"])
-    assert "frontier" not in comparison
+    assert len(comparison.tests) == 3 * 3  # each family's only size: the primary pair, on BLEU, chrF, chrF++
+    assert [test["role"] for test in comparison.tests] == ["primary", "secondary", "secondary"] * 3
+    assert all(test["seed_variance_measured"] and test["family_size"] == 3 for test in comparison.tests)
+    assert not hasattr(comparison, "frontier")
 
 
 def test_the_report_shows_the_comparison_in_every_format(sweep, tmp_path):
@@ -78,14 +81,28 @@ def test_the_report_shows_the_comparison_in_every_format(sweep, tmp_path):
     assert len(saved["tests"]) == 9 and saved["agreement"]["BLEU"]["80"] == 2.34
     primary = [test for test in saved["tests"] if test["role"] == "primary"]
     assert len(primary) == 3 and all(test["family_size"] == 3 and test["p_holm"] is not None for test in primary)
+    # Read back as records, every field checked, and written back byte for byte.
+    text = (tmp_path / "report.json").read_text()
+    report = read_report(tmp_path)
+    assert isinstance(report.comparison.tests[0].agreement, Agreement) and report.models[0].name == rows[0]["name"]
+    assert json.dumps(to_json(report), indent=2, ensure_ascii=False) == text
+    # A field renamed on one side: an error naming the file and where the field is.
+    renamed = json.loads(text)
+    renamed["comparison"]["tests"][1]["difference"] = renamed["comparison"]["tests"][1].pop("delta")
+    with pytest.raises(RecordError, match=r"report\.json: ReportFile\.comparison\.tests\[1\] needs field 'delta'"):
+        parse_report(json.dumps(renamed), "report.json")
+    renamed = json.loads(text)
+    renamed["comparison"]["groups"][0]["bleu"]["median"] = 1.0
+    with pytest.raises(RecordError, match=r"ReportFile\.comparison\.groups\[0\]\.bleu has no field 'median'"):
+        parse_report(json.dumps(renamed), "report.json")
 
 
 def test_one_seed_at_one_budget_has_no_seeds_table_and_no_frontier(tmp_path):
     rows = [run("transformer_tiny", "transformer", 1, 3.5e13, 20.0), run("rnn_tiny", "rnn", 1, 3.5e13, 5.0)]
     outputs = {rows[0]["name"]: output(0.2, 1), rows[1]["name"]: output(0.6, 1)}
     comparison = compare(rows, outputs)
-    assert [group["label"] for group in comparison["groups"]] == ["transformer_tiny", "rnn_tiny"]
-    assert not comparison["laws"] and len(comparison["tests"]) == 3
+    assert [group["label"] for group in comparison.groups] == ["transformer_tiny", "rnn_tiny"]
+    assert not comparison.laws and len(comparison.tests) == 3
     write_report(rows, {}, tmp_path, "default", outputs)
     markdown = (tmp_path / "report.md").read_text()
     assert "## Seeds" not in markdown and "## Laws that predict" not in markdown
@@ -101,9 +118,9 @@ def test_a_run_stopped_short_of_its_budget_is_named_wherever_its_pair_is_judged(
     short = next(row for row in rows if row["name"] == "rnn_tiny.2e+13.s1")  # the 1.6e13 budget, seed 1
     short.update(stop_reason="max_wall_time", train_flops=1.02e13)
     comparison = compare(rows, outputs)
-    groups = {group["label"]: group for group in comparison["groups"]}
-    assert groups["rnn_tiny @ 1.6e13"]["short_of_budget"] == [
-        {"seed": 1, "train_flops": 1.02e13, "stop_reason": "max_wall_time"}]
+    groups = {group["label"]: group for group in comparison.groups}
+    assert groups["rnn_tiny @ 1.6e13"].short_of_budget == [
+        ShortOfBudget(seed=1, train_flops=1.02e13, stop_reason="max_wall_time")]
     assert all(not group["short_of_budget"] for label, group in groups.items() if label != "rnn_tiny @ 1.6e13")
     write_report(rows, {}, tmp_path, "sweep", outputs)
     markdown = (tmp_path / "report.md").read_text()
@@ -126,12 +143,12 @@ def test_the_primary_family_is_each_familys_best_size_by_validation_loss_and_a_c
             rows.append(record)
             outputs[record["name"]] = output(rate, seed)
     comparison = compare(rows, outputs)
-    roles = {(test["a"], test["b"], test["metric"]): test["role"] for test in comparison["tests"]}
+    roles = {(test["a"], test["b"], test["metric"]): test["role"] for test in comparison.tests}
     assert roles == {("large", "rnn", "BLEU"): "primary", ("large", "rnn", "chrF"): "secondary",
                      ("large", "rnn", "chrF++"): "secondary", ("small", "large", "BLEU"): "exploratory",
                      ("small", "rnn", "BLEU"): "exploratory"}
-    assert all(test["family_size"] == 1 for test in comparison["tests"])
-    assert "chosen before any test" in comparison["primary"][0]
+    assert all(test["family_size"] == 1 for test in comparison.tests)
+    assert "chosen before any test" in comparison.primary[0]
     named = compare(rows, outputs, [["small", "rnn"]])
     assert [(t["a"], t["b"]) for t in named["tests"] if t["role"] == "primary"] == [("small", "rnn")]
     write_report(rows, {}, tmp_path, "sizes", outputs)
@@ -149,8 +166,8 @@ def test_a_seed_that_repeats_another_is_counted_once_and_the_report_says_so(tmp_
             # The Transformer's seed 2 wrote exactly what seed 1 wrote.
             outputs[record["name"]] = output(rate, 1 if model == "t" else seed)
     comparison = compare(rows, outputs)
-    assert comparison["repeated_seeds"] == {"t": {2: 1}}
-    (primary, *_) = comparison["tests"]
+    assert comparison.repeated_seeds == {"t": {2: 1}}
+    (primary, *_) = comparison.tests
     assert primary["seeds"] == [1, 2] and not primary["seed_variance_measured"]
     write_report(rows, {}, tmp_path, "repeated", outputs)
     markdown = (tmp_path / "report.md").read_text()

@@ -47,7 +47,7 @@ def comparison() -> dict:
 
 
 def test_the_envelope_is_the_best_size_at_each_budget_and_grows_with_the_budget(comparison):
-    laws = {entry["family"]: entry for entry in comparison["laws"]}
+    laws = {entry["family"]: entry for entry in comparison.laws}
     assert set(laws) == {"transformer", "rnn"}
     envelope = laws["transformer"]["envelope"]
     assert [point["budget"] for point in envelope] == pytest.approx(list(BUDGETS))
@@ -59,7 +59,7 @@ def test_the_envelope_is_the_best_size_at_each_budget_and_grows_with_the_budget(
 
 
 def test_each_family_gets_both_laws_with_intervals_and_leave_one_out_errors(comparison):
-    for entry in comparison["laws"]:
+    for entry in comparison.laws:
         for metric in ("valid_loss", "bleu"):
             saturating, power = entry[metric]["saturating"], entry[metric]["power"]
             assert len(saturating["leave_one_out"]["budgets"]) == len(BUDGETS)
@@ -69,7 +69,7 @@ def test_each_family_gets_both_laws_with_intervals_and_leave_one_out_errors(comp
             assert saturating["predicts"] == (saturating["leave_one_out"]["mean_absolute_error"] < min(
                 saturating["leave_one_out"]["line_mean_absolute_error"],
                 saturating["leave_one_out"]["naive_mean_absolute_error"]))
-    loss = {entry["family"]: entry["valid_loss"]["saturating"] for entry in comparison["laws"]}
+    loss = {entry["family"]: entry["valid_loss"]["saturating"] for entry in comparison.laws}
     assert loss["transformer"]["E"] < loss["rnn"]["E"]  # their floors are 1.5 and 1.9 plus what no size reaches
 
 
@@ -79,7 +79,7 @@ def test_the_report_states_the_envelope_the_laws_and_withholds_crossovers_outsid
     assert len(envelope.table) == 2 * len(BUDGETS)
     assert set(laws.table["law"]) == {"saturating", "power"} and set(laws.table["value"]) == {"valid_loss", "bleu"}
     # The transformer's loss stays below the RNN's everywhere measured: no crossover.
-    (crossing,) = comparison["law_crossovers"]
+    (crossing,) = comparison.law_crossovers
     assert crossing["flops"] == "beyond the measured range"
     assert "beyond the measured range" in laws.note
 
@@ -97,7 +97,7 @@ def test_the_isoflop_and_envelope_figures_have_a_curve_per_budget_and_a_law_per_
     # Per budget: its sizes' means and its parabola; a star where the minimum is interior.
     assert len([line for line in loss_axes.get_lines() if len(line.get_xdata()) == len(SIZES)]) == len(BUDGETS)
     assert len([line for line in loss_axes.get_lines() if len(line.get_xdata()) == 60]) == len(BUDGETS)
-    interior = sum(profile["optimum"] is not None for profile in comparison["isoflop"][0]["profiles"])
+    interior = sum(profile["optimum"] is not None for profile in comparison.isoflop[0]["profiles"])
     assert len([line for line in loss_axes.get_lines() if line.get_marker() == "*"]) == interior
     assert loss_axes.get_xscale() == "log"
     envelope = envelope_figure(comparison, "frontier").axes[0]
@@ -110,6 +110,7 @@ def test_a_family_none_of_whose_runs_translates_gets_an_empty_panel_beside_the_b
     """The CPU frontier study's report failed on this: every profile of a family emptied
     by the translation gate left its log-scaled panel with nothing to scale but the
     baselines' horizontal lines."""
+    from stages.report.comparison_records import Baselines
     from stages.report.plots import isoflop_figure
 
     found = records()
@@ -117,7 +118,8 @@ def test_a_family_none_of_whose_runs_translates_gets_an_empty_panel_beside_the_b
         if record["family"] == "rnn":
             record.update(translates="no", gate_reasons=["its source use is 0.1 nats per target token"])
     comparison = compare(found, {})
-    comparison["baselines"] = {"nats_per_token": {"1": 5.9, "2": 3.37, "4": 2.45}}
+    comparison.baselines = Baselines(nats_per_token={"1": 5.9, "2": 3.37, "4": 2.45}, train_sentences=100,
+                                     valid_sentences=10, vocab_size=64, smoothing="interpolated Kneser-Ney")
     figure = isoflop_figure(comparison, "frontier")
     empty = [axes for axes in figure.axes if any(text.get_text() == "no size in a profile" for text in axes.texts)]
     assert [axes.get_xscale() for axes in empty] == ["linear", "linear"]  # the rnn's loss and BLEU panels
@@ -154,7 +156,7 @@ def test_an_envelope_at_the_grids_edge_is_flagged_and_an_undetermined_floor_is_s
                               "stop_reason": "max_train_flops", "best_valid_ppl": math.exp(loss),
                               "bleu": 30.0 - loss, "chrf": 50.0})
     comparison = compare(found, {})
-    (entry,) = comparison["laws"]
+    (entry,) = comparison.laws
     assert {point["edge"] for point in entry["envelope"]} == {"smallest"}
     saturating = entry["valid_loss"]["saturating"]
     assert saturating["E_at_bound"] and saturating["interval"]["E"] is None

@@ -10,7 +10,7 @@ import json
 import pytest
 
 from stages.report import gate, isoflop, write_report
-from stages.report.artifact import summary
+from stages.report.artifact import read_report, summary
 from stages.report.comparison import compare
 from stages.report.comparison_tables import gate_sentences
 from tests.unit.stages.report.test_comparison import REFERENCES, output, run
@@ -65,13 +65,13 @@ def sweep():
 def test_a_model_that_does_not_translate_is_withheld_from_every_test_at_its_budget(sweep, tmp_path):
     rows, outputs = sweep
     comparison = compare(rows, outputs)
-    assert {(test["a"], test["b"]) for test in comparison["tests"]} == {
+    assert {(test["a"], test["b"]) for test in comparison.tests} == {
         ("transformer_tiny @ 4e12", "rnn_tiny @ 4e12"), ("transformer_tiny @ 1.6e13", "rnn_tiny @ 1.6e13")}
-    assert all(test["family_size"] == 2 for test in comparison["tests"])  # Holm over the two left
-    (withheld,) = comparison["withheld"]
+    assert all(test["family_size"] == 2 for test in comparison.tests)  # Holm over the two left
+    (withheld,) = comparison.withheld
     assert withheld["label"] == "rnn_tiny @ 1e12" and withheld["why"].startswith("seed 2: its source use is 0.050")
     assert withheld["seeds_translating"] == [1]
-    assert "rnn_tiny @ 1e12" in comparison["intervals"]  # shown, with its interval
+    assert "rnn_tiny @ 1e12" in comparison.intervals  # shown, with its interval
     write_report(rows, {}, tmp_path, "gated", outputs)
     markdown = (tmp_path / "report.md").read_text()
     assert "## Does each model translate?" in markdown
@@ -82,8 +82,8 @@ def test_a_model_that_does_not_translate_is_withheld_from_every_test_at_its_budg
     assert "rnn_tiny @ 1e12" not in primary
     assert "At 4e12 training FLOPs, " in primary and "At 1.6e13 training FLOPs, " in primary
     assert "**Warning:** rnn_tiny.1e+12.s2 does not translate: its source use is 0.050" in markdown
-    report = json.loads((tmp_path / "report.json").read_text())
-    assert [model["translates"] for model in report["models"]].count("no") == 1
+    report = read_report(tmp_path)  # report.json read back, every field checked
+    assert [model.translates for model in report.models].count("no") == 1
     frame, lines = summary(report)
     assert frame.set_index("model").loc["rnn_tiny @ 1e12", "translates"] == "no"
     assert any(line.startswith("rnn_tiny @ 1e12: undecided, the seeds disagree") for line in lines)
@@ -130,7 +130,7 @@ def test_a_size_that_does_not_translate_is_left_out_of_its_profile_and_named():
 def test_a_size_that_does_not_translate_is_never_on_the_envelope_of_a_law():
     rows = law_records(families=("transformer",), seeds=(1,))
     comparison = compare(rows, {})
-    envelope = comparison["laws"][0]["envelope"]
+    envelope = comparison.laws[0]["envelope"]
     best = envelope[-1]["model"]
     for row in rows:
         row["translates"] = gate.DOES_NOT if row["model"] == best and row["budget"] == envelope[-1]["budget"] \

@@ -12,6 +12,7 @@ import pytest
 from stages.report import isoflop
 from stages.report.comparison import compare
 from stages.report.comparison_tables import sections
+from tests.helpers import comparison_of
 
 WIDTHS = (8, 12, 16, 24, 32, 48, 64, 96)
 
@@ -123,7 +124,7 @@ def test_the_report_prints_the_profiles_and_the_exponent():
     row = grows[grows["law"] == "N_opt ~ C^a, non-embedding parameters"].iloc[0]
     assert row["exponent [95%]"].startswith("0.") and "[" in row["exponent [95%]"]
     assert row["interior budgets"] == "3"
-    assert comparison["isoflop"][0]["parameters"]["exponent"] == pytest.approx(0.5, abs=0.1)
+    assert comparison.isoflop[0]["parameters"]["exponent"] == pytest.approx(0.5, abs=0.1)
 
 
 def test_a_size_whose_run_diverged_is_left_out_of_its_profile_and_named():
@@ -144,8 +145,7 @@ def test_a_size_whose_run_diverged_is_left_out_of_its_profile_and_named():
     assert first["diverged"] == ["transformer.w16"]
     assert [size["preset"] for size in first["sizes"]] == ["w12", "w24", "w32"]
     assert first["optimum"]["parameters"] == pytest.approx(3e4, rel=1e-6)  # the three others' parabola
-    text = "\n".join(s.table.to_csv() for s in sections({"groups": [], "intervals": {}, "tests": [],
-                                                                 "isoflop": [entry]}))
+    text = "\n".join(s.table.to_csv() for s in sections(comparison_of(isoflop=[entry])))
     assert "left out, diverged: transformer.w16" in text
 
 
@@ -215,8 +215,7 @@ def test_a_profile_whose_draws_leave_the_sizes_names_the_side_and_the_size_to_ad
     assert first["where"] is None and "interval" not in first["optimum"]
     below, above = first["optimum"]["beyond"]
     assert above > 0.025 > below
-    text = "\n".join(s.table.to_csv() for s in sections({"groups": [], "intervals": {}, "tests": [],
-                                                                 "isoflop": [entry]}))
+    text = "\n".join(s.table.to_csv() for s in sections(comparison_of(isoflop=[entry])))
     assert f"{above:.1%} of the draws above the sizes; add w32" in text
 
 
@@ -234,7 +233,7 @@ def test_an_open_bound_is_null_in_the_report_s_json_and_infinity_in_its_table():
     low, high = entry["parameters"]["interval"]
     assert low is not None and high is None
     json.dumps(entry, allow_nan=False)  # raises on an infinity or NaN
-    (grows,) = [s.table for s in sections({"groups": [], "intervals": {}, "tests": [], "isoflop": [entry]})
+    (grows,) = [s.table for s in sections(comparison_of(isoflop=[entry]))
                 if s.title.startswith("How the")]
     row = grows[grows["law"] == "N_opt ~ C^a, non-embedding parameters"].iloc[0]
     # Two budgets leave the line untested: no comparison with a published exponent.
@@ -289,7 +288,7 @@ def test_the_line_is_rejected_through_kinked_optima_and_not_through_straight_one
     fitted = entry["parameters"]
     assert fitted["lack_of_fit"]["rejects"] and fitted["lack_of_fit"]["p"] < 0.001
     assert fitted["segments"] == pytest.approx([0.9, 0.1, 0.1], abs=0.05)
-    (grows,) = [s.table for s in sections({"groups": [], "intervals": {}, "tests": [], "isoflop": [entry]})
+    (grows,) = [s.table for s in sections(comparison_of(isoflop=[entry]))
                 if s.title.startswith("How the")]
     row = grows[grows["law"] == "N_opt ~ C^a, non-embedding parameters"].iloc[0]
     assert row["exponent [95%]"].startswith("none; between budgets 0.9") and "rejected" in row["one straight line?"]

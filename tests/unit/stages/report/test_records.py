@@ -3,12 +3,15 @@ peak" used, where it came from, and what the model ran on."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from stages.evaluate.artifact import DecodeScores, EvalSummary
 from stages.report.records import model_record
 from stages.train.artifact import TrainSummary
 from stages.report.tables import display_table, hardware_lines, markdown
+from tests.helpers import comparison_of
 
 CONFIG = {"model": {"family": "transformer", "preset": "small"},
           "train": {"workers": 2, "peak_flops_per_worker": None}}
@@ -88,7 +91,7 @@ def test_the_curve_keeps_loss_and_bleu_points_and_the_report_plots_bleu_beside_t
 
 
 def test_a_run_that_ended_inside_its_warmup_or_did_not_learn_is_warned_of_in_the_report():
-    from stages.report.artifact import summary
+    from stages.report.artifact import ReportFile, summary
     from stages.report.records import from_reports
 
     falling = [{"step": 50, "train_loss": 9.0}, {"step": 100, "train_loss": 6.0}]
@@ -100,7 +103,7 @@ def test_a_run_that_ended_inside_its_warmup_or_did_not_learn_is_warned_of_in_the
         "(lower train.warmup_steps, or set train.warmup_fraction)",
         "short's training loss did not fall: 9.00 at update 50, 8.90 at update 100"]
     assert all(f"**Warning:** {line}" in markdown([warned], "title", []) for line in warned["training_warnings"])
-    _, lines = summary({"title": "t", "models": [warned]})
+    _, lines = summary(ReportFile(title="t", fields=[], models=[warned], curves={}, comparison=None))
     assert lines[:2] == [f"warning: {line}" for line in warned["training_warnings"]]
     # Past its warmup and learning; or a warmup given as a fraction of the run: nothing.
     past = {**CONFIG, "train": {**CONFIG["train"], "warmup_steps": 40}}
@@ -117,6 +120,7 @@ def test_the_console_summary_fits_100_columns_without_cutting_a_cell():
     from rich.console import Console
 
     from pipeline.commands import output
+    from stages.report.artifact import ReportFile
 
     records, groups, intervals = [], [], {}
     for model in ("transformer_tiny", "decoder_only_tiny"):
@@ -126,11 +130,11 @@ def test_the_console_summary_fits_100_columns_without_cutting_a_cell():
             intervals[label] = {"BLEU": {"score": 12.345, "low": 10.111, "high": 14.579}}
             for seed in (1, 2):
                 record = model_record(f"{label}.s{seed}", CONFIG, trained(**MEASURED), evaluated(bleu=12.3, chrf=40.1))
-                records.append({**record.to_json(), "model": model, "budget": budget})  # as report.json holds it
-    report = {"title": "a long experiment name", "models": records,
-              "comparison": {"groups": groups, "intervals": intervals, "tests": [
-                  {"a": "transformer_tiny.2e12", "b": "decoder_only_tiny.2e12", "metric": "BLEU", "role": "primary",
-                   "delta": 1.5, "delta_low": -0.5, "delta_high": 3.5, "p_holm": 0.21, "significant": False}]}}
+                records.append(dataclasses.replace(record, model=model, budget=budget))
+    tests = [{"a": "transformer_tiny.2e12", "b": "decoder_only_tiny.2e12", "metric": "BLEU", "role": "primary",
+              "delta": 1.5, "delta_low": -0.5, "delta_high": 3.5, "p_holm": 0.21, "significant": False}]
+    report = ReportFile(title="a long experiment name", fields=[], models=records, curves={},
+                        comparison=comparison_of(groups=groups, intervals=intervals, tests=tests))
     console = Console(width=100, record=True)
     original = output.table_console
     output.table_console = lambda: console
@@ -156,7 +160,7 @@ def test_a_run_record_refuses_a_name_that_is_not_its_field():
     assert record["bleu"] == 20.0 and record.get("ctranslate2_bleu") is None
     for read in (lambda: record["bleu_score"], lambda: record.get("bleu_score"),
                  lambda: record.update({"bleu_score": 1.0})):
-        with pytest.raises(KeyError, match="a run record has no field 'bleu_score'"):
+        with pytest.raises(KeyError, match="RunRecord has no field 'bleu_score'"):
             read()
     written = record.to_json()
     assert list(written)[:3] == ["name", "model", "seed"] and "top_output" not in written  # empty: left out

@@ -27,6 +27,7 @@ from stages.report.significance import (
     paired_tests,
     verdict,
 )
+from tests.helpers import comparison_of
 
 SAMPLE = Path(__file__).parents[3] / "data" / "multi30k" / "test_2016_flickr.de.gz"
 
@@ -134,14 +135,14 @@ def test_the_findings_are_written_from_each_pairs_own_verdict(references):
     counts = bootstrap_counts(len(references), 300, seed=2)
     rows = adjust(paired_tests([(poor, good, PRIMARY), (good, close, PRIMARY), (poor, close, EXPLORATORY)], counts,
                                randomization_trials=300))
-    sentences = findings({"tests": rows, "alpha": 0.05})
+    sentences = findings(comparison_of(tests=rows))
     assert len(sentences) == 2  # the exploratory pair has no sentence
     assert sentences[0].startswith("good scored ") and " BLEU above poor [" in sentences[0]
     assert "(3/3 seeds): significant (Holm p " in sentences[0] and "over 2 primary comparisons" in sentences[0]
     assert "not significant" in sentences[1] and "would be detected 80% of the time" in sentences[1]
     one = adjust(paired_tests(primary(system("a", references, (0.1, 1)), system("b", references, (0.5, 2))),
                               counts, randomization_trials=300))
-    said = findings({"tests": one, "alpha": 0.05})[0]
+    said = findings(comparison_of(tests=one))[0]
     assert "untestable with 1 seed" in said and "the test set's variation alone gives p" in said
     assert "not significant" not in said and "cannot tell" not in said
 
@@ -151,10 +152,10 @@ def test_a_lead_is_given_with_its_own_interval_whichever_side_is_ahead():
         return {"metric": "BLEU", "role": PRIMARY, "a": "a", "b": "b", "delta": delta, "delta_low": low,
                 "delta_high": high, "significant": False, "seed_variance_measured": True, "seeds": [3, 3],
                 "p_holm": 0.47, "family_size": 1, "detectable": 2.5}
-    said = findings({"tests": [row(-0.13, -0.50, 0.18)], "alpha": 0.05})[0]
+    said = findings(comparison_of(tests=[row(-0.13, -0.50, 0.18)]))[0]
     # a ahead by 0.13 (b - a = -0.13, interval [-0.50, +0.18]): a's lead is in [-0.18, +0.50].
     assert said.startswith("a scored 0.13 BLEU above b [-0.18, +0.50] (3/3 seeds): not significant (Holm p 0.4700")
-    assert findings({"tests": [row(0.13, -0.18, 0.50)], "alpha": 0.05})[0].startswith(
+    assert findings(comparison_of(tests=[row(0.13, -0.18, 0.50)]))[0].startswith(
         "b scored 0.13 BLEU above a [-0.18, +0.50]")
-    assert findings({"tests": [row(-1.71, -2.30, -1.17)], "alpha": 0.05})[0].startswith(
+    assert findings(comparison_of(tests=[row(-1.71, -2.30, -1.17)]))[0].startswith(
         "a scored 1.71 BLEU above b [1.17, 2.30]")

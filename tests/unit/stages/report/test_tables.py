@@ -3,6 +3,7 @@ scoring hypotheses, merging models from several sources, and the table formats."
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -21,6 +22,7 @@ from stages.report.tables import (
     write_csv,
     write_json,
 )
+from tests.helpers import comparison_of
 
 REFERENCES = ["Ein Hund läuft am Strand.", "Zwei Männer spielen Fußball.", "Eine Frau liest ein Buch."]
 
@@ -87,11 +89,16 @@ def test_markdown_html_csv_and_json_hold_the_same_rows(tmp_path):
 
 def test_the_report_shows_each_tuned_size_s_rates_its_losses_and_the_choice(tmp_path):
     from stages.report import write_report
+    from stages.tune.artifact import TuneChoice
 
-    tuning = [{"model": "t.w64", "lr": 3e-3, "budget": 2e12, "trials": [
+    def choice(lr: float, trials: list[dict], **more) -> TuneChoice:
+        return TuneChoice(**{"lr": lr, "metric": "best validation loss", "budget": 2e12, "best_lr": lr,
+                             "prefer_lower_within": None, "extensions": 0, "at_edge": None, "trials": trials, **more})
+
+    tuning = {"t.w64": choice(3e-3, [
         {"lr": 1e-3, "best_valid_loss": 5.38, "validations": 7, "train_flops": 2e12, "stopped_early": False},
         {"lr": 3e-3, "best_valid_loss": 5.25, "validations": 7, "train_flops": 2e12, "stopped_early": False},
-        {"lr": 30.0, "best_valid_loss": None, "validations": 2, "train_flops": 3e11, "stopped_early": True}]}]
+        {"lr": 30.0, "best_valid_loss": None, "validations": 2, "train_flops": 3e11, "stopped_early": True}])}
     written = write_report([row("t.w64.2e12", model="t.w64")], {}, tmp_path, "title", tuning=tuning)
     assert tmp_path / "lr_sensitivity.png" in written and (tmp_path / "lr_sensitivity.png").stat().st_size > 0
     text = (tmp_path / "report.md").read_text()
@@ -99,23 +106,23 @@ def test_the_report_shows_each_tuned_size_s_rates_its_losses_and_the_choice(tmp_
     lines = [line for line in text.split("## Tuned learning rates")[1].splitlines() if line.startswith("| t.w64 ")]
     assert [line.split("|")[2].strip() for line in lines] == ["0.001", "0.003", "30"]
     assert "yes" in lines[1] and "no finite loss" in lines[2] and "stopped" in lines[2]
-    # Each size's choice, with its family (read from the runs' records).
+    # Each size's choice as its choice.json holds it, with its model and family (read from the runs' records).
     assert json.loads((tmp_path / "report.json").read_text())["comparison"]["tuning"] == [
-        {**tuning[0], "family": "transformer"}]
+        {"model": "t.w64", **tuning["t.w64"].to_json(), "family": "transformer"}]
     assert "transformer: every chosen rate is inside the rates tried (1 of 1 choices)." in text
     # A size whose best is still the top rate after an extension: flagged in the table and the note.
-    edge = [{"model": "t.w32", "lr": 4e-3, "budget": 2e12, "trials": [
+    edge = {"t.w32": choice(4e-3, [
         {"lr": 1e-3, "best_valid_loss": 5.4, "validations": 7, "train_flops": 2e12, "stopped_early": False},
         {"lr": 2e-3, "best_valid_loss": 5.3, "validations": 7, "train_flops": 2e12, "stopped_early": False},
         {"lr": 4e-3, "best_valid_loss": 5.2, "validations": 7, "train_flops": 2e12, "stopped_early": False,
-         "extension": True}]}]
+         "extension": True}], extensions=1, at_edge="highest")}
     write_report([row("t.w32.2e12")], {}, tmp_path / "edge", "title", tuning=edge)
     text = (tmp_path / "edge" / "report.md").read_text()
     top = next(line for line in text.splitlines() if line.startswith("| t.w32 ") and "0.004" in line)
     assert "extension" in top and "yes, at the grid's edge" in top
     assert "0 of 1 chosen rates inside the rates tried; at an edge: t.w32 (0.004, the highest tried)." in text
     # A rate chosen inside the grid by tune.prefer_lower_within below a best trial at its top: named.
-    lower = [{**edge[0], "lr": 2e-3, "best_lr": 4e-3, "prefer_lower_within": 0.2}]
+    lower = {"t.w32": dataclasses.replace(edge["t.w32"], lr=2e-3, best_lr=4e-3, prefer_lower_within=0.2)}
     write_report([row("t.w32.2e12")], {}, tmp_path / "lower", "title", tuning=lower)
     text = (tmp_path / "lower" / "report.md").read_text()
     assert ("t: every chosen rate is inside the rates tried (1 of 1 choices). Inside only by "
@@ -142,7 +149,7 @@ def test_the_bleu_plot_draws_the_intervals_as_bands_and_a_model_that_does_not_tr
                                                               ("r", "rnn", 1e13, 18.0, "yes"))]
     intervals = {group["label"]: {"BLEU": {"low": group["bleu"]["mean"] - 1, "high": group["bleu"]["mean"] + 9}}
                  for group in groups}
-    plots._bleu_vs_flops([], {"groups": groups, "intervals": intervals}, tmp_path / "bleu.png", "t")
+    plots._bleu_vs_flops([], comparison_of(groups=groups, intervals=intervals), tmp_path / "bleu.png", "t")
     (axes,) = kept
     marks = [c for c in axes.collections if isinstance(c, PathCollection)]
     hollow = [c for c in marks if c.get_facecolor().size == 0 or c.get_facecolor()[0][3] == 0]

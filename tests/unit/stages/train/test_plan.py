@@ -48,14 +48,18 @@ def test_fractions_become_updates_of_the_run_and_ae_fraction_becomes_ae_steps():
         model=ModelSpec(name="lm", family="decoder_only", preset="tiny", settings={"ae_fraction": 0.5}),
         train=TrainConfig(max_train_flops=1e12, warmup_fraction=0.1, checkpoint_fraction=0.25,
                           average_fraction=0.3, keep_checkpoints=3))
-    resolved = plan.resolve(config, 207)
-    assert resolved.train.warmup_steps == 21 and resolved.train.checkpoint_every == 52
-    assert resolved.train.warmup_fraction is None and resolved.train.checkpoint_fraction is None
-    assert resolved.model.settings == {"ae_steps": 104}
-    assert plan.resolve(config, 3).train.warmup_steps == 1  # never a warmup of 0 updates
+    before = config.model_dump()
+    run = plan.plan_run(config, 3e-4, 207)
+    assert run == plan.RunPlan(lr=3e-4, warmup_steps=21, checkpoint_every=52, ae_steps=104, updates=207)
+    assert config.model_dump() == before  # the config is passed on as it was validated
+    assert plan.plan_run(config, 3e-4, 3).warmup_steps == 1  # never a warmup of 0 updates
     absolute = TrainStageConfig(model=config.model.model_copy(update={"settings": {}}),
-                                train=TrainConfig(max_steps=10))
-    assert plan.resolve(absolute, 10) is absolute and not plan.needs_planning(absolute)
+                                train=TrainConfig(max_steps=10, lr=1e-3, warmup_steps=4, checkpoint_every=5))
+    assert not plan.needs_planning(absolute)
+    assert plan.plan_run(absolute, 1e-3, None) == plan.as_configured(absolute.train) == plan.RunPlan(
+        lr=1e-3, warmup_steps=4, checkpoint_every=5, ae_steps=None, updates=None)
+    with pytest.raises(ValueError, match="planned from its data"):
+        plan.as_configured(config.train)
 
 
 def test_average_fraction_averages_the_checkpoints_of_the_runs_last_share():
@@ -118,8 +122,8 @@ def test_each_budget_of_the_sweep_warms_up_and_averages_where_it_should(tokenize
         updates = plan.planned_updates(training, train.src_lengths, train.tgt_lengths, training.workers,
                                        lambda s, t, source: training_flops(model, s, t, source),
                                        plan.source_logit_schedule(model, config.model.settings))
-        resolved = plan.resolve(config, updates)
-        warmup, interval = resolved.train.warmup_steps, resolved.train.checkpoint_every
+        run = plan.plan_run(config, training.lr, updates)
+        warmup, interval = run.warmup_steps, run.checkpoint_every
         assert warmup == max(1, round(training.warmup_fraction * updates))
         # The run stops on the FLOPs it counts: within a few updates of the plan either way.
         for last in (updates - 2, updates, updates + 2):
@@ -129,7 +133,7 @@ def test_each_budget_of_the_sweep_warms_up_and_averages_where_it_should(tokenize
             assert chosen[-1] == last and all(step > warmup for step in chosen), (spec.name, updates, chosen)
             assert all(step >= last * (1 - training.average_fraction) - 1e-9 for step in chosen)
         if config.model.family == "decoder_only":
-            assert resolved.model.settings["ae_steps"] < updates  # its L_AE ends within the run
+            assert run.ae_steps < updates  # its L_AE ends within the run
         checked += 1
     assert checked == 24  # three families x four budgets x two seeds
 
@@ -160,13 +164,13 @@ def test_the_model_built_before_planning_gets_the_resolved_ae_steps():
 
     spec = ModelSpec(name="lm", family="decoder_only", preset="tiny", settings={"ae_fraction": 0.5})
     model = build_model("decoder_only", "tiny", dict(spec.settings), 100, 100)
-    config = plan.resolve(TrainStageConfig(model=spec, train=TrainConfig(max_steps=200)), 200)
-    plan.apply_settings(model, config.model)
+    run = plan.plan_run(TrainStageConfig(model=spec, train=TrainConfig(max_steps=200)), 1e-3, 200)
+    plan.apply_settings(model, run)
     assert model.config.ae_steps == 100 and model.config.ae_fraction is None
     assert ae_weight(99, model.config) > 0 and ae_weight(100, model.config) == 0
     other = build_model("transformer", "tiny", {}, 100, 100)
     before = other.config
-    plan.apply_settings(other, config.model)
+    plan.apply_settings(other, run)
     assert other.config is before
 
 
