@@ -238,6 +238,17 @@ def serve(
                                                "--max-request-cost or more: no such process."),
     max_batch_sentences: int = typer.Option(64, "--max-batch-sentences", min=1,
                                             help="Sentences of concurrent requests decoded as one batch."),
+    normal_lane_ms: float = typer.Option(300.0, "--normal-lane-ms", min=1.0,
+                                         help="Requests whose search may take longer than this on the replica's "
+                                              "decoder (measured when it starts) go to the bulk lane too."),
+    max_requests_in_flight: int = typer.Option(64, "--max-requests-in-flight", min=1,
+                                               help="Short requests a replica holds, queued or decoding; more get "
+                                                    "HTTP 503 with Retry-After at once."),
+    max_bulk_requests_in_flight: int = typer.Option(4, "--max-bulk-requests-in-flight", min=1,
+                                                    help="Costly requests (over --bulk-request-cost) a replica "
+                                                         "holds; more get HTTP 503 with Retry-After at once."),
+    body_deadline_s: float = typer.Option(10.0, "--body-deadline-s", min=0.1,
+                                          help="A request body not received whole within this is cut (HTTP 408)."),
     batch_wait_ms: float = typer.Option(10.0, "--batch-wait-ms", min=0.0,
                                         help="How long a batch that is not full waits for more."),
     batch_max_wait_ms: Optional[float] = typer.Option(
@@ -269,6 +280,8 @@ def serve(
                                max_input_tokens=max_input_tokens, max_input_chars=max_input_chars,
                                batch_deadline_s=batch_deadline_s, max_request_cost=max_request_cost,
                                bulk_request_cost=bulk_request_cost, max_batch_sentences=max_batch_sentences,
+                               normal_lane_s=normal_lane_ms / 1000, max_requests_in_flight=max_requests_in_flight,
+                               max_bulk_requests_in_flight=max_bulk_requests_in_flight, body_deadline_s=body_deadline_s,
                                batch_wait_s=batch_wait_ms / 1000,
                                batch_max_wait_s=(max(ServiceSettings.batch_max_wait_s, batch_wait_ms / 1000)
                                                  if batch_max_wait_ms is None else batch_max_wait_ms / 1000))

@@ -16,7 +16,7 @@ from pathlib import Path
 import yaml
 from pydantic import Field, ValidationError, ValidationInfo, field_validator, model_validator
 
-from pipeline.config_errors import describe_problems
+from pipeline.config_errors import QUOTED_CHARS, describe_problems, quoted
 from pipeline.core.section import Section, resolve_path
 from stages.bpe.config import BpeConfig
 from stages.clean.config import CleanConfig
@@ -347,11 +347,18 @@ def budget_label(flops: float) -> str:
 # --------------------------------------------------------------------------- loading
 
 
+MAX_CONFIG_BYTES = 1 << 20
+
+
 def load_config(path: str | Path, overrides: list[str] = ()) -> ExperimentConfig:
     """Read, override and validate an experiment file; raise ConfigError on any problem."""
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"{path}: config file not found")
+    size = path.stat().st_size
+    if size > MAX_CONFIG_BYTES:  # refused unparsed: a config names its data, it does not hold it
+        raise ConfigError(f"{path}: {size:,} bytes, over the {MAX_CONFIG_BYTES:,} a config may have (a config "
+                          "names its corpus and settings; it does not hold data)")
     try:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as error:
@@ -397,18 +404,19 @@ class _UniqueKeyLoader(yaml.SafeLoader):
 def _apply_override(raw: dict, override: str) -> None:
     """Apply ``a.b.c=value``; the value is parsed as YAML so numbers and booleans work."""
     if "=" not in override:
-        raise ConfigError(f"--set {override!r}: expected KEY=VALUE, e.g. tokenize.shards=8")
+        raise ConfigError(f"--set {quoted(override)}: expected KEY=VALUE, e.g. tokenize.shards=8")
     dotted, value = override.split("=", 1)
+    shown = dotted.strip() if len(dotted) <= QUOTED_CHARS else quoted(dotted.strip())  # a key in an error
     keys = dotted.strip().split(".")
     node = raw
     for key in keys[:-1]:
         child = node.setdefault(key, {})
         if not isinstance(child, dict):
-            raise ConfigError(f"--set {override!r}: '{key}' is not a section")
+            raise ConfigError(f"--set {quoted(override)}: {quoted(key)} is not a section")
         node = child
     try:
         node[keys[-1]] = yaml.safe_load(value)
     except yaml.YAMLError as error:
-        raise ConfigError(f"--set {dotted.strip()}: the value is not YAML ({error.problem or error})") from None
+        raise ConfigError(f"--set {shown}: the value is not YAML ({error.problem or error})") from None
     except RecursionError:  # the parser recurses once per level of nesting
-        raise ConfigError(f"--set {dotted.strip()}: the value is nested too deeply to read") from None
+        raise ConfigError(f"--set {shown}: the value is nested too deeply to read") from None

@@ -32,6 +32,8 @@ def _describe(item: dict, lines: dict[tuple, int], overrides: list[str], root: t
     where = f"line {line}, " if line else ""
     if any(o.split("=", 1)[0].strip() == dotted for o in overrides):
         where = "from --set, "
+    if len(dotted) > QUOTED_CHARS:  # a key too can be a wall of text
+        dotted = quoted(dotted)
     if item["type"] == "extra_forbidden":
         valid = _valid_keys(key_path[:-1], root, source_types)
         hint = difflib.get_close_matches(str(key_path[-1]), valid, n=1)
@@ -43,8 +45,23 @@ def _describe(item: dict, lines: dict[tuple, int], overrides: list[str], root: t
     value = item.get("input")
     # A section's own check (a rule across its keys) gets the whole section as its
     # input: its message names the keys, and echoing the mapping would bury it.
-    got = "" if isinstance(value, dict) else f" (got {value!r})"
+    got = "" if isinstance(value, dict) else f" (got {quoted(value)})"
     return f"  {where}{dotted}: {item['msg']}{got}"
+
+
+# How much of a value an error quotes: enough to recognize it, never a wall of text
+# (a 120,000-character --set value was printed whole, and a 10 MB one took 14 s).
+QUOTED_CHARS = 80
+
+
+def quoted(value: Any) -> str:
+    """``repr(value)``, cut to about ``QUOTED_CHARS`` characters with the length said
+    when longer: ``'xxxxxxxx...' (120,000 characters)``."""
+    if isinstance(value, (str, bytes)) and len(value) > QUOTED_CHARS:
+        unit = "characters" if isinstance(value, str) else "bytes"
+        return f"{value[:QUOTED_CHARS]!r}... ({len(value):,} {unit})"
+    text = repr(value)
+    return text if len(text) <= QUOTED_CHARS else f"{text[:QUOTED_CHARS]}... ({len(text):,} characters as written)"
 
 
 def _strip_union_tags(loc: tuple, tags: set[str]) -> tuple:

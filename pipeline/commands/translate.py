@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import os
 import sys
 import time
 from pathlib import Path
@@ -36,13 +37,19 @@ def translate_text(model: Path, model_name: str | None, input_file: Path | None,
         fail("--alignment prints the best translation's alignment: use it with --nbest 1", 2)
     if workers > 1 and not search.device.startswith("cpu"):
         fail(f"--workers {workers}: decoding in several processes is for CPUs; on {search.device} use one", 2)
+    cores = len(os.sched_getaffinity(0))
+    if workers > cores:  # more processes than cores only share them, each with its own model in memory
+        console.print(f"--workers {workers}: this machine gives this process {cores} cores; decoding in {cores}",
+                      style="yellow")
+        workers = cores
     path, translator = _load(model, model_name, artifact_root, search, overrides)
     # Each process gets an equal share of the threads this process would have used.
     pool = (DecodePool(functools.partial(open_translator, path, search.device, translator.precision), workers,
                        max(1, torch.get_num_threads() // workers))
             if workers > 1 else contextlib.nullcontext())
     lines = _input_lines(input_file)
-    _check_lengths(translator, lines, input_file)
+    for number, ids in enumerate(translator.encode(lines), 1):
+        _check_length(translator, len(ids), f"{input_file or 'stdin'}: line {number}", "split the line")
     started = time.time()
     # Chunks of many batches: output streams out while the rest translates, in input order.
     chunk = batch_size * 16
@@ -107,16 +114,15 @@ def _input_lines(input_file: Path | None) -> list[str]:
 POSITIONS_OF_A_MODEL_WITHOUT = 1024
 
 
-def _check_lengths(translator, lines: list[str], input_file: Path | None) -> None:
-    """Exits naming the first line longer than the model's positions can read (a source,
-    its language tags and one output token): the model could not translate it."""
+def _check_length(translator, tokens: int, where: str, remedy: str) -> None:
+    """Exits, in one line naming ``where``, if a source of ``tokens`` tokens is longer
+    than the model's positions can read (a source, its language tags and one output
+    token): the model could not translate it."""
     positions = translator.positions or POSITIONS_OF_A_MODEL_WITHOUT
     why = f"its {positions} positions" if translator.positions else "the bound for models without positions"
     limit = positions - 3  # the longest source that output_room leaves one token
-    for number, ids in enumerate(translator.encode(lines), 1):
-        if len(ids) > limit:
-            fail(f"{input_file or 'stdin'}: line {number} is {len(ids)} tokens long; this model reads at most "
-                 f"{limit} ({why}): split the line", 2)
+    if tokens > limit:
+        fail(f"{where} is {tokens} tokens long; this model reads at most {limit} ({why}): {remedy}", 2)
 
 
 def _alignment(translator, line: str, translation) -> str:
@@ -138,6 +144,8 @@ def attention_files(model: Path, model_name: str | None, text: str, output: Path
         raise  # fail() said why already
     except (FileNotFoundError, RuntimeError) as error:
         fail(str(error), 2)
+    (ids,) = translator.encode([text])
+    _check_length(translator, len(ids), "--input", "give a shorter sentence")
     sentence = sentence_attention(translator, text, SearchSettings(beam_size=beam))
     pngs = write_heatmaps(sentence, output)
     write_page(sentence, output / "index.html", text, model_name or str(model))

@@ -172,10 +172,12 @@ class ArtifactStore:
     def status(self, stage: str, key: str, verify: bool = False) -> ArtifactStatus:
         """Whether ``stage/key`` is a trustworthy artifact, from one listing of its files.
 
-        Every file the manifest names must be there with its size, and none may have
-        been modified after the manifest was written (the manifest is written last).
-        Contents are not read: sha256 is computed at commit and whenever a file is
-        downloaded. ``verify`` re-hashes every file as well (``nmt verify``), and marks
+        Every file the manifest names must be there with its size. Contents are not read:
+        sha256 is computed at commit and whenever a file is downloaded; only a file
+        modified after the manifest was written (the manifest is written last) is hashed
+        again, and accepted if it still matches (a root copied with ``cp -r``, or by
+        rsync without times, or restored from a backup: every byte the same); a local
+        store's manifest then takes the newest file's time, so that it is hashed once. ``verify`` re-hashes every file as well (``nmt verify``), and marks
         an artifact whose contents no longer match (``CORRUPTED``): a file changed in
         place with its size and modification time kept passes the listing check, so
         without the mark the next run would trust it again.
@@ -190,7 +192,9 @@ class ArtifactStore:
         size = sum(entry["size"] for entry in manifest["files"].values())
         if CORRUPTED in listing:
             return ArtifactStatus(stage, key, ArtifactState.INVALID, size, self._corruption(directory))
-        problem = self._check_listing(listing, manifest["files"])
+        problem, touched = self._check_listing(listing, manifest["files"])
+        if not problem and touched:
+            problem = self._rehash_touched(directory, manifest["files"], touched, listing)
         if not problem and verify:
             problem = next((f"{name} does not match its sha256" for name, entry in manifest["files"].items()
                             if self._sha256(f"{directory}/{name}") != entry["sha256"]), "")
@@ -229,16 +233,34 @@ class ArtifactStore:
         return {info.path[len(directory) + 1:]: info for info in infos if info.type == pafs.FileType.File}
 
     @staticmethod
-    def _check_listing(listing: dict[str, pafs.FileInfo], files: dict[str, dict]) -> str:
+    def _check_listing(listing: dict[str, pafs.FileInfo], files: dict[str, dict]) -> tuple[str, list[str]]:
+        """What is wrong with the files as listed, and which ones were modified after the
+        manifest was written (their contents decide)."""
         committed = listing[MANIFEST].mtime
+        touched = []
         for name, entry in files.items():
             info = listing.get(name)
             if info is None:
-                return f"{name} is missing"
+                return f"{name} is missing", []
             if info.size != entry["size"]:
-                return f"{name} has {info.size} bytes, manifest says {entry['size']}"
+                return f"{name} has {info.size} bytes, manifest says {entry['size']}", []
             if committed is not None and info.mtime is not None and info.mtime > committed:
-                return f"{name} was modified after the artifact was committed"
+                touched.append(name)
+        return "", touched
+
+    def _rehash_touched(self, directory: str, files: dict[str, dict], touched: list[str],
+                        listing: dict[str, pafs.FileInfo]) -> str:
+        """The files modified after the commit, hashed: a problem naming the first that
+        no longer matches, else "" (and a local manifest's time moved past them)."""
+        for name in touched:
+            if self._sha256(f"{directory}/{name}") != files[name]["sha256"]:
+                return f"{name} was modified after the artifact was committed (its sha256 no longer matches)"
+        if self.is_local:
+            newest = max(listing[name].mtime for name in touched).timestamp()
+            try:
+                os.utime(f"{directory}/{MANIFEST}", (newest, newest))
+            except OSError:  # a read-only root: hashed again next time, still accepted
+                pass
         return ""
 
     def _sha256(self, path: str) -> str:

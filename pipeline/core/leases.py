@@ -29,6 +29,7 @@ import logging
 import math
 import os
 import socket
+import shutil
 import threading
 import time
 import uuid
@@ -108,7 +109,14 @@ class Lease:
         read (empty, truncated, not JSON: a holder killed while writing it, a stray file)
         or whose times are not a holder's (not finite numbers, renewed in the future,
         an expiry out of range) reads as a record renewed when the file was written, so
-        that it expires like any other instead of blocking the key for ever."""
+        that it expires like any other instead of blocking the key for ever. So does a
+        path that is not a regular file (a directory, a FIFO, which would block the
+        read itself): never opened."""
+        info = self.fs.get_file_info(self.path)
+        if info.type == pafs.FileType.NotFound:
+            return None
+        if info.type != pafs.FileType.File:
+            return self._unreadable_record()
         try:
             with self.fs.open_input_stream(self.path) as stream:
                 data = stream.read()
@@ -177,7 +185,7 @@ class Lease:
                     pass  # a third claimed meanwhile; the one moved away sees its lease lost
                 os.unlink(broken)
                 return False
-            os.unlink(broken)
+            _remove_local(broken)
         os.makedirs(os.path.dirname(self.path), exist_ok=True)
         try:
             descriptor = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
@@ -192,6 +200,10 @@ class Lease:
         return True
 
     def _claim_by_reading_back(self, expired: dict | None) -> bool:
+        found = self.fs.get_file_info(self.path).type
+        if expired is not None and found not in (pafs.FileType.File, pafs.FileType.NotFound):
+            # An expired "lease" that is a directory or a FIFO (writing to it would block): removed.
+            self.fs.delete_dir(self.path) if found == pafs.FileType.Directory else self.fs.delete_file(self.path)
         self._write()
         time.sleep(SETTLE_SECONDS)
         record = self.read()
@@ -236,12 +248,21 @@ def held(lease: Lease, on_wait: Callable[[dict], None] | None = None) -> Iterato
 
 
 def _read_local(path: str) -> dict:
+    if not os.path.isfile(path):  # a directory or a FIFO moved away: no record, and never opened
+        return {}
     try:
         with open(path, "rb") as handle:
             record = json.loads(handle.read().decode("utf-8"))
     except (FileNotFoundError, UnicodeDecodeError, json.JSONDecodeError):
         return {}
     return record if isinstance(record, dict) else {}
+
+
+def _remove_local(path: str) -> None:
+    if os.path.isdir(path) and not os.path.islink(path):
+        shutil.rmtree(path)
+    else:
+        os.unlink(path)
 
 
 def _process_alive(pid) -> bool:

@@ -9,7 +9,8 @@ the standard ways: the AWS environment variables (``AWS_ACCESS_KEY_ID``,
 (``AWS_PROFILE``), instance metadata, or, least recommended, ``access_key`` and
 ``secret_key`` in the URI itself (or ``s3://KEY:SECRET@bucket/...``; there a ``/``,
 ``@``, ``:`` or ``%`` in the key or secret must be percent-encoded, as ``%2F``, ``%40``,
-``%3A`` and ``%25``, and a URI that could be read two ways is refused). Buckets are
+``%3A`` and ``%25``, and a URI that could be read two ways is refused; a ``+`` is read as
+written). Buckets are
 created when missing, as a local root's directory would be. Any other pyarrow
 filesystem URI (``gs://``, ``hdfs://``, ``file://``) is opened by pyarrow.
 
@@ -68,7 +69,9 @@ def open_filesystem(uri: str) -> tuple[pafs.FileSystem, str]:
     parts = urlsplit(uri)
     if parts.scheme != "s3":
         return pafs.FileSystem.from_uri(uri)
-    options = dict(parse_qsl(parts.query))
+    # A "+" is read as written, not as a space (form encoding's rule, which parse_qsl
+    # follows): AWS secrets often hold one, and a URI's query is no form.
+    options = dict(parse_qsl(parts.query.replace("+", "%2B")))
     unknown = sorted(set(options) - set(S3_OPTIONS))
     if unknown:
         raise ValueError(f"artifact root {redact(uri)}: unknown option(s) {', '.join(unknown)}; "

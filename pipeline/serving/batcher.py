@@ -45,6 +45,7 @@ class DynamicBatcher(Generic[Job, Result]):
         self._last_batch_size = 0  # sentences
         self._arrived = asyncio.Event()
         self._worker: asyncio.Task | None = None
+        self.dropped = 0  # jobs whose caller went (cancelled) before their batch was decoded
 
     async def submit(self, job: Job) -> Result:
         """The job's result, once the batch it joined is decoded; raises what decoding raised."""
@@ -60,7 +61,9 @@ class DynamicBatcher(Generic[Job, Result]):
     async def _decode_batches(self) -> None:
         while True:
             batch = await self._next_batch()
-            batch = [(job, future) for job, future in batch if not future.done()]  # a caller gone (cancelled)
+            waiting = [(job, future) for job, future in batch if not future.done()]  # a caller gone (cancelled)
+            self.dropped += len(batch) - len(waiting)
+            batch = waiting
             if not batch:
                 continue
             try:

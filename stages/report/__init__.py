@@ -70,7 +70,8 @@ from stages.report.config import ReportStageConfig
 #     disagree" (the withheld entries name the seeds that translate); an IsoFLOP panel
 #     with no size in any profile says so; edge minima suggest the new widths (w192...)
 # 27: the notes name the calibration benchmarks at their paths under benchmarks/statistics/
-VERSION = 27
+# 28: two systems are paired only on the same references (their sha256), else named unpaired
+VERSION = 28
 # The files of each upstream artifact the report reads (besides its manifest): never
 # the train stage's checkpoints; of an evaluation, what the significance tests score.
 READS = {TRAIN: ("metrics.jsonl",), EVALUATE: OUTPUT_FILES, TUNE: ("choice.json",),

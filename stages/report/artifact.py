@@ -89,7 +89,8 @@ def summary(report: ReportFile) -> tuple[pd.DataFrame, list[str]]:
                      "-" if flops is None else f"{flops:.2e}", score, _mean(members, "chrf"),
                      group.get("translates") or "-"])
     frame = pd.DataFrame(rows, columns=["model", "runs", "params", "FLOPs", "BLEU [95%]", "chrF", "translates"])
-    judged = (gate_sentences(comparison) + _verdict_lines(comparison)) if comparison else []
+    judged = (gate_sentences(comparison) + _verdict_lines(comparison) + (comparison.unpaired or [])
+              if comparison else [])
     return frame, ([f"warning: {line}" for line in warning_lines(models)] + judged
                    + [f"sacreBLEU {line}" for line in signature_lines(models)] + _hardware_once(models))
 

@@ -79,11 +79,17 @@ def compare_systems(records: list[RunRecord], systems: dict[str, resampling.Seed
     # The primary family is chosen from the validation split before any test runs.
     primary, primary_said = primary_pairs([row for row in summaries if row.label in tested],
                                           [list(pair) for pair in primary_comparisons])
-    tests = []
+    tests, unpaired = [], []
     for budget in dict.fromkeys(budgets[label] for label in tested):
         at_budget = [system for label, system in tested.items() if budgets[label] == budget]
         pairs = []
         for first, second in combinations(at_budget, 2):
+            # Two test sets of one size are still two test sets (nmt report across
+            # configs): such a pair gets no test, and the report says why.
+            reason = resampling.unpaired_reason(first, second)
+            if reason:
+                unpaired.append(f"{reason}: not compared")
+                continue
             if (second.name, first.name) in primary:  # a primary pair in the order it was declared
                 first, second = second, first
             role = significance.PRIMARY if (first.name, second.name) in primary else significance.EXPLORATORY
@@ -91,7 +97,8 @@ def compare_systems(records: list[RunRecord], systems: dict[str, resampling.Seed
         # Primary rows first, in the order they were declared.
         pairs.sort(key=lambda pair: primary.index((pair[0].name, pair[1].name)) if pair[2] == significance.PRIMARY
                    else len(primary))
-        tests += significance.paired_tests(pairs, counts(at_budget[0]), randomization_trials, resamples)
+        for pair in pairs:  # each pair on the resamples of its own test set
+            tests += significance.paired_tests([pair], counts(pair[0]), randomization_trials, resamples)
     tests = [record_of(PairedTest, row) for row in significance.adjust(tests)]
 
     family_laws = compute_laws.family_laws(translating)
@@ -102,7 +109,8 @@ def compare_systems(records: list[RunRecord], systems: dict[str, resampling.Seed
         unchecked=unchecked, repeated_seeds=repeated, alpha=significance.ALPHA, agreement=significance.AGREEMENT,
         laws=[record_of(FamilyLaws, entry) for entry in family_laws],
         law_crossovers=[record_of(LawCrossover, entry) for entry in compute_laws.crossovers(family_laws, translating)],
-        isoflop=[record_of(IsoflopFamily, entry) for entry in isoflop.profiles(summaries)])
+        isoflop=[record_of(IsoflopFamily, entry) for entry in isoflop.profiles(summaries)],
+        unpaired=unpaired or None)
 
 
 def _label(group: ModelAtBudget, several_budgets: bool) -> str:

@@ -231,6 +231,7 @@ class Comparison(FieldAccess):
     isoflop: list[IsoflopFamily]
     baselines: Baselines | None = optional()
     tuning: list[TunedModel] | None = optional()
+    unpaired: list[str] | None = optional()  # pairs at a budget not tested, and why (other test sets)
 
     def to_json(self) -> dict:
         return to_json(self)

@@ -44,6 +44,11 @@ def sections(comparison: Comparison) -> list[Section]:
         found += [_envelope(comparison), _laws(comparison)]
     if comparison.tuning:
         found.append(_tuning(comparison))
+    if comparison.unpaired:
+        found.append(Section("Pairs not compared", pd.DataFrame({"why": comparison.unpaired}),
+                             "A paired test compares two systems sentence by sentence, so it needs both scored on "
+                             "the same references (their sha256 is compared, not only their number): these pairs "
+                             "were not tested, and nothing is said of which is better.", text_columns=1))
     return found
 
 

@@ -82,8 +82,9 @@ class RunRecord(FieldAccess):
     peak_detail: str | None = None
     eval_precision: str | None = None
     eval_device_name: str | None = None
-    # Not columns of the tables: the most frequent output line, what says the run did
-    # not really train, and why the gate says it does not translate.
+    # Not columns of the tables: how precision auto chose, the most frequent output line,
+    # what says the run did not really train, and why the gate says it does not translate.
+    precision_reason: str | None = optional()
     top_output: str | None = optional()
     training_warnings: list[str] = field(default_factory=list)
     gate_reasons: list[str] | None = optional()
@@ -92,8 +93,8 @@ class RunRecord(FieldAccess):
         return to_json(self)
 
 
-# The fields of report.json and report.csv, in column order: the record's but the last three.
-FIELDS = tuple(spec.name for spec in fields(RunRecord))[:-3]
+# The fields of report.json and report.csv, in column order: the record's but the last four.
+FIELDS = tuple(spec.name for spec in fields(RunRecord))[:-4]
 
 
 def load_record(row: dict, source: str) -> RunRecord:
@@ -152,7 +153,7 @@ def model_record(name: str, train_config: dict, train: TrainSummary, evaluation:
         "sacrebleu_signature": beam and beam.bleu_signature,
         "bleu_lc_signature": beam and beam.bleu_lc_signature,
         "chrf_signature": beam and beam.chrf_signature,
-        "precision": train.precision, "device_name": train.device_name,
+        "precision": train.precision, "precision_reason": train.precision_reason, "device_name": train.device_name,
         "device_capability": train.device_capability, "threads_per_worker": train.threads_per_worker,
         "peak_flops_per_worker": peak, "peak_source": peak_source, "peak_detail": train.peak_detail,
         "eval_precision": evaluation and evaluation.precision,

@@ -33,6 +33,7 @@ and a unit test holds them equal to ``corpus_score`` on Multi30k.
 
 from __future__ import annotations
 
+import hashlib
 import functools
 import os
 from dataclasses import dataclass, field
@@ -121,11 +122,13 @@ def _chrf(metric: CHRF, totals: np.ndarray) -> np.ndarray:
 class SeededSystem:
     """One system's sufficient statistics: metric name -> array (K seeds, N sentences, D).
     ``repeated``: seeds left out because their outputs were another seed's, word for
-    word (seed -> the seed kept)."""
+    word (seed -> the seed kept); ``test_set``: the sha256 of its references, which a
+    paired test needs to be the other system's too (None: not known, as in simulations)."""
     name: str
     seeds: tuple
     statistics: dict[str, np.ndarray]
     repeated: dict = field(default_factory=dict)
+    test_set: str | None = None
 
     def seed_scores(self, metric_name: str, metric: Metric) -> np.ndarray:
         """Each seed's corpus score, shape (K,)."""
@@ -157,14 +160,33 @@ def seeded_system(name: str, seeds: list, outputs: list[tuple[list[str], list[st
         kept.append((seed, hypotheses))
     return SeededSystem(name, tuple(seed for seed, _ in kept), {
         metric_name: np.stack([sentence_statistics(metric, hypotheses, references) for _, hypotheses in kept])
-        for metric_name, metric in metrics.items()}, repeated)
+        for metric_name, metric in metrics.items()}, repeated, test_set_hash(references))
+
+
+def test_set_hash(references: list[str]) -> str:
+    """The sha256 of a test set's references, one per line: what two evaluations must
+    share for their sentences to be paired."""
+    return hashlib.sha256("\n".join(references).encode("utf-8")).hexdigest()
+
+
+def unpaired_reason(first: SeededSystem, second: SeededSystem) -> str | None:
+    """Why the two systems' sentences cannot be paired, or None when they can: a paired
+    test needs the same test sentences on both sides, not merely as many."""
+    sizes = [next(iter(system.statistics.values())).shape[1] for system in (first, second)]
+    if sizes[0] != sizes[1]:
+        return (f"{first.name} and {second.name} were scored on test sets of different sizes ({sizes[0]} and "
+                f"{sizes[1]} sentences)")
+    if first.test_set is not None and second.test_set is not None and first.test_set != second.test_set:
+        return (f"{first.name} and {second.name} were scored on different references ({sizes[0]} sentences each; "
+                f"sha256 {first.test_set[:12]} and {second.test_set[:12]})")
+    return None
 
 
 def check_paired(first: SeededSystem, second: SeededSystem) -> None:
     """Paired tests need the same test sentences on both sides."""
-    for metric_name, statistics in first.statistics.items():
-        if statistics.shape[1] != second.statistics[metric_name].shape[1]:
-            raise ValueError(f"{first.name} and {second.name} were scored on test sets of different sizes")
+    reason = unpaired_reason(first, second)
+    if reason:
+        raise ValueError(reason)
 
 
 def bootstrap_counts(sentences: int, samples: int = BOOTSTRAP_SAMPLES, seed: int | None = None) -> np.ndarray:

@@ -45,7 +45,9 @@ __all__ = ["VERSION", "RUN_NAME", "RESUMABLE", "kept_checkpoint", "task_cpus", "
 #     (one fused norm), DeepSpeed's throughput timer and a world of one's all-reduce off
 # 14: validation BLEU decodes in the faster of the run's autocast precision and fp32, measured
 #     at its first BLEU validation (train_report: bleu_decode_precision, bleu_probe_seconds_*)
-VERSION = 14
+# 15: precision auto on a CPU with native bf16 trains in the faster of bf16 and fp32,
+#     measured on the run's first batch (precision_probe.py; train_report: precision_reason)
+VERSION = 15
 RUN_NAME = "train_run"
 # A crashed attempt's staging directory holds its checkpoints: the next attempt resumes.
 RESUMABLE = True

@@ -53,6 +53,7 @@ class TrainSummary:
     # The resolved hardware (stages/train/worker_device.py), rank 0's device; written
     # as resolved, None included (a CPU has no compute capability).
     precision: str | None = None
+    precision_reason: str | None = optional()  # how auto chose it, where it measured (precision_probe.py)
     device: str | None = None
     device_name: str | None = None
     device_capability: str | None = None

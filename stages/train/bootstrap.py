@@ -18,11 +18,13 @@ from stages.shared.models.flops import training_flops
 from stages.train import checkpointer, plan
 from stages.train.checkpoints import Checkpoints
 from stages.train.config import TrainConfig, TrainStageConfig
+from stages.train.batching import token_batches
 from stages.train.data import TokenizedSplit
 from stages.train.deepspeed_config import bf16_autocast
 from stages.train.engine import build_engine
 from stages.train.loop import TrainLoop
 from stages.train.loop_state import Curve, LoopState
+from stages.train.precision_probe import auto_precision
 from stages.train.progress import STABLE_PHASE_END, TrainingProgress
 from stages.train.row_log import RowLog
 from stages.train.schedule import Spent
@@ -64,7 +66,6 @@ def train_worker(loop_config: dict) -> None:
     if rank == 0 and args.training_turn is not None:
         args.training_turn.started()
     device, threads = _take_device(training)
-    hardware = worker_hardware(training, device, threads, world)
     tokenized = args.fetch_tokenized()
     train_split, valid_split = TokenizedSplit(tokenized, "train"), TokenizedSplit(tokenized, "valid")
     facts = vocabulary_facts(tokenized, train_split.vocab)
@@ -72,6 +73,10 @@ def train_worker(loop_config: dict) -> None:
         mark(stage, "data ready")
     torch.manual_seed(training.seed)  # the same initial weights on every worker
     model = build_for_vocabulary(config.model, facts)
+    first = train_split.batch(token_batches(train_split.src_lengths, train_split.tgt_lengths, training.max_tokens,
+                                            training.seed, 0)[0])
+    hardware = worker_hardware(training, device, threads, world, measure=lambda found: auto_precision(
+        model, first, facts["special_ids"]["pad"], found, training.label_smoothing))
     updates = None
     if plan.needs_planning(config):
         # Fractions of the run (warmup, checkpoints, ae_fraction) in updates, the same on

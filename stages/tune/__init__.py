@@ -16,13 +16,14 @@ the lowest rate whose trial came within that many nats of it (``choose``).
 
 The artifact: ``choice.json`` (the rate, and per rate tried its best validation loss,
 validations, FLOPs and whether ASHA stopped it) and each trial's ``metrics.jsonl`` and
-``train_report.json`` (``trials/lr_<rate>/``); the trials' checkpoints and weights are
-dropped. The train runs of the model size read the rate
+``train_report.json`` (``trials/lr_<rate>/``), and what Ray Tune printed
+(``tune_console.log``); the trials' checkpoints and weights are dropped. The train runs of the model size read the rate
 (``TrainStageConfig.lr_from``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import shutil
@@ -41,12 +42,15 @@ __all__ = ["VERSION", "TASK_CPUS", "MLFLOW_FILES", "run", "worker_resources", "c
 # 4: its trials train with train VERSION 13's engine (the loop's own clipping)
 # 5: tune.prefer_lower_within; choice.json names the best rate beside the chosen one
 # 6: its trials train with train VERSION 14 (validation BLEU's decoding precision measured)
-VERSION = 6
+# 7: Ray Tune's own console output kept in tune_console.log, off the console; its trials
+#    train with train VERSION 15 (precision auto measured)
+VERSION = 7
 # The stage's own task holds no CPU: its trials' Ray Train workers ask for theirs.
 TASK_CPUS = 0
 MLFLOW_FILES = (CHOICE_FILE,)
 TRIALS = "trials"
 KEPT = ("metrics.jsonl", "train_report.json")  # of each trial's output
+CONSOLE_LOG = "tune_console.log"  # what Ray Tune printed
 
 
 def worker_resources(config: TuneStageConfig, cluster: dict[str, float]) -> dict[str, float]:
@@ -111,8 +115,13 @@ def run(inputs: dict[str, Path], config: TuneStageConfig, output: Path, ctx: Sta
                                         reduction_factor=settings.reduction_factor, max_t=1_000_000)),
             run_config=tune.RunConfig(name=f"tune_run_{round_}", storage_path=str(output), verbose=0),
         )
+        # Tune prints its own reports (configuration boxes, where its results are, a
+        # TensorBoard hint) whatever its verbosity: kept in the artifact, off the console,
+        # which shows the pipeline's progress and results only.
+        with open(output / CONSOLE_LOG, "a", encoding="utf-8") as log, contextlib.redirect_stdout(log):
+            results = tuner.fit()
         return [{**_trial_row(result, trials / trial_name(result.config["lr"])), "extension": round_ > 0}
-                for result in tuner.fit()]
+                for result in results]
 
     rows, rates, extensions = [], list(settings.learning_rates), 0
     while True:

@@ -266,15 +266,15 @@ def test_the_report_gates_models_that_do_not_translate_and_shows_the_source_blin
     failing = {row["name"] for row in report["models"] if row["translates"] == gate.DOES_NOT}
     assert "transformer_tiny" in failing
     comparison = report["comparison"]
-    assert {entry["label"] for entry in comparison.withheld} == failing
-    assert not any({test["a"], test["b"]} & failing for test in comparison.tests)
+    assert {entry["label"] for entry in comparison["withheld"]} == failing
+    assert not any({test["a"], test["b"]} & failing for test in comparison["tests"])
     markdown = (report_dir / "report.md").read_text()
     for name in failing:
         assert f"{name} did not translate at this budget (" in markdown
     header = markdown.split("## Does each model translate?")[1].strip().splitlines()[0]
     assert [cell.strip() for cell in header.strip("|").split("|")][:2] == ["model", "translates"]
     # The target side's n-gram models, fitted on the 800 training targets.
-    baselines = comparison.baselines
+    baselines = comparison["baselines"]
     losses = [baselines["nats_per_token"][order] for order in ("1", "2", "3", "4")]
     assert baselines["train_sentences"] == 800 and baselines["valid_sentences"] == 60
     assert math.log(500) > losses[0] > losses[1] > losses[2] and losses[3] < losses[1]

@@ -7,6 +7,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -26,6 +27,7 @@ from tests.s3_server import free_port
 pytestmark = pytest.mark.slow
 MODEL = "transformer_tiny"
 MAX_SENTENCES, MAX_INPUT_TOKENS = 8, 64
+BULK_IN_FLIGHT, BODY_DEADLINE_S = 2, 3
 
 
 @pytest.fixture(scope="module")
@@ -80,7 +82,8 @@ def serve_process(experiment, bystander_ray, request) -> tuple[subprocess.Popen,
     process = subprocess.Popen(
         [sys.executable, "-m", "pipeline", "serve", str(config), "--model", MODEL, "--port", str(port),
          "--max-sentences", str(MAX_SENTENCES), "--max-input-tokens", str(MAX_INPUT_TOKENS),
-         "--max-batch-sentences", "32", "--batch-wait-ms", "20", "--ingress", ingress],
+         "--max-batch-sentences", "32", "--batch-wait-ms", "20", "--ingress", ingress,
+         "--max-bulk-requests-in-flight", str(BULK_IN_FLIGHT), "--body-deadline-s", str(BODY_DEADLINE_S)],
         cwd=config.parent, env=env, stdout=subprocess.PIPE, stderr=open(log, "w"), text=True, start_new_session=True)
     ready = threading.Event()
     threading.Thread(target=watch_for_ready, args=(process, ready), daemon=True).start()
@@ -234,6 +237,7 @@ def test_concurrent_clients_each_get_their_own_translations_in_order(service, se
     # Sizes checked before anything is tokenized: characters, then the body itself.
     (json.dumps({"sentences": ["fine", "x" * 3000]}), 413, "sentences[1] is 3000 characters long: at most 2048"),
     (json.dumps({"sentences": ["x" * 1_000_000] * 4}), 413, "request body over"),
+    ('{"sentences": ["a dog \\ud800 runs"]}', 400, "sentences[0] is not valid Unicode: a lone surrogate (U+D800)"),
 ])
 def test_bad_requests_get_a_4xx_with_a_message_and_the_service_stays_up(service, body, status, message):
     response = requests.post(f"{service}/translate", data=body, headers={"Content-Type": "application/json"},
@@ -321,29 +325,138 @@ def test_a_costly_request_decodes_in_the_bulk_lane_while_short_ones_are_answered
     after = requests.get(f"{url}/stats", timeout=30).json()
     assert after["bulk_requests"] - before["bulk_requests"] == 1
     assert after["requests"] - before["requests"] == 4
+    # Few hypothesis steps (1 x about 1,000: under --bulk-request-cost) but one after
+    # another: past the normal lane's 300 ms on this replica's decoder, as measured when
+    # it started, so decoded in the bulk lane too (a 900-token min_length forces them).
+    health = requests.get(f"{url}/health", timeout=30).json()
+    assert 900 * health["decode_step_ms"] / 1e3 > 0.3, health
+    deep = {"sentences": sentences[:1], "beam_size": 1, "max_length_b": 1000, "min_length": 900}
+    assert requests.post(f"{url}/translate", json=deep, timeout=120).status_code == 200
+    assert requests.get(f"{url}/stats", timeout=30).json()["bulk_requests"] - after["bulk_requests"] == 1
+
+
+COSTLY = {"beam_size": 16, "min_length": 600, "max_length_b": 700}  # seconds of decoding, in the bulk lane
+
+
+def stats(url: str) -> dict:
+    return requests.get(f"{url}/stats", timeout=30).json()
+
+
+def wait_for_stats(url: str, ready, timeout: float = 60.0) -> dict:
+    """The replica's /stats once ``ready(stats)`` holds (polled; fails past ``timeout``)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = stats(url)
+        if ready(found):
+            return found
+        time.sleep(0.05)
+    pytest.fail(f"/stats never got there: {found}")
+
+
+def test_a_full_lane_answers_503_at_once_while_short_requests_are_answered(serve_process, sentences, request):
+    """The bulk lane holds BULK_IN_FLIGHT costly requests: the next one is refused within
+    a second, with Retry-After, and a short request sent meanwhile is translated."""
+    if request.node.callspec.params["serve_process"] != "ray":
+        pytest.skip("the lanes are the replica's whichever ingress forwards to it")
+    _, url = serve_process
+    before = stats(url)
+    costly = {"sentences": sentences[:2], **COSTLY}
+    with ThreadPoolExecutor(BULK_IN_FLIGHT) as pool:
+        held = [pool.submit(requests.post, f"{url}/translate", json=costly, timeout=300)
+                for _ in range(BULK_IN_FLIGHT)]
+        wait_for_stats(url, lambda found: found["bulk_in_flight"] == BULK_IN_FLIGHT)
+        refused = requests.post(f"{url}/translate", json=costly, timeout=30)
+        assert refused.status_code == 503, refused.text
+        assert refused.elapsed.total_seconds() < 1.0 and refused.headers["Retry-After"] == "1"
+        assert "the bulk lane holds 2 requests, its limit" in refused.text
+        assert translate(url, sentences[5:6], beam_size=4)
+        assert all(answer.result().status_code == 200 for answer in held)
+    after = stats(url)
+    assert after["refused"] - before["refused"] == 1
+    assert after["bulk_requests"] - before["bulk_requests"] == BULK_IN_FLIGHT
+
+
+def test_a_request_whose_client_went_is_dropped_before_it_is_decoded(serve_process, sentences, request):
+    """A costly request queued behind another, its client gone while it waits: the
+    replica never decodes it, and /stats counts it as dropped."""
+    if request.node.callspec.params["serve_process"] != "ray":
+        pytest.skip("the lanes are the replica's whichever ingress forwards to it")
+    _, url = serve_process
+    before = stats(url)
+    with ThreadPoolExecutor(1) as pool:
+        first = pool.submit(requests.post, f"{url}/translate", json={"sentences": sentences[:2], **COSTLY},
+                            timeout=300)
+        wait_for_stats(url, lambda found: found["bulk_in_flight"] == 1)
+        body = json.dumps({"sentences": sentences[2:4], **COSTLY}).encode()
+        host, port = url.removeprefix("http://").split(":")
+        with socket.create_connection((host, int(port)), timeout=30) as connection:
+            connection.sendall(b"POST /translate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                               + f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
+            wait_for_stats(url, lambda found: found["bulk_in_flight"] == 2)
+        # The socket is closed: its request waits behind the first, whose client stays.
+        assert first.result().status_code == 200
+    # Counted when its batcher takes the next batch, after the first's answer has gone.
+    after = wait_for_stats(url, lambda found: found["dropped"] > before["dropped"])
+    assert after["dropped"] - before["dropped"] == 1
+    assert after["bulk_requests"] - before["bulk_requests"] == 1
+
+
+def test_a_slow_body_is_cut_at_the_deadline_and_short_requests_are_answered_meanwhile(serve_process, sentences,
+                                                                                     request):
+    """A client sending the start of its body and then nothing: answered 408 at the body
+    deadline, while the service goes on translating."""
+    if request.node.callspec.params["serve_process"] != "ray":
+        pytest.skip("the body deadline is the replica's whichever ingress forwards to it")
+    _, url = serve_process
+    host, port = url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=60) as connection:
+        connection.sendall(b"POST /translate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                           b"Content-Length: 200\r\n\r\n{\"sentences\": [")
+        started = time.monotonic()
+        assert translate(url, sentences[6:7], beam_size=4)
+        answered_meanwhile = time.monotonic() - started
+        answer = connection.recv(4096).decode()
+    assert answered_meanwhile < BODY_DEADLINE_S
+    assert answer.startswith("HTTP/1.1 408"), answer
+    assert f"the request body did not arrive within {BODY_DEADLINE_S:g} s" in answer
+
+
+def test_a_chunked_body_over_the_limit_is_a_413(service):
+    chunks = (b'{"sentences": ["' + b"x" * 400_000 for _ in range(4))
+    response = requests.post(f"{service}/translate", data=chunks, headers={"Content-Type": "application/json"},
+                             timeout=60)
+    assert response.status_code == 413 and "request body over" in response.text, response.text
+
 
 
 # Last in this module: it kills the replica's decode process.
-def test_a_replica_whose_decode_process_dies_answers_503_and_is_replaced(serve_process, sentences, request):
+def test_a_decode_process_that_dies_is_replaced_within_its_replica(serve_process, sentences, request):
+    """The normal lane's decode process killed: the replica starts another, as it does
+    for one stopped at a deadline, and the same replica answers again once it has
+    loaded (Ray Serve would otherwise replace the whole replica, tens of seconds of
+    503s)."""
     if request.node.callspec.params["serve_process"] != "ray":
         pytest.skip("the replica replaces its decode process whichever ingress forwards to it")
     process, url = serve_process
     expected = translate(url, sentences[:3])
     killed = decode_process(process.pid)
+    replica = killed.parent().pid
     killed.kill()
     killed.wait(timeout=30)
     response = requests.post(f"{url}/translate", json={"sentences": sentences[:3]}, timeout=60)
-    assert response.status_code == 503, response.text
-    assert f"pid {killed.pid}) exited with code -9" in response.text
-    deadline = time.monotonic() + 240  # Serve checks health every 10 s, then starts a new replica
+    if response.status_code != 200:  # the batch found the process dead, before the health check did
+        assert response.status_code == 503, response.text
+        assert f"pid {killed.pid}) exited with code -9" in response.text
+    deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         response = requests.post(f"{url}/translate", json={"sentences": sentences[:3]}, timeout=60)
         if response.status_code == 200:
             break
-        time.sleep(2)
+        time.sleep(0.5)
     assert response.status_code == 200, response.text
     assert [t["text"] for t in response.json()["translations"]] == expected
-    assert decode_process(process.pid).pid != killed.pid
+    replacement = decode_process(process.pid)
+    assert replacement.pid != killed.pid and replacement.parent().pid == replica
 
 
 def test_serve_stops_with_the_reason_when_its_replica_can_no_longer_start(serve_process, experiment, request):

@@ -18,7 +18,7 @@ import pytest
 from pipeline.config import load_config
 from pipeline.core.artifacts import ArtifactState, ArtifactStore
 from pipeline.graph import plan
-from tests.helpers import REPO, processes_naming, set_options, smoke_briefly
+from tests.helpers import REPO, kill_everything_below, processes_naming, set_options, smoke_briefly
 from tests.s3_server import free_port
 from tests.slurm_cluster import SlurmCluster, available
 
@@ -91,12 +91,25 @@ def marks(timeline: Path) -> list[tuple[str, str]]:
     return [(line["stage"], line["event"]) for line in lines]
 
 
+@pytest.fixture
+def bystander(tmp_path):
+    """Another job's training on the node (tests/bystander_training.py): the path it
+    writes if it is ever sent SIGTERM, and its process."""
+    marker = tmp_path / "bystander-signalled"
+    process = subprocess.Popen([sys.executable, "-m", "tests.bystander_training", str(marker),
+                                str(tmp_path / "ray-bystander")], cwd=REPO, stdout=subprocess.PIPE, text=True,
+                               start_new_session=True)
+    assert process.stdout.readline().startswith("ready"), "the bystander's Ray did not start"
+    yield marker, process
+    kill_everything_below(process)
+
+
 def test_a_job_signalled_then_one_cancelled_resume_from_the_s3_store_with_the_same_keys(slurm, s3, multi30k,
-                                                                                        tmp_path):
+                                                                                        tmp_path, bystander):
     """Three jobs on one S3 root. The first gets the signal the script asks Slurm for
     before its time limit (``--signal=B:USR1@120``, sent here with ``scancel
     --signal=USR1 --batch``): its training checkpoints the update under way and the job
-    ends by itself. The second resumes there, with no update lost, and is ``scancel``led
+    ends by itself, and another training on the node (``bystander``) is never signalled. The second resumes there, with no update lost, and is ``scancel``led
     past its next checkpoint. The third resumes from the store and completes the graph,
     under the keys the first job planned."""
     root = s3.uri("slurm/smoke")
@@ -132,6 +145,8 @@ def test_a_job_signalled_then_one_cancelled_resume_from_the_s3_store_with_the_sa
     checkpointed = max(int(event.split()[1]) for event in events[:last] if event.startswith("update "))
     assert max(updates) == checkpointed, events  # no update past it
     assert "stopped by SIGTERM" in job_log(workdir, first), job_log(workdir, first)[-4000:]
+    marker, bystanding = bystander  # the handler signalled this job's workers alone
+    assert not marker.exists() and bystanding.poll() is None, job_log(workdir, first)[-4000:]
     time.sleep(2)
     assert not ray_processes_of(first), ray_processes_of(first)
     planned = graph_state(root, s3.env())

@@ -322,6 +322,7 @@ def test_a_cosine_over_a_flops_budget_decays_by_the_flops_spent_and_ends_at_the_
                                                                                        local_ray):
     """The engine's rate follows the FLOPs each update counted (summed over both
     workers), from the warmup's peak down to ``min_lr`` where the budget runs out."""
+    from stages.train.plan import as_configured
     from stages.train.schedule import Spent, learning_rate
 
     config = stage_config(workers=2, schedule="cosine", lr=3e-3, min_lr=1e-4, warmup_steps=5, max_steps=None,
@@ -331,11 +332,12 @@ def test_a_cosine_over_a_flops_budget_decays_by_the_flops_spent_and_ends_at_the_
     report = json.loads((tmp_path / "out" / "train_report.json").read_text())
     assert report["stop_reason"] == "max_train_flops" and len(logged) == metrics["steps"] >= 15
     width = 128  # the cosine does not depend on the model's width
+    run = as_configured(config.train)
     before = Spent(0, 0.0, 0.0)
     for row in logged:
         # A row is written after its update; the rate it shows is the next update's,
         # which DeepSpeed set from what the updates before this one had spent.
-        assert row["lr"] == pytest.approx(learning_rate(row["step"] + 1, config.train, width, before), rel=1e-6)
+        assert row["lr"] == pytest.approx(learning_rate(row["step"] + 1, config.train, run, width, before), rel=1e-6)
         before = Spent(row["step"], row["train_flops"], row["train_tokens"])
     rates = [row["lr"] for row in logged]
     assert rates.index(max(rates)) == 3 and max(rates) == pytest.approx(3e-3)  # update 5, the warmup's last

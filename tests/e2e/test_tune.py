@@ -75,7 +75,7 @@ def test_tune_chooses_a_rate_never_the_diverging_one_caches_it_and_the_runs_trai
 
 
 def test_a_best_rate_at_the_grids_edge_extends_the_grid_and_the_choice_says_if_it_is_still_there(tokenized, tmp_path,
-                                                                                                   local_ray):
+                                                                                                   local_ray, capsys):
     # Rates far below any good one: over four updates the larger always learns more, so
     # the best is the grid's top; one extension tries the next rate up, at the grid's
     # ratio, and that one is the best and again the top. Trials in their own processes:
@@ -92,6 +92,11 @@ def test_a_best_rate_at_the_grids_edge_extends_the_grid_and_the_choice_says_if_i
                                                                            (pytest.approx(4e-5), True)]
     assert choice["lr"] == pytest.approx(4e-5) and choice["extensions"] == 1 and choice["at_edge"] == "highest"
     assert metrics["at_edge"] == "highest" and not list(output.glob("tune_run_*"))
+    # Ray Tune's own reports are in the artifact, not on the console.
+    kept = (output / "tune_console.log").read_text()
+    assert "View detailed results here" in kept and "tune_run_1" in kept
+    printed = capsys.readouterr().out
+    assert "View detailed results here" not in printed and "Configuration for experiment" not in printed
 
 
 def test_two_tune_stages_at_once_in_one_ray_job_keep_their_own_trials(tokenized, tmp_path, local_ray):

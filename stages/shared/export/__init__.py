@@ -73,6 +73,9 @@ def export_model(model_file: Path, format: str, output: Path, quantization: str 
         check_replaceable(output, files.weights.parent)
     model, data = load_model_file(files.weights)
     check_format(model, format)
+    existing = next(parent for parent in output.parents if parent.exists() or parent == Path(parent.anchor))
+    if existing.exists() and not existing.is_dir():  # mkdir would raise FileExistsError, a traceback
+        raise ExportError(f"{output}: {existing} is a file, not a directory: pick another output directory")
     output.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{output.name}.", dir=output.parent))
     try:

@@ -157,6 +157,7 @@ class DecodePool:
             self._idle.put(process)
         self._restarting = 0  # processes being replaced, changed under _restart_lock
         self._restart_lock = threading.Lock()
+        self._replaced: set[DecodeProcess] = set()  # processes being (or been) replaced: never used again
         self.restart_error = ""  # why the last replacement process failed to load, if it did
 
     def _start(self) -> DecodeProcess:
@@ -168,18 +169,31 @@ class DecodePool:
         ``deadline_s`` the process is killed, a new one started in its place (in the
         background), and ``DecodeDeadlineExceeded`` raised."""
         process = self._idle.get()
+        while process in self._replaced:  # found dead (replace_exited): its replacement comes idle once loaded
+            process = self._idle.get()
         try:
             return process.translate(sources, search, deadline_s)
-        except DecodeDeadlineExceeded:
+        except (DecodeDeadlineExceeded, DecodeProcessExited):
             self._replace(process)  # the new process goes idle once loaded
             process = None
             raise
         finally:
-            if process is not None:  # a dead one too: its next batch fails at once, never waits
+            if process is not None:
                 self._idle.put(process)
+
+    def replace_exited(self) -> None:
+        """Starts a replacement for each process that died on its own (killed, out of
+        memory) while idle: without this, only the next batch given to it would find
+        out, and fail."""
+        for process in list(self.processes):
+            if not process.alive() and process not in self._replaced:
+                self._replace(process)
 
     def _replace(self, process: DecodeProcess) -> None:
         with self._restart_lock:
+            if process in self._replaced:
+                return
+            self._replaced.add(process)
             self._restarting += 1
 
         def start_again() -> None:

@@ -7,10 +7,12 @@ stage writes it (``save_model_file``); ``ModelFiles`` finds it with the artifact
 ``vocab.json`` and SentencePiece models, and ``SourceEncoder`` turns text into the ids
 every decoder reads.
 
-Loading checks what it loads: a weights file is loaded only beside its artifact's
-``MANIFEST.json``, and only if it has the sha256 the manifest records for it (one flipped
-byte otherwise loads silently and translates wrongly); weights that are NaN or infinite
-are refused (they would decode to nothing, or fail deep in the search).
+Loading checks what it loads: every file of a model (the weights, ``vocab.json``, the
+SentencePiece models) is read only beside its artifact's ``MANIFEST.json``, and only if
+it has the sha256 the manifest records for it (one flipped byte in the weights, or three
+pieces renamed in ``spm.model``, otherwise load silently and translate wrongly); weights
+that are NaN or infinite are refused (they would decode to nothing, or fail deep in the
+search).
 """
 
 from __future__ import annotations
@@ -94,14 +96,14 @@ class ModelFileError(RuntimeError):
 
 def check_against_manifest(path: Path) -> None:
     """Raises ``ModelFileError`` unless the manifest of the train artifact beside
-    ``path`` lists it with the sha256 it has: a weights file is loaded only from its
+    ``path`` lists it with the sha256 it has: a model's files are read only from its
     artifact, as committed. A missing, unreadable or malformed manifest, or one that
     does not list the file, is refused as a changed one is, never loaded unchecked."""
     manifest_file = path.parent / "MANIFEST.json"
     todo = ("check the artifact with nmt verify CONFIG and retrain what it marks (nmt run --force train/MODEL), "
             "or give the train artifact's directory, where its MANIFEST.json is")
     if not path.is_file():
-        raise FileNotFoundError(f"{path}: no such model file")
+        raise FileNotFoundError(f"{path}: no such file of a model")
     try:
         manifest = json.loads(manifest_file.read_text())
     except FileNotFoundError:
@@ -146,10 +148,14 @@ class ModelFiles:
         if not vocab_file.is_file():
             raise FileNotFoundError(f"{vocab_file}: missing; a model file is read with the vocab.json and "
                                     "SentencePiece models of its train artifact beside it")
+        check_against_manifest(vocab_file)
         vocab = json.loads(vocab_file.read_text())
         models = vocab["models"]
-        return cls(model_file, model_file.parent / models["src"], model_file.parent / models["tgt"],
-                   vocab["special_ids"])
+        found = cls(model_file, model_file.parent / models["src"], model_file.parent / models["tgt"],
+                    vocab["special_ids"])
+        for tokenizer in dict.fromkeys((found.src_spm, found.tgt_spm)):  # one file where both sides share it
+            check_against_manifest(tokenizer)
+        return found
 
 
 def _model_in(directory: Path) -> Path:

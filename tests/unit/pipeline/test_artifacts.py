@@ -79,6 +79,27 @@ def test_a_file_rewritten_after_commit_is_invalid_even_at_the_same_size(tmp_path
     assert status.state == ArtifactState.INVALID and "modified after" in status.reason
 
 
+def test_a_root_copied_without_its_times_is_all_cached_and_one_changed_byte_is_not(tmp_path):
+    """``cp -r`` (or rsync without times, a restore from backup) gives every file a new
+    modification time, some after the manifest's: the contents decide, hashed once."""
+    import subprocess
+
+    _committed(tmp_path / "root")
+    time.sleep(0.01)
+    subprocess.run(["cp", "-r", str(tmp_path / "root"), str(tmp_path / "copy")], check=True)
+    copy = ArtifactStore(str(tmp_path / "copy"))
+    manifest = tmp_path / "copy" / "clean" / "k1" / MANIFEST
+    os.utime(manifest, (1, 1))  # as if copied first: every file newer than it
+    assert copy.status("clean", "k1").state == ArtifactState.CACHED
+    assert manifest.stat().st_mtime > 1  # moved past the files: the next status hashes nothing
+
+    changed = tmp_path / "copy" / "clean" / "k1" / "data.txt"
+    changed.write_text("HELLO")  # one byte's change at the same size, after the commit
+    status = copy.status("clean", "k1")
+    assert status.state == ArtifactState.INVALID
+    assert status.reason == "data.txt was modified after the artifact was committed (its sha256 no longer matches)"
+
+
 def test_a_same_size_change_that_keeps_its_mtime_is_caught_by_verify(tmp_path):
     store = _committed(tmp_path)
     path = tmp_path / "clean" / "k1" / "data.txt"

@@ -101,6 +101,21 @@ def test_an_unreadable_lease_file_expires_like_any_other(tmp_path, make, content
     assert_expires_by_the_file_s_age(path, make(tmp_path))
 
 
+@pytest.mark.parametrize("make", [local_lease, object_store_lease])
+@pytest.mark.parametrize("kind", ["directory", "fifo"])
+def test_a_lease_path_that_is_not_a_regular_file_expires_like_an_unreadable_one(tmp_path, make, kind):
+    """A directory or a FIFO where the lease file goes hung every run of the key for
+    ever (a FIFO's read blocks); it is never opened, and expires by its age."""
+    path = tmp_path / "train" / "k1.lease"
+    path.parent.mkdir(exist_ok=True)
+    if kind == "directory":
+        path.mkdir()
+        (path / "inside").write_text("x")
+    else:
+        os.mkfifo(path)
+    assert_expires_by_the_file_s_age(path, make(tmp_path))
+
+
 def test_a_held_lease_is_renewed_and_released_when_the_block_fails(tmp_path, monkeypatch):
     monkeypatch.setattr(leases, "RENEW_SECONDS", 0.05)
     lease = local_lease(tmp_path)

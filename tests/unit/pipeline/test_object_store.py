@@ -87,3 +87,15 @@ def test_generated_secrets_are_redacted_in_every_form_a_root_takes(key, secret):
         _credentials(forms[2](key, secret))
     except ValueError as refused:
         assert secret not in str(refused) and "percent-encode" in str(refused)
+
+
+def test_a_plus_in_a_query_secret_is_read_as_written_not_as_a_space(monkeypatch):
+    """AWS secrets often hold a "+": form encoding's rule read it as a space, and the store
+    refused the key."""
+    import pipeline.core.object_store as object_store
+
+    given_options = {}
+    monkeypatch.setattr(object_store.pafs, "S3FileSystem", lambda **options: given_options.update(options))
+    object_store.open_filesystem("s3://bucket/runs?endpoint_override=127.0.0.1:9000&scheme=http"
+                                 "&access_key=AKIA&secret_key=ab+cd/ef%2Bgh%20ij")
+    assert given_options["secret_key"] == "ab+cd/ef+gh ij" and given_options["access_key"] == "AKIA"

@@ -138,3 +138,38 @@ def test_a_job_larger_than_a_batch_is_refused():
 
     with pytest.raises(ValueError, match="size 3 cannot fit in a batch of 2"):
         run(scenario())
+
+
+def test_a_job_whose_caller_went_while_it_queued_is_dropped_undecoded_and_counted():
+    """A client that disconnects while its request waits behind a decoding batch: its
+    job never reaches the decoder, and the batcher counts it."""
+    async def scenario():
+        decoder = SlowDecoder(0.3)
+        batcher = batcher_for(decoder)
+        first = asyncio.ensure_future(batcher.submit(["a"]))
+        await asyncio.sleep(0.05)
+        gone = asyncio.ensure_future(batcher.submit(["b"]))
+        staying = asyncio.ensure_future(batcher.submit(["c"]))
+        await asyncio.sleep(0.05)
+        gone.cancel()  # what the service does when the client disconnects
+        return decoder, batcher, await asyncio.gather(first, staying)
+
+    decoder, batcher, results = run(scenario())
+    assert decoder.batches == [[["a"]], [["c"]]] and results == [["A"], ["C"]]
+    assert batcher.dropped == 1
+
+
+def test_a_full_lane_refuses_at_once_and_frees_its_place_when_a_request_ends():
+    from pipeline.serving.lanes import Lane, LaneFull
+
+    lane = Lane("bulk", batcher=None, limit=2)
+    with lane.admitted(), lane.admitted():
+        with pytest.raises(LaneFull, match="the bulk lane holds 2 requests, its limit"):
+            with lane.admitted():
+                pass
+    with lane.admitted():
+        assert lane.held == 1
+    with pytest.raises(RuntimeError):
+        with lane.admitted():
+            raise RuntimeError("a failed decode")
+    assert lane.held == 0

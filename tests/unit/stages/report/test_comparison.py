@@ -173,3 +173,24 @@ def test_a_seed_that_repeats_another_is_counted_once_and_the_report_says_so(tmp_
     markdown = (tmp_path / "report.md").read_text()
     assert "t: seed 2's outputs are seed 1's, line for line, so it counts once." in markdown
     assert "untestable with 1 seed" in markdown
+
+
+def test_two_test_sets_of_one_size_are_not_paired_and_the_report_says_why(tmp_path):
+    """nmt report across two configs whose test sets differ but have the same size gave a
+    "paired" test over unrelated sentences; of different sizes, a traceback. Neither is
+    tested now: the references' sha256 must match, and the report names the pair."""
+    rows = [run("transformer_tiny", "transformer", 1, 3.5e13, 20.0), run("rnn_tiny", "rnn", 1, 3.5e13, 5.0),
+            run("convs2s_tiny", "convs2s", 1, 3.5e13, 9.0)]
+    shuffled = list(reversed(REFERENCES))  # as many sentences, other references
+    outputs = {rows[0]["name"]: output(0.2, 1), rows[1]["name"]: (output(0.6, 1)[0], shuffled),
+               rows[2]["name"]: (output(0.4, 2)[0][:-1], REFERENCES[:-1])}
+    comparison = compare(rows, outputs)
+    assert comparison.tests == []
+    assert len(comparison.unpaired) == 3
+    same_size = next(line for line in comparison.unpaired if "rnn_tiny" in line and "transformer_tiny" in line)
+    assert f"were scored on different references ({len(REFERENCES)} sentences each; sha256" in same_size
+    assert any("test sets of different sizes" in line for line in comparison.unpaired)
+    write_report(rows, {}, tmp_path, "across", outputs)
+    markdown = (tmp_path / "report.md").read_text()
+    assert "## Pairs not compared" in markdown and "## Primary comparisons" not in markdown
+    assert json.loads((tmp_path / "report.json").read_text())["comparison"]["unpaired"] == comparison.unpaired

@@ -230,6 +230,9 @@ def test_force_replaces_an_earlier_export_and_nothing_else(tokenized, tmp_path, 
     with pytest.raises(ExportError, match="is not an earlier export"):
         export_model(model, "ctranslate2", tmp_path / "out", force=True)
     assert (tmp_path / "out" / "mine.txt").read_text() == "keep"
+    # Under a file: one line naming it (mkdir gave a FileExistsError traceback).
+    with pytest.raises(ExportError, match=r"mine\.txt is a file, not a directory"):
+        export_model(model, "ctranslate2", tmp_path / "out" / "mine.txt" / "sub" / "deeper")
 
     export_model(model, "ctranslate2", tmp_path / "exported")
     (tmp_path / "exported" / "stale.txt").write_text("from the earlier export")

@@ -10,6 +10,7 @@ import gzip
 import os
 import shutil
 import signal
+import time
 
 import pytest
 import torch
@@ -71,7 +72,24 @@ def test_a_killed_process_fails_the_next_batch_with_its_pid_and_exit_code(model,
         os.kill(pid, signal.SIGKILL)
         with pytest.raises(DecodeProcessExited, match=f"pid {pid}.*code -9"):
             translator.translate(lines, SearchSettings(beam_size=2), batch_size=4, pool=pool)
-        assert not pool.alive()
+        # Replaced as one stopped at a deadline is: the pool stays alive and decodes again.
+        assert pool.alive()
+        decoded = translator.translate(lines, SearchSettings(beam_size=2), batch_size=4, pool=pool)
+        assert len(decoded) == len(lines) and all(translations[0].text is not None for translations in decoded)
+        assert pid not in pool.pids and len(pool.pids) == 1
+
+
+def test_a_process_that_died_while_idle_is_replaced_before_any_batch_finds_it(model, lines):
+    with DecodePool(fp32_translator(model), workers=1) as pool:
+        (pid,) = pool.pids
+        os.kill(pid, signal.SIGKILL)
+        while pool.processes[0].alive():  # until the kill has landed
+            time.sleep(0.01)
+        pool.replace_exited()  # what the service's health check does
+        assert pool.alive() and not pool.ready()  # alive: its replacement is loading
+        translator = Translator.from_file(model)
+        assert translator.translate(lines[:2], SearchSettings(beam_size=2), batch_size=4, pool=pool)
+        assert pool.ready() and pid not in pool.pids
 
 
 def test_a_model_a_process_cannot_load_raises_the_loading_error(model, tmp_path):

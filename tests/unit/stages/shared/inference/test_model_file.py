@@ -63,3 +63,27 @@ def test_a_missing_unreadable_or_non_listing_manifest_is_refused_not_skipped(mod
     with pytest.raises(ModelFileError, match=said) as refused:
         load_model_file(path)
     assert "nmt verify" in str(refused.value)
+
+
+def test_an_edited_sentencepiece_model_or_vocabulary_is_refused_naming_the_file(model_dir):
+    """Three pieces renamed in spm.model translated a wrong sentence with rc 0: every
+    file of a model is checked against the manifest, not the weights alone."""
+    import sentencepiece as spm
+    from sentencepiece import sentencepiece_model_pb2 as model_pb2
+
+    from stages.shared.inference.model_file import ModelFiles
+
+    files = ModelFiles.find(model_dir)  # as committed: found and checked
+    proto = model_pb2.ModelProto()
+    proto.ParseFromString(files.src_spm.read_bytes())
+    for piece in proto.pieces[10:13]:
+        piece.piece = piece.piece + "x"
+    files.src_spm.write_bytes(proto.SerializeToString())
+    assert spm.SentencePieceProcessor(model_file=str(files.src_spm)).get_piece_size() > 0  # it still loads
+    with pytest.raises(ModelFileError, match=rf"{files.src_spm.name}: its sha256 does not match .*MANIFEST\.json"):
+        ModelFiles.find(model_dir)
+    vocab = model_dir / "vocab.json"
+    write_manifest(model_dir)  # the edited model recorded: now the vocabulary is the changed file
+    vocab.write_text(vocab.read_text().replace('"unk": 1', '"unk": 3'))
+    with pytest.raises(ModelFileError, match=r"vocab\.json: its sha256 does not match"):
+        ModelFiles.find(model_dir)
