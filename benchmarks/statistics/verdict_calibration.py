@@ -60,6 +60,7 @@ from benchmarks.statistics.statistics_calibration import (  # noqa: E402
 )
 from stages.report import gate  # noqa: E402
 from stages.report.comparison import compare_systems  # noqa: E402
+from stages.report.comparison_records import Comparison  # noqa: E402
 from stages.report.resampling import SeededSystem, corpus_scores  # noqa: E402
 from stages.report.significance import PRIMARY, PRIMARY_METRIC  # noqa: E402
 

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -96,12 +98,13 @@ def bystander(tmp_path):
     """Another job's training on the node (tests/bystander_training.py): the path it
     writes if it is ever sent SIGTERM, and its process."""
     marker = tmp_path / "bystander-signalled"
-    process = subprocess.Popen([sys.executable, "-m", "tests.bystander_training", str(marker),
-                                str(tmp_path / "ray-bystander")], cwd=REPO, stdout=subprocess.PIPE, text=True,
-                               start_new_session=True)
+    temp_dir = tempfile.mkdtemp(prefix="rb-", dir="/tmp")  # short: Ray's socket paths must fit in 107 bytes
+    process = subprocess.Popen([sys.executable, "-m", "tests.bystander_training", str(marker), temp_dir], cwd=REPO,
+                               stdout=subprocess.PIPE, text=True, start_new_session=True)
     assert process.stdout.readline().startswith("ready"), "the bystander's Ray did not start"
     yield marker, process
     kill_everything_below(process)
+    shutil.rmtree(temp_dir, ignore_errors=True)
 
 
 def test_a_job_signalled_then_one_cancelled_resume_from_the_s3_store_with_the_same_keys(slurm, s3, multi30k,

@@ -23,3 +23,13 @@ def test_every_dated_report_names_the_commit_it_measured():
     reports = sorted((REPO / "benchmarks" / "reports").glob("*.md"))
     unnamed = [report.name for report in reports if not commit.search(report.read_text())]
     assert reports and not unnamed, unnamed
+
+
+def test_the_hand_written_pages_stay_within_their_budget():
+    """What a user reads, not the project's history: the pages written by hand (the
+    generated references aside) at most 1,800 lines, docs/comparing.md at most 300;
+    development history and amended verdicts go to the dated reports."""
+    generated = {"configuration.md", "cli.md"}
+    lines = {page.name: len(page.read_text().splitlines()) for page in (REPO / "docs").glob("*.md")}
+    assert sum(count for name, count in lines.items() if name not in generated) <= 1800, lines
+    assert lines["comparing.md"] <= 300
