@@ -320,7 +320,7 @@ class TranslationService:
                                      f"a smaller beam_size or a lower max_length_b")
         # Costly in steps, or long one step after another (min_length forcing them, say):
         # either would hold the normal lane's decoder past normal_lane_s.
-        depth, width = search_shape(search, lengths, room)
+        depth, width = search_shape(search, lengths, room) if lengths else (0, 0)  # all blank: nothing to decode
         costly = (cost > self.settings.bulk_request_cost
                   or self.decode_time.seconds(depth, width) > self.settings.normal_lane_s)
         lane = self.bulk_lane if self.bulk_lane and costly else self.lane

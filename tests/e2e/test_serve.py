@@ -172,6 +172,9 @@ def test_nbest_lists_are_ranked_and_blank_lines_stay_blank(service, sentences):
         scores = [hypothesis["score"] for hypothesis in translation["nbest"]]
         assert len(scores) == 3 and scores == sorted(scores, reverse=True)
         assert translation["text"] == translation["nbest"][0]["text"]
+    # Only blank lines: nothing to decode, and the blank answers at once.
+    alone = requests.post(f"{service}/translate", json={"sentences": ["", " "]}, timeout=60)
+    assert alone.status_code == 200 and [t["text"] for t in alone.json()["translations"]] == ["", ""]
 
 
 def test_concurrent_clients_each_get_their_own_translations_in_order(service, sentences):

@@ -125,9 +125,9 @@ def test_consolidated_weights_load_without_deepspeed_and_match_the_engine(tokeni
     config = stage_config(workers=workers, zero_stage=zero_stage, precision=precision, max_steps=10,
                           checkpoint_every=10, in_process=workers == 1)
     metrics = run_stage(tokenized, config, tmp_path / "out")
-    # auto resolves in the worker to what this CPU runs natively.
-    resolved = "bf16" if detect_device("cpu").bf16 else "fp32"
-    assert metrics["precision"] == (resolved if precision == "auto" else precision)
+    # auto resolves in the worker: fp32 without native bf16, else the faster of the two, measured.
+    resolved = {"bf16", "fp32"} if detect_device("cpu").bf16 else {"fp32"}
+    assert metrics["precision"] in resolved if precision == "auto" else metrics["precision"] == precision
     model, info = load_model_file(write_manifest(tmp_path / "out") / "model.pt")  # as the store commits it
     assert info["info"]["averaged_steps"] == [10]
     last = complete_checkpoints(tmp_path / "out" / train.RUN_NAME, workers, zero_stage)[-1]
