@@ -44,8 +44,9 @@ from stages.shared.names import TRAIN, train_stage
 # 5: CTranslate2's BLEU and speed (evaluate.ctranslate2), decoder-only decoding FLOPs
 # without an output projection over the prompt; 6: CTranslate2 searched with each
 # sentence's output limit (max_length_a) and min_length, as ours; 7: source use on the
-# validation split and the beam outputs' collapse (translation_check.py)
-VERSION = 7
+# validation split and the beam outputs' collapse (translation_check.py); 8: source use
+# with its standard error over the sentences (source_use_error), for the gate's margin
+VERSION = 8
 # Of the model's train artifact, only what translating reads.
 READS = {TRAIN: MODEL_FILES}
 MLFLOW_FILES = ("*.txt", "nbest.jsonl", "scores.json")

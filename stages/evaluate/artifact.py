@@ -60,6 +60,7 @@ class EvalSummary:
     valid_nll: float | None = optional()
     valid_nll_other_source: float | None = optional()
     source_use: float | None = None
+    source_use_error: float | None = optional()  # its standard error over the sentences
     source_use_sentences: int | None = optional()
     source_use_skipped: str | None = optional()
     greedy: DecodeScores | None = nested("greedy_", DecodeScores)  # evaluate.greedy

@@ -4,10 +4,11 @@
 - **source use**: the model's mean target cross-entropy (nats per target token, EOS
   included, as the train stage's validation loss) on the validation split with each
   sentence's source replaced by another sentence's, minus the same with the true
-  sources. A model that ignores its source loses nothing when the sources are swapped
-  (about 0); one that translates loses a lot. The swap is one fixed derangement (no
-  sentence keeps its own source), the same for every run, so runs are compared on the
-  same pairs.
+  sources, with its standard error over the sentences (``source_use_error``: the gate
+  calls a run within two of them of its threshold undecided). A model that ignores its
+  source loses nothing when the sources are swapped (about 0); one that translates
+  loses a lot. The swap is one fixed derangement (no sentence keeps its own source),
+  the same for every run, so runs are compared on the same pairs.
 - **collapse** (``stages/shared/output_collapse.py``): of the test outputs, the share
   that are the run's most frequent output line, and the share of distinct lines. A
   model that learned the target side's likeliest sentence writes it for most inputs.
@@ -19,7 +20,6 @@ import numpy as np
 import torch
 from torch.nn.utils.rnn import pad_sequence
 
-from stages.shared.models.loss import translation_loss
 from stages.shared.models.protocol import TranslationModel
 
 # Sentences per forward pass: the validation split is short sentences, and memory is
@@ -42,13 +42,15 @@ def derangement(count: int, seed: int = DERANGEMENT_SEED) -> list[int]:
     return other.tolist()
 
 
-def target_cross_entropy(model: TranslationModel, sources: list[list[int]], targets: list[list[int]],
-                         special_ids: dict, device: str = "cpu") -> float:
-    """Mean NLL per target token (nats) of ``targets`` given ``sources``, teacher-forced:
-    each target ends with EOS (as the tokenize stage writes it), and is fed after BOS."""
+def sentence_nll(model: TranslationModel, sources: list[list[int]], targets: list[list[int]],
+                 special_ids: dict, device: str = "cpu") -> tuple[np.ndarray, np.ndarray]:
+    """Each sentence's summed NLL of its target (nats) given its source, teacher-forced,
+    and its number of target tokens: each target ends with EOS (as the tokenize stage
+    writes it), and is fed after BOS. The target's NLL is what every family's loss
+    reports (``translation_loss``): the cross-entropy of ``model(src, tgt_in)``."""
     pad_id, bos_id = special_ids["pad"], special_ids["bos"]
-    nll, tokens = 0.0, 0
-    # Sorted by length so that a batch pads little; the sum does not depend on the order.
+    nll, tokens = np.zeros(len(sources)), np.zeros(len(sources))
+    # Sorted by length so that a batch pads little; each sentence's sum does not depend on it.
     order = sorted(range(len(sources)), key=lambda index: (len(sources[index]), len(targets[index])))
     was_training = model.training
     model.eval()
@@ -61,22 +63,42 @@ def target_cross_entropy(model: TranslationModel, sources: list[list[int]], targ
                                    padding_value=pad_id)
             tgt_in = torch.cat([torch.full((len(chunk), 1), bos_id, dtype=torch.long), tgt_out[:, :-1]], dim=1)
             tgt_in = tgt_in.masked_fill(tgt_out == pad_id, pad_id)
-            # No label smoothing, and past any auxiliary loss's schedule: the target's NLL.
-            _, batch_nll = translation_loss(model, src.to(device), tgt_in.to(device), tgt_out.to(device),
-                                            step=10**9, epsilon=0.0, pad_id=pad_id)
-            nll += float(batch_nll)
-            tokens += int((tgt_out != pad_id).sum())
+            logits = model(src.to(device), tgt_in.to(device))
+            log_probs = torch.log_softmax(logits.float(), dim=-1)
+            keep = tgt_out.to(device) != pad_id
+            token_nll = -log_probs.gather(-1, tgt_out.to(device).unsqueeze(-1)).squeeze(-1)
+            nll[chunk] = torch.where(keep, token_nll, 0.0).sum(dim=1).double().cpu().numpy()
+            tokens[chunk] = keep.sum(dim=1).cpu().numpy()
     model.train(was_training)
-    return nll / max(tokens, 1)
+    return nll, tokens
+
+
+def target_cross_entropy(model: TranslationModel, sources: list[list[int]], targets: list[list[int]],
+                         special_ids: dict, device: str = "cpu") -> float:
+    """Mean NLL per target token (nats) of ``targets`` given ``sources``."""
+    nll, tokens = sentence_nll(model, sources, targets, special_ids, device)
+    return float(nll.sum() / max(tokens.sum(), 1))
 
 
 def source_use(model: TranslationModel, sources: list[list[int]], targets: list[list[int]], special_ids: dict,
                device: str = "cpu") -> dict:
     """``valid_nll`` (true sources), ``valid_nll_other_source`` (each sentence given
     another's source, ``derangement``) and their difference, ``source_use``, in nats per
-    target token."""
-    true = target_cross_entropy(model, sources, targets, special_ids, device)
+    target token; with ``source_use_error``, its standard error over the sentences.
+
+    Source use is a ratio of sums over sentences, sum(d_i) / sum(n_i), with d_i a
+    sentence's NLL with another's source minus with its own and n_i its target tokens;
+    its standard error is the ratio estimator's (the delta method): the spread of
+    d_i - use * n_i over the sentences, sqrt(N / (N - 1) * sum(...^2)) / sum(n_i). It
+    says how far another draw of validation sentences could move the measurement, which
+    the gate weighs against its threshold."""
+    true, tokens = sentence_nll(model, sources, targets, special_ids, device)
     other = derangement(len(sources))
-    swapped = target_cross_entropy(model, [sources[index] for index in other], targets, special_ids, device)
-    return {"valid_nll": true, "valid_nll_other_source": swapped, "source_use": swapped - true,
-            "source_use_sentences": len(sources)}
+    swapped, _ = sentence_nll(model, [sources[index] for index in other], targets, special_ids, device)
+    total = max(tokens.sum(), 1)
+    use = float((swapped - true).sum() / total)
+    count = len(sources)
+    residual = (swapped - true) - use * tokens
+    error = float(np.sqrt(count / (count - 1) * np.sum(residual ** 2)) / total)
+    return {"valid_nll": float(true.sum() / total), "valid_nll_other_source": float(swapped.sum() / total),
+            "source_use": use, "source_use_error": error, "source_use_sentences": count}

@@ -71,7 +71,11 @@ from stages.report.config import ReportStageConfig
 #     with no size in any profile says so; edge minima suggest the new widths (w192...)
 # 27: the notes name the calibration benchmarks at their paths under benchmarks/statistics/
 # 28: two systems are paired only on the same references (their sha256), else named unpaired
-VERSION = 28
+# 29: a verdict needs 3 seeds a side (2: the difference and its interval only); p printed
+#     floored at 0.001; a row whose seeds agreed says what that assumes (seed_share); the
+#     gate's "undecided" for a run within two standard errors of its threshold; each
+#     precision and peak line once per model
+VERSION = 29
 # The files of each upstream artifact the report reads (besides its manifest): never
 # the train stage's checkpoints; of an evaluation, what the significance tests score.
 READS = {TRAIN: ("metrics.jsonl",), EVALUATE: OUTPUT_FILES, TUNE: ("choice.json",),

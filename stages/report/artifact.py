@@ -96,11 +96,18 @@ def summary(report: ReportFile) -> tuple[pd.DataFrame, list[str]]:
 
 
 def _verdict_lines(comparison: Comparison) -> list[str]:
-    return [f"{test['b']} - {test['a']}: {test['delta']:+.2f} BLEU [{test['delta_low']:+.2f}, "
-            f"{test['delta_high']:+.2f}], Holm p {test['p_holm']:.3g}: "
-            + ("significant" if test["significant"] else "not significant")
-            for test in comparison.tests
-            if test["role"] == "primary" and test["metric"] == "BLEU" and test["p_holm"] is not None]
+    """Each primary BLEU comparison: the difference, its interval and the verdict, or
+    why there is none (too few seeds)."""
+    from stages.report.significance import shown_p, verdict
+
+    lines = []
+    for test in comparison.tests:
+        if test["role"] != "primary" or test["metric"] != "BLEU":
+            continue
+        held = f", Holm p {shown_p(test['p_holm'])}" if test["p_holm"] is not None else ""
+        lines.append(f"{test['b']} - {test['a']}: {test['delta']:+.2f} BLEU [{test['delta_low']:+.2f}, "
+                     f"{test['delta_high']:+.2f}]{held}: {verdict(test)}")
+    return lines
 
 
 def _hardware_once(models: list[dict]) -> list[str]:

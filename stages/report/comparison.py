@@ -50,14 +50,15 @@ def compare_systems(records: list[RunRecord], systems: dict[str, resampling.Seed
     labelled = labelled_groups(records)
     budgets = {label: group.budget for label, group in labelled}
     summaries = [group.summary(label) for label, group in labelled]
-    # Only models that translate are compared (gate.py): one that does not is shown, with
-    # its interval, and withheld from every test, verdict, profile and law.
-    translating = [row for row in summaries if row.translates != gate.DOES_NOT]
+    # Only models that translate are compared (gate.py): one that does not, or is
+    # undecided, is shown, with its interval, and withheld from every test, verdict,
+    # profile and law.
+    translating = [row for row in summaries if gate.ranked(row.translates)]
     translating_seeds = {label: [run.get("seed") for run in group.runs if run.get("translates") == gate.TRANSLATES]
                          for label, group in labelled}
-    withheld = [Withheld(label=row.label, budget=row.budget, why=row.not_translating,
+    withheld = [Withheld(label=row.label, budget=row.budget, why=row.not_translating, translates=row.translates,
                          seeds_translating=translating_seeds[row.label])
-                for row in summaries if row.translates == gate.DOES_NOT]
+                for row in summaries if not gate.ranked(row.translates)]
     unchecked = [row.label for row in summaries if row.translates == gate.NOT_CHECKED]
     compared = {row.label for row in translating}
     tested = {label: system for label, system in systems.items() if label in compared}

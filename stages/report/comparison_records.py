@@ -109,6 +109,9 @@ class PairedTest(FieldAccess):
     role: str  # significance.PRIMARY, SECONDARY or EXPLORATORY
     seeds: list[int]
     seed_variance_measured: bool
+    # The seeds' term of the delta's variance over the test set's (None: not measured);
+    # under significance.SEEDS_AGREED the seeds agreed. Absent in reports before VERSION 29.
+    seed_share: float | None = None
     repeated_seeds: dict[str, dict]
     a_score: float
     b_score: float
@@ -127,7 +130,7 @@ class PairedTest(FieldAccess):
     agreement_low: Agreement
     agreement_high: Agreement
     family_size: int
-    p_holm: float | None  # primary rows whose seeds' variance was measured
+    p_holm: float | None  # primary rows with significance.VERDICT_SEEDS seeds a side
     significant: bool | None
 
 
@@ -139,6 +142,7 @@ class Withheld(FieldAccess):
     budget: float | None
     why: str | None  # gate.failing_seeds
     seeds_translating: list[int | None]
+    translates: str = "no"  # gate.DOES_NOT or gate.UNDECIDED; absent before report VERSION 29
 
 
 @dataclass(kw_only=True)

@@ -12,7 +12,7 @@ from stages.report.comparison_records import Comparison, TunedModel
 from stages.report.ngram_baselines import NAMES
 from stages.report.compute_laws import DETERMINED
 from stages.report.resampling import BOOTSTRAP_SAMPLES, RANDOMIZATION_TRIALS
-from stages.report.significance import POWER, PRIMARY, verdict
+from stages.report.significance import POWER, PRIMARY, SEEDS_AGREED, VERDICT_SEEDS, seeds_agreed, shown_p, verdict
 from stages.tune.artifact import grid_edge
 
 
@@ -58,6 +58,8 @@ def _withheld(entry: dict) -> str:
     the mean, a seed in three that collapsed by 6 BLEU made 14.7% of the verdicts false
     (benchmarks/statistics/verdict_calibration.py)."""
     translating = entry.get("seeds_translating") or []
+    if entry["translates"] == gate.UNDECIDED:
+        return f"{entry['label']}: undecided whether it translates at this budget ({entry['why']})"
     if not translating:
         return f"{entry['label']} did not translate at this budget ({entry['why']})"
     seeds = " and ".join(str(seed) for seed in translating)
@@ -81,15 +83,17 @@ def _translation_check(comparison: Comparison) -> Section:
     rows = []
     for group in comparison.groups:
         use = group.get("source_use") or {"each": []}
-        rows.append([group["label"], group["translates"] if group["translates"] != gate.DOES_NOT
-                     else "no: " + (group.get("not_translating") or ""),
+        rows.append([group["label"], group["translates"] if gate.ranked(group["translates"])
+                     else f"{group['translates']}: " + (group.get("not_translating") or ""),
                      " / ".join(f"{value:.3f}" for value in use["each"]) or "-"])
     table = pd.DataFrame(rows, columns=["model", "translates", "source use per seed (nats/token)"])
     return Section("Does each model translate?", table,
                    "Source use: the validation targets' cross-entropy with each sentence given another sentence's "
                    "source (one fixed derangement), minus the same with its own source, in nats per target token. "
                    f"A run translates when its source use is at least {gate.SOURCE_USE_MIN} and at most "
-                   f"{gate.TOP_OUTPUT_MAX:.0%} of its test outputs are its most frequent output line; a model at "
+                   f"{gate.TOP_OUTPUT_MAX:.0%} of its test outputs are its most frequent output line; a run whose "
+                   f"source use is within {gate.MARGIN_ERRORS:g} standard errors (over the validation sentences) of "
+                   f"{gate.SOURCE_USE_MIN} is undecided, and withheld like one that does not translate; a model at "
                    "a budget translates when every seed does (docs/comparing.md). "
                    + " ".join(gate_sentences(comparison)), text_columns=2)
 
@@ -214,12 +218,6 @@ def _agreement(estimate: dict) -> str:
     return f"{bound}{estimate['percent']:.0f}%"
 
 
-def _p(value: float | None) -> str:
-    if value is None:
-        return "-"
-    return f"{value:.4f}" if value >= 1e-4 else f"{value:.1e}"
-
-
 def _lead(test: dict) -> tuple[str, str, str]:
     """Who is ahead, who behind, and the lead's interval (the delta's, turned round where
     a is ahead)."""
@@ -245,14 +243,20 @@ def findings(comparison: Comparison) -> list[str]:
         said = f"{at}{ahead} scored {abs(test['delta']):.2f} BLEU above {behind} {interval} ({seeds} seeds): "
         if not test["seed_variance_measured"]:
             said += (f"{verdict(test)}, so whether the models (rather than these trained networks) differ was not "
-                     f"tested; the test set's variation alone gives p {_p(test['p'])}")
+                     f"tested; the test set's variation alone gives p {shown_p(test['p'])}")
+        elif test["p_holm"] is None:
+            said += (f"{verdict(test)}: the difference and its interval, which holds the seeds' variance with "
+                     f"{min(test['seeds']) - 1} degree{'s' if min(test['seeds']) > 2 else ''} of freedom")
         elif test["significant"]:
-            said += f"significant (Holm p {_p(test['p_holm'])} over {test['family_size']} primary comparisons)"
+            said += f"significant (Holm p {shown_p(test['p_holm'])} over {test['family_size']} primary comparisons)"
         else:
-            said += (f"not significant (Holm p {_p(test['p_holm'])} over {test['family_size']} primary "
+            said += (f"not significant (Holm p {shown_p(test['p_holm'])} over {test['family_size']} primary "
                      f"comparisons); with these seeds a difference of {test['detectable']:.2f} would be "
                      f"detected {POWER:.0%} of the time at p < {comparison.alpha} before adjustment, so a "
                      "smaller true difference is not excluded")
+        if seeds_agreed(test):
+            said += (f"; the seeds agreed (their variance {test['seed_share']:.2f} of the test set's), so the "
+                     f"interval assumes the recipes' seeds spread no more than these {'/'.join(map(str, test['seeds']))} did")
         # A pair is compared at one budget; where a run stopped short of it, the pair's
         # compute was not matched, and the sentence says so rather than the label implying it.
         shortfalls = [found for label in (test["a"], test["b"])
@@ -266,18 +270,18 @@ def findings(comparison: Comparison) -> list[str]:
 def _test_row(test: dict) -> list[str]:
     return [f"{test['b']} vs {test['a']}", test["metric"], "/".join(map(str, test["seeds"])),
             f"{test['delta']:+.2f} [{test['delta_low']:+.2f}, {test['delta_high']:+.2f}]",
-            "∞" if test["df"] is None else f"{test['df']:.1f}", _p(test["p"])]
+            "∞" if test["df"] is None else f"{test['df']:.1f}", shown_p(test["p"])]
 
 
 def _sentence_level(test: dict) -> list[str]:
-    return [f"{_p(test['p_bootstrap'])} / {_p(test['p_randomization'])}",
-            f"{_p(test['p_bootstrap_sacrebleu'])} / {_p(test['p_randomization_sacrebleu'])}",
+    return [f"{shown_p(test['p_bootstrap'])} / {shown_p(test['p_randomization'])}",
+            f"{shown_p(test['p_bootstrap_sacrebleu'])} / {shown_p(test['p_randomization_sacrebleu'])}",
             f"{_agreement(test['agreement'])} ({_agreement(test['agreement_low'])}-"
             f"{_agreement(test['agreement_high'])})"]
 
 
 def _primary(comparison: Comparison) -> Section:
-    rows = [[*_test_row(test), _p(test["p_holm"]), verdict(test), *_sentence_level(test)]
+    rows = [[*_test_row(test), shown_p(test["p_holm"]), verdict(test), *_sentence_level(test)]
             for test in comparison.tests if test["role"] == PRIMARY]
     table = pd.DataFrame(rows, columns=["pair", "metric", "seeds", "delta [95% interval]", "df", "p", "p Holm",
                                         "verdict", "test set only: p bootstrap / randomization",
@@ -290,11 +294,15 @@ def _primary(comparison: Comparison) -> Section:
                    "plus the test set's common to the seeds (the paired bootstrap's variance of delta, less the "
                    "seeds' own sentence noise), against Student's t with Welch-Satterthwaite degrees of freedom "
                    "(df; the seeds' terms together at the smaller side's seeds - 1); two-sided. "
-                   + (f"Holm-Bonferroni over the {family} primary comparisons with two or more seeds a side; a "
-                      f"verdict is given on those alone, at {comparison.alpha}. " if family else
-                      "No primary comparison has two or more seeds a side, so none gets a verdict. ")
-                   + "With one seed a side the seeds' variance is not measured: the verdict is untestable, and p is "
-                   "the test set's alone. A verdict is about the mean of seeds whose scores spread about normally: "
+                   + (f"Holm-Bonferroni over the {family} primary comparisons with {VERDICT_SEEDS} or more seeds a "
+                      f"side; a verdict is given on those alone, at {comparison.alpha}. " if family else
+                      f"No primary comparison has {VERDICT_SEEDS} or more seeds a side, so none gets a verdict. ")
+                   + f"With fewer than {VERDICT_SEEDS} seeds a side a row gives the difference and its interval, "
+                   "never a verdict: two seeds measure their variance with one degree of freedom, and two that happen "
+                   "to agree leave p to the test set alone. With one seed a side the seeds' variance is not measured "
+                   "at all, and p is the test set's alone. Where the seeds' term is under "
+                   f"{SEEDS_AGREED:.0%} of the test set's, the row says the seeds agreed: its interval assumes the "
+                   "recipes' seeds spread no more than these did. p below 0.001 is printed as < 0.001. A verdict is about the mean of seeds whose scores spread about normally: "
                    "simulated through this path with three seeds a side "
                    "(benchmarks/statistics/verdict_calibration.py), equal "
                    "recipes were called different in 2.3% to 4.3% of studies where their seeds spread alike, "

@@ -129,7 +129,7 @@ def _count_sizes(members: list[dict], budget: float) -> int:
 
 def _family(family: str, members: list[dict], budgets: list[float], draws: int, seed: int) -> dict:
     rng = np.random.default_rng(seed)
-    family_sd = _pooled_sd([g for g in members if g.get("translates") != gate.DOES_NOT])
+    family_sd = _pooled_sd([g for g in members if gate.ranked(g.get("translates"))])
     entries, draws_of = [], {}
     for budget in budgets:
         at = sorted((g for g in members if g["budget"] == budget), key=lambda g: g["non_embedding_parameters"])
@@ -138,7 +138,7 @@ def _family(family: str, members: list[dict], budgets: list[float], draws: int, 
         diverged = [g["model"] for g in at if g.get("diverged_seeds")]
         # Nor is a size that does not translate (gate.py): its loss is the target side's
         # language model, not a translation model's.
-        untranslated = [g["model"] for g in at if g.get("translates") == gate.DOES_NOT and not g.get("diverged_seeds")]
+        untranslated = [g["model"] for g in at if not gate.ranked(g.get("translates")) and not g.get("diverged_seeds")]
         entry, optima = _profile(budget, [g for g in at if not g.get("diverged_seeds") and g["model"] not in untranslated],
                                  family_sd, draws, rng)
         entry["diverged"], entry["not_translating"] = diverged, untranslated

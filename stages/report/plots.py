@@ -185,8 +185,8 @@ def _bleu_vs_flops(records: list[RunRecord], comparison: Comparison | None, path
     """Test BLEU (beam) against counted training FLOPs, a line per configured model
     through its seeds' mean at each budget, a band over the 95% interval of the seeds and
     the test set (``comparison.intervals``) where it was computed. A model at a budget
-    that does not translate (``gate.py``) is drawn hollow."""
-    from stages.report.gate import DOES_NOT
+    that does not translate, or is undecided (``gate.py``), is drawn hollow."""
+    from stages.report.gate import ranked
 
     groups = (comparison and comparison.groups) or [
         {"label": record["name"], "model": record["name"], "family": record["family"], "budget": None,
@@ -201,7 +201,7 @@ def _bleu_vs_flops(records: list[RunRecord], comparison: Comparison | None, path
         (line,) = axes.plot(x, [group["bleu"]["mean"] for group in points], linewidth=1, label=model)
         colour, marker = line.get_color(), marker_of(points[0]["family"])
         for group in points:
-            hollow = group.get("translates") == DOES_NOT
+            hollow = not ranked(group.get("translates"))
             axes.scatter(group["train_flops"], group["bleu"]["mean"], marker=marker, s=50, zorder=3,
                          facecolors="none" if hollow else colour, edgecolors=colour)
         bands = [intervals.get(group["label"], {}).get("BLEU") for group in points]

@@ -59,6 +59,7 @@ class RunRecord(FieldAccess):
     # The translation gate (gate.py): its verdict, and what it reads.
     translates: str | None = None
     source_use: float | None = None
+    source_use_error: float | None = None  # its standard error over the validation sentences
     top_output_share: float | None = None
     distinct_output_share: float | None = None
     sentences_per_second: float | None = None
@@ -139,6 +140,7 @@ def model_record(name: str, train_config: dict, train: TrainSummary, evaluation:
         # The translation gate's inputs (stages/report/gate.py); its verdict is given by
         # write_report, which can also measure collapse on outputs evaluated before it was.
         "translates": None, "source_use": evaluation and evaluation.source_use,
+        "source_use_error": evaluation and evaluation.source_use_error,
         "top_output_share": evaluation and evaluation.top_output_share,
         "distinct_output_share": evaluation and evaluation.distinct_output_share,
         "sentences_per_second": beam and beam.sentences_per_second,

@@ -16,7 +16,15 @@ A system is one configured model at one budget, with all its seeds
   exploratory: they show an unadjusted p and no verdict word.
 - **Verdicts that say what the design can show** (``verdict``): "significant" or "not
   significant" at ``ALPHA`` after Holm, with the difference the test would detect with
-  80% power; "untestable with 1 seed" where the seeds' variance was not measured.
+  80% power, only where each side has ``VERDICT_SEEDS`` (3) seeds or more; with two
+  seeds a side the row gives the difference and its interval and no verdict (the seed
+  term then has one degree of freedom, and two seeds that happen to agree make it
+  vanish: simulated through this path, p < 0.001 came up in studies of equal recipes);
+  "untestable with 1 seed" where the seeds' variance was not measured. Where the seeds'
+  term is under ``SEEDS_AGREED`` of the test set's (``seed_share``), the row says the
+  seeds agreed and that the interval assumes the recipe's seeds spread that little.
+- **p as printed** (``shown_p``): floored at ``P_FLOOR``; a p of 1e-50 says no more
+  than the model of the seeds it rests on.
 - **The test set's own tests, for comparability**: the paired bootstrap and approximate
   randomization (one coin per sentence for all its seeds), two-sided, with sacreBLEU's
   own p-values beside them. They measure the test set's variation only and decide
@@ -38,6 +46,14 @@ from stages.report import resampling, welch
 from stages.report.resampling import RANDOMIZATION_TRIALS, SeededSystem
 
 ALPHA = 0.05
+# Seeds a side a verdict needs: with two, the seeds' variance has one degree of freedom
+# (benchmarks/statistics/verdict_calibration.py --seeds 2 measures what that gives).
+VERDICT_SEEDS = 3
+# Where the seeds' term of a delta's variance is under this share of the test set's, the
+# seeds agreed more than the test set varies, and the row says what that assumes.
+SEEDS_AGREED = 0.1
+# The smallest p the report prints as a number; below it, "< 0.001".
+P_FLOOR = 1e-3
 
 # Kocmi, Zouhar, Federmann and Post (2024), "Navigating the Metrics Maze: Reconciling
 # Score Magnitudes and Accuracies", arXiv 2401.06760, table 1: the metric delta at which
@@ -143,6 +159,7 @@ def paired_tests(pairs: list[tuple[SeededSystem, SeededSystem, str]], counts: np
             row = {"a": first.name, "b": second.name, "metric": name,
                    "role": role if name == PRIMARY_METRIC else SECONDARY,
                    "seeds": test["seeds"], "seed_variance_measured": test["seed_variance_measured"],
+                   "seed_share": test["seed_share"],
                    "repeated_seeds": {first.name: first.repeated, second.name: second.repeated},
                    "a_score": float(first_scores.mean()), "b_score": float(second_scores.mean()),
                    "delta": test["delta"], "delta_low": test["low"], "delta_high": test["high"],
@@ -179,9 +196,23 @@ def _farthest(test: dict) -> float:
 
 
 def testable(row: dict) -> bool:
-    """A primary row can be decided: both systems have several seeds, so the seeds'
-    variance was measured."""
-    return row["role"] == PRIMARY and row["seed_variance_measured"]
+    """A primary row can be decided: both systems have ``VERDICT_SEEDS`` seeds or more,
+    so the seeds' variance was measured with at least two degrees of freedom."""
+    return row["role"] == PRIMARY and row["seed_variance_measured"] and min(row["seeds"]) >= VERDICT_SEEDS
+
+
+def seeds_agreed(row: dict) -> bool:
+    """Whether the seeds' term of the delta's variance is under ``SEEDS_AGREED`` of the
+    test set's: the seeds agreed, and the interval rests on their spread being that small."""
+    share = row.get("seed_share")
+    return share is not None and share < SEEDS_AGREED
+
+
+def shown_p(value: float | None) -> str:
+    """A p as the report prints it: 4 decimals, floored at ``P_FLOOR``."""
+    if value is None:
+        return "-"
+    return f"{value:.4f}" if value >= P_FLOOR else f"< {P_FLOOR:g}"
 
 
 def adjust(rows: list[dict], alpha: float = ALPHA) -> list[dict]:
@@ -204,7 +235,9 @@ def verdict(row: dict) -> str:
     """What one row of the tests says, in the words the report uses everywhere."""
     if row["role"] != PRIMARY:
         return row["role"]
+    fewest = min(row["seeds"])
     if not row["seed_variance_measured"]:
-        fewest = min(row["seeds"])
         return f"untestable with {fewest} seed{'s' if fewest != 1 else ''}"
+    if fewest < VERDICT_SEEDS:
+        return f"no verdict with {fewest} seeds ({VERDICT_SEEDS} needed)"
     return "significant" if row["significant"] else "not significant"

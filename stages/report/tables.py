@@ -109,18 +109,35 @@ def trained_on(record: dict) -> str:
 
 
 def hardware_lines(records: list[dict]) -> list[str]:
-    """Per model: what it trained on and in which precision, and the peak FLOP/s that
-    its MFU and "time x peak" used, with where that peak came from."""
-    lines = []
+    """What the models trained on and in which precision (and why, where auto chose it),
+    and the peak FLOP/s their MFU and "time x peak" used, with where that peak came
+    from: each distinct line once, naming the configured models it holds for every run
+    of (every seed and budget), and single runs only where a model's runs differ."""
+    trained: dict[str, list[dict]] = {}
+    peaks: dict[str, list[dict]] = {}
     for record in records:
         if record.get("device_name"):
-            lines.append(f"{record['name']}: {trained_on(record)}")
+            trained.setdefault(trained_on(record), []).append(record)
         if record.get("peak_flops_per_worker"):
             # Artifacts made before peaks were measured took theirs from the config.
             detail = record.get("peak_detail") or "train.peak_flops_per_worker"
-            lines.append(f"{record['name']}: peak {record['peak_flops_per_worker'] / 1e9:,.1f} GFLOP/s per worker, "
-                         f"{record['peak_source']}: {detail}")
-    return lines
+            peaks.setdefault(f"peak {record['peak_flops_per_worker'] / 1e9:,.1f} GFLOP/s per worker, "
+                             f"{record['peak_source']}: {detail}", []).append(record)
+    return [f"{_holders(runs, records)}: {text}" for described in (trained, peaks) for text, runs in described.items()]
+
+
+def _holders(runs: list[dict], records: list[dict]) -> str:
+    """``transformer, rnn_gru.w96.1e12.s1``: the configured models all of whose runs are
+    among ``runs``, then the other runs by name."""
+    names = {run["name"] for run in runs}
+    whole, single = [], []
+    for model in dict.fromkeys(run.get("model") or run["name"] for run in runs):
+        members = [record["name"] for record in records if (record.get("model") or record["name"]) == model]
+        if set(members) <= names:
+            whole.append(model)
+        else:
+            single += [name for name in members if name in names]
+    return ", ".join(whole + single)
 
 
 def write_json(records: list[RunRecord], curves: dict[str, list[dict]], path: Path, title: str,

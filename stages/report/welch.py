@@ -112,10 +112,14 @@ def delta_test(first_scores: np.ndarray, second_scores: np.ndarray, test_varianc
         components = [(test_variance, float(sentences - 1))]
     delta = float(second.mean() - first.mean())
     result = _t(delta, components, level)
+    # How much of the variance the seeds brought, against the test set's term: near 0
+    # where the seeds happened to agree, which leaves the degrees of freedom to the test
+    # set's and the interval to the assumption that the recipes' seeds spread that little.
+    seed_share = (together[0] / components[0][0] if measured and components[0][0] > 0 else None)
     error = result["standard_error"]
     if error > 0:
         p = float(2 * stats.t.sf(abs(delta) / error, result["df"] or math.inf))
     else:  # identical outputs: no variation at all
         p = 1.0 if delta == 0 else 0.0
-    return {"delta": delta, "p": p, "seed_variance_measured": measured,
+    return {"delta": delta, "p": p, "seed_variance_measured": measured, "seed_share": seed_share,
             "seeds": [len(first), len(second)], **result}

@@ -47,7 +47,9 @@ __all__ = ["VERSION", "RUN_NAME", "RESUMABLE", "kept_checkpoint", "task_cpus", "
 #     at its first BLEU validation (train_report: bleu_decode_precision, bleu_probe_seconds_*)
 # 15: precision auto on a CPU with native bf16 trains in the faster of bf16 and fp32,
 #     measured on the run's first batch (precision_probe.py; train_report: precision_reason)
-VERSION = 15
+# 16: precision auto decided once per model configuration and machine (one batch for every
+#     seed, a lock), bf16 only where at least 1.1x as fast as fp32
+VERSION = 16
 RUN_NAME = "train_run"
 # A crashed attempt's staging directory holds its checkpoints: the next attempt resumes.
 RESUMABLE = True

@@ -24,7 +24,7 @@ from stages.train.deepspeed_config import bf16_autocast
 from stages.train.engine import build_engine
 from stages.train.loop import TrainLoop
 from stages.train.loop_state import Curve, LoopState
-from stages.train.precision_probe import auto_precision
+from stages.train.precision_probe import PROBE_SEED, auto_precision
 from stages.train.progress import STABLE_PHASE_END, TrainingProgress
 from stages.train.row_log import RowLog
 from stages.train.schedule import Spent
@@ -73,10 +73,13 @@ def train_worker(loop_config: dict) -> None:
         mark(stage, "data ready")
     torch.manual_seed(training.seed)  # the same initial weights on every worker
     model = build_for_vocabulary(config.model, facts)
-    first = train_split.batch(token_batches(train_split.src_lengths, train_split.tgt_lengths, training.max_tokens,
-                                            training.seed, 0)[0])
-    hardware = worker_hardware(training, device, threads, world, measure=lambda found: auto_precision(
-        model, first, facts["special_ids"]["pad"], found, training.label_smoothing))
+
+    def measure(found):  # precision auto on a CPU with native bf16: one batch for every seed
+        batch = train_split.batch(token_batches(train_split.src_lengths, train_split.tgt_lengths,
+                                                training.max_tokens, PROBE_SEED, 0)[0])
+        return auto_precision(model, batch, facts["special_ids"]["pad"], found, training.label_smoothing)
+
+    hardware = worker_hardware(training, device, threads, world, measure=measure)
     updates = None
     if plan.needs_planning(config):
         # Fractions of the run (warmup, checkpoints, ae_fraction) in updates, the same on

@@ -44,7 +44,8 @@ __all__ = ["VERSION", "TASK_CPUS", "MLFLOW_FILES", "run", "worker_resources", "c
 # 6: its trials train with train VERSION 14 (validation BLEU's decoding precision measured)
 # 7: Ray Tune's own console output kept in tune_console.log, off the console; its trials
 #    train with train VERSION 15 (precision auto measured)
-VERSION = 7
+# 8: its trials train with train VERSION 16 (precision auto once per model and machine)
+VERSION = 8
 # The stage's own task holds no CPU: its trials' Ray Train workers ask for theirs.
 TASK_CPUS = 0
 MLFLOW_FILES = (CHOICE_FILE,)

@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import random
 
+import numpy as np
 import pytest
 import torch
 from torch import nn
 
-from stages.evaluate.translation_check import derangement, source_use, target_cross_entropy
+from stages.evaluate.translation_check import derangement, sentence_nll, source_use, target_cross_entropy
 from stages.shared.output_collapse import collapse
 
 SPECIAL = {"pad": 0, "bos": 1, "eos": 2}
@@ -75,6 +76,21 @@ def test_a_model_that_ignores_its_source_uses_none_of_it_and_a_copier_uses_a_lot
     assert copier["valid_nll"] < 0.01
     assert copier["source_use"] > 4.0
     assert copier["source_use_sentences"] == len(sources)
+
+
+def test_source_use_s_standard_error_is_the_spread_a_bootstrap_of_the_sentences_gives():
+    """The delta method's standard error of the ratio sum(d_i) / sum(n_i) against the
+    standard deviation of the same ratio over sentences drawn again with replacement."""
+    sources, targets = pairs(count=300, seed=4)
+    measured = source_use(Copier(), sources, targets, SPECIAL)
+    true, tokens = sentence_nll(Copier(), sources, targets, SPECIAL)
+    other = derangement(len(sources))
+    swapped, _ = sentence_nll(Copier(), [sources[index] for index in other], targets, SPECIAL)
+    draws = np.random.default_rng(0).integers(0, len(sources), size=(2000, len(sources)))
+    resampled = (swapped - true)[draws].sum(axis=1) / tokens[draws].sum(axis=1)
+    assert measured["source_use"] == pytest.approx((swapped - true).sum() / tokens.sum())
+    assert measured["source_use_error"] == pytest.approx(resampled.std(ddof=1), rel=0.1)
+    assert source_use(SourceBlind(), sources, targets, SPECIAL)["source_use_error"] == pytest.approx(0.0, abs=1e-6)
 
 
 def test_the_cross_entropy_counts_eos_and_no_padding():

@@ -16,6 +16,7 @@ from stages.report.artifact import parse_report, read_report
 from stages.report.comparison import compare
 from stages.report.comparison_records import Agreement, ShortOfBudget
 from stages.report.records import RunRecord
+from stages.report.significance import verdict
 
 SAMPLE = Path(__file__).parents[3] / "data" / "multi30k" / "test_2016_flickr.de.gz"
 REFERENCES = gzip.open(SAMPLE, "rt", encoding="utf-8").read().splitlines()[:100]
@@ -34,27 +35,32 @@ def run(model: str, family: str, seed: int, budget: float, bleu: float, valid_lo
                      train_seconds=1.0, final_valid_loss=valid_loss)
 
 
-@pytest.fixture()
-def sweep():
-    """Two families, two seeds each, at three budgets; BLEU grows with the budget."""
+def sweep_of(seeds: tuple[int, ...]):
+    """Two families, ``seeds`` each, at three budgets; BLEU grows with the budget."""
     rows, outputs = [], {}
     for family, rate in (("transformer", 0.2), ("rnn", 0.4)):
         for budget, quality in ((1e12, 10.0), (4e12, 15.0), (1.6e13, 22.0)):
-            for seed in (1, 2):
+            for seed in seeds:
                 record = run(f"{family}_tiny", family, seed, budget, quality * (1 - rate) + seed * 0.1)
                 rows.append(record)
                 outputs[record["name"]] = output(rate + (1.6e13 - budget) / 1e14, seed)
     return rows, outputs
 
 
+@pytest.fixture()
+def sweep():
+    """Three seeds a side: enough for a verdict."""
+    return sweep_of((1, 2, 3))
+
+
 def test_seeds_are_summarized_and_tests_pair_models_at_the_same_budget(sweep):
     rows, outputs = sweep
     comparison = compare(rows, outputs)
     groups = {group["label"]: group for group in comparison.groups}
-    assert len(groups) == 6 and groups["rnn_tiny @ 4e12"]["seeds"] == [1, 2]
+    assert len(groups) == 6 and groups["rnn_tiny @ 4e12"]["seeds"] == [1, 2, 3]
     bleu = groups["transformer_tiny @ 1e12"]["bleu"]
-    assert bleu["each"] == pytest.approx([8.1, 8.2]) and bleu["mean"] == pytest.approx(8.15)
-    assert bleu["std"] == pytest.approx(0.0707, abs=1e-4)
+    assert bleu["each"] == pytest.approx([8.1, 8.2, 8.3]) and bleu["mean"] == pytest.approx(8.2)
+    assert bleu["std"] == pytest.approx(0.1)
     assert set(comparison.intervals) == set(groups)
     assert set(comparison.intervals["rnn_tiny @ 1e12"]) == {"BLEU", "chrF", "chrF++"}
     pairs = {(test["a"], test["b"]) for test in comparison.tests}
@@ -74,7 +80,7 @@ def test_the_report_shows_the_comparison_in_every_format(sweep, tmp_path):
                   "## Secondary and exploratory comparisons"):
         assert title in markdown
     assert "## Quality against compute" not in markdown and "## Paired significance" not in markdown
-    assert "Kocmi et al. 2024" in markdown and "8.15 ± 0.07" in markdown
+    assert "Kocmi et al. 2024" in markdown and "8.20 ± 0.10" in markdown
     assert "Welch-Satterthwaite" in markdown and "over 3 primary comparisons" in markdown
     assert "<h2>Primary comparisons</h2>" in (tmp_path / "report.html").read_text()
     saved = json.loads((tmp_path / "report.json").read_text())["comparison"]
@@ -95,6 +101,25 @@ def test_the_report_shows_the_comparison_in_every_format(sweep, tmp_path):
     renamed["comparison"]["groups"][0]["bleu"]["median"] = 1.0
     with pytest.raises(RecordError, match=r"ReportFile\.comparison\.groups\[0\]\.bleu has no field 'median'"):
         parse_report(json.dumps(renamed), "report.json")
+
+
+def test_two_seeds_a_side_give_a_difference_and_its_interval_and_never_a_verdict(tmp_path):
+    rows, outputs = sweep_of((1, 2))
+    comparison = compare(rows, outputs)
+    primary = [test for test in comparison.tests if test["role"] == "primary"]
+    assert len(primary) == 3 and all(test["seed_variance_measured"] for test in primary)
+    # Measured, but no row is in the Holm family, and none is called significant or not.
+    assert all(test["family_size"] == 0 and test["p_holm"] is None and test["significant"] is None
+               for test in comparison.tests)
+    assert {verdict(test) for test in primary} == {"no verdict with 2 seeds (3 needed)"}
+    write_report(rows, {}, tmp_path, "two seeds", outputs)
+    markdown = (tmp_path / "report.md").read_text()
+    section = markdown.split("## Primary comparisons")[1].split("## ")[0]
+    said = section.split("delta = b - a")[0]  # the findings, before the note on the method
+    assert "no verdict with 2 seeds (3 needed)" in said and "significant" not in said
+    assert "No primary comparison has 3 or more seeds a side, so none gets a verdict." in section
+    # Every p printed is a number of at least 0.001 or "< 0.001", never 1e-47.
+    assert "e-" not in section and "< 0.001 / < 0.001" in section
 
 
 def test_one_seed_at_one_budget_has_no_seeds_table_and_no_frontier(tmp_path):
@@ -131,14 +156,14 @@ def test_a_run_stopped_short_of_its_budget_is_named_wherever_its_pair_is_judged(
 
 
 def test_the_primary_family_is_each_familys_best_size_by_validation_loss_and_a_config_can_name_it(tmp_path):
-    # Two Transformer sizes and one RNN, two seeds each, at one budget. The larger
+    # Two Transformer sizes and one RNN, three seeds each, at one budget. The larger
     # Transformer has the lower validation loss, so it is the family's best, whatever
     # its test BLEU: the choice is made on the validation split.
     rows, outputs = [], {}
     for model, family, rate, loss, parameters in (("small", "transformer", 0.2, 3.0, 1000),
                                                   ("large", "transformer", 0.3, 2.5, 4000),
                                                   ("rnn", "rnn", 0.4, 2.8, 2000)):
-        for seed in (1, 2):
+        for seed in (1, 2, 3):
             record = run(model, family, seed, 1e12, 10.0, valid_loss=loss + seed * 0.01, parameters=parameters)
             rows.append(record)
             outputs[record["name"]] = output(rate, seed)

@@ -38,22 +38,60 @@ def test_a_run_translates_only_with_source_use_and_varied_outputs():
     assert gate.judge({"source_use": None, "top_output_share": 0.5})[0] == gate.DOES_NOT
 
 
+def test_a_run_within_two_standard_errors_of_the_threshold_is_undecided():
+    near = {"source_use": 0.240, "source_use_error": 0.006, "top_output_share": 0.01}
+    verdict, reasons = gate.judge(near)
+    assert verdict == gate.UNDECIDED and not gate.ranked(verdict)
+    assert reasons == ["its source use, 0.240 ± 0.006 nats per target token (standard error), is within 2 standard "
+                       "errors of the 0.25 needed"]
+    assert gate.judge({**near, "source_use": 0.251})[0] == gate.UNDECIDED  # above it, as near
+    # Two standard errors away, on either side, the side decides.
+    assert gate.judge({**near, "source_use": 0.263})[0] == gate.TRANSLATES
+    assert gate.judge({**near, "source_use": 0.237})[0] == gate.DOES_NOT
+    # A collapse is counted on the outputs themselves: it decides however near the source use is.
+    assert gate.judge({**near, "top_output_share": 0.5, "top_output": "x"})[0] == gate.DOES_NOT
+    # Without a standard error (evaluated before it was measured), the side decides.
+    assert gate.judge({"source_use": 0.251, "top_output_share": 0.01})[0] == gate.TRANSLATES
+
+
+def test_an_undecided_seed_withholds_its_model_and_the_report_says_why(tmp_path):
+    rows, outputs = [], {}
+    for family, rate in (("transformer", 0.2), ("rnn", 0.4)):
+        for seed in (1, 2, 3):
+            record = run(f"{family}_tiny", family, seed, 1e12, 10.0 * (1 - rate) + seed * 0.1)
+            near = family == "transformer" and seed == 2
+            record.update(source_use=0.245 if near else 1.5, source_use_error=0.01, top_output_share=0.01,
+                          top_output="x")
+            rows.append(judged(record))
+            outputs[record["name"]] = output(rate, seed)
+    comparison = compare(rows, outputs)
+    assert comparison.tests == [] and [entry["label"] for entry in comparison.withheld] == ["transformer_tiny"]
+    assert comparison.withheld[0]["translates"] == gate.UNDECIDED
+    (said,) = gate_sentences(comparison)
+    assert said.startswith("transformer_tiny: undecided whether it translates at this budget (seed 2: its source "
+                           "use, 0.245 ± 0.010") and "it is not ranked" in said
+
+
 def test_a_model_at_a_budget_translates_when_every_seed_does():
     passing, failing = {"translates": "yes"}, {"translates": "no", "seed": 2, "gate_reasons": ["why"]}
     assert gate.group_verdict([passing, passing]) == "yes"
     assert gate.group_verdict([passing, failing]) == "no"
     assert gate.group_verdict([passing, {"translates": "not checked"}]) == "not checked"
+    undecided = {"translates": "undecided", "seed": 3, "gate_reasons": ["near"]}
+    assert gate.group_verdict([passing, undecided]) == "undecided"
+    assert gate.group_verdict([undecided, failing]) == "no"
+    assert gate.failing_seeds([passing, failing, undecided]) == "seed 2: why; seed 3: near"
     assert gate.failing_seeds([passing, failing]) == "seed 2: why"
 
 
 @pytest.fixture()
 def sweep():
-    """Two families, two seeds each, at three budgets, every run translating but the
+    """Two families, three seeds each, at three budgets, every run translating but the
     RNN's seed 2 at 1e12 (source use 0.05 nats)."""
     rows, outputs = [], {}
     for family, rate in (("transformer", 0.2), ("rnn", 0.4)):
         for budget, quality in ((1e12, 10.0), (4e12, 15.0), (1.6e13, 22.0)):
-            for seed in (1, 2):
+            for seed in (1, 2, 3):
                 record = run(f"{family}_tiny", family, seed, budget, quality * (1 - rate) + seed * 0.1)
                 blind = family == "rnn" and budget == 1e12 and seed == 2
                 record.update(source_use=0.05 if blind else 1.5, top_output_share=0.01, top_output="x")
@@ -70,13 +108,13 @@ def test_a_model_that_does_not_translate_is_withheld_from_every_test_at_its_budg
     assert all(test["family_size"] == 2 for test in comparison.tests)  # Holm over the two left
     (withheld,) = comparison.withheld
     assert withheld["label"] == "rnn_tiny @ 1e12" and withheld["why"].startswith("seed 2: its source use is 0.050")
-    assert withheld["seeds_translating"] == [1]
+    assert withheld["seeds_translating"] == [1, 3]
     assert "rnn_tiny @ 1e12" in comparison.intervals  # shown, with its interval
     write_report(rows, {}, tmp_path, "gated", outputs)
     markdown = (tmp_path / "report.md").read_text()
     assert "## Does each model translate?" in markdown
-    # Seed 1 translates, seed 2 does not: no verdict either way, and the report says why.
-    assert ("rnn_tiny @ 1e12: undecided, the seeds disagree at this budget (seed 1 translates; seed 2: its source "
+    # Seeds 1 and 3 translate, seed 2 does not: no verdict either way, and the report says why.
+    assert ("rnn_tiny @ 1e12: undecided, the seeds disagree at this budget (seeds 1 and 3 translate; seed 2: its source "
             "use is 0.050 nats per target token (at least 0.25 needed)): it is not ranked") in markdown
     primary = markdown.split("## Primary comparisons")[1].split("## Secondary")[0]
     assert "rnn_tiny @ 1e12" not in primary
@@ -91,8 +129,8 @@ def test_a_model_that_does_not_translate_is_withheld_from_every_test_at_its_budg
 
 def test_a_model_none_of_whose_seeds_translates_did_not_translate(sweep, tmp_path):
     rows, outputs = sweep
-    rows = [judged(dataclasses.replace(row, source_use=0.02)) if row["name"] == "rnn_tiny.1e+12.s1" else row
-            for row in rows]
+    rows = [judged(dataclasses.replace(row, source_use=0.02)) if row["name"] in ("rnn_tiny.1e+12.s1", "rnn_tiny.1e+12.s3")
+            else row for row in rows]
     markdown = "\n".join(gate_sentences(compare(rows, outputs)))
     assert markdown.startswith("rnn_tiny @ 1e12 did not translate at this budget (seed 1: its source use is 0.020")
     assert "undecided" not in markdown

@@ -132,7 +132,8 @@ def test_the_console_summary_fits_100_columns_without_cutting_a_cell():
                 record = model_record(f"{label}.s{seed}", CONFIG, trained(**MEASURED), evaluated(bleu=12.3, chrf=40.1))
                 records.append(dataclasses.replace(record, model=model, budget=budget))
     tests = [{"a": "transformer_tiny.2e12", "b": "decoder_only_tiny.2e12", "metric": "BLEU", "role": "primary",
-              "delta": 1.5, "delta_low": -0.5, "delta_high": 3.5, "p_holm": 0.21, "significant": False}]
+              "delta": 1.5, "delta_low": -0.5, "delta_high": 3.5, "p_holm": 0.21, "significant": False,
+              "seeds": [3, 3], "seed_variance_measured": True}]
     report = ReportFile(title="a long experiment name", fields=[], models=records, curves={},
                         comparison=comparison_of(groups=groups, intervals=intervals, tests=tests))
     console = Console(width=100, record=True)
@@ -145,7 +146,7 @@ def test_the_console_summary_fits_100_columns_without_cutting_a_cell():
     text = console.export_text()
     assert "…" not in text and max(map(len, text.splitlines())) <= 100, text
     assert "decoder_only_tiny.4e12" in text and "12.35 [10.11, 14.58]" in text
-    assert "decoder_only_tiny.2e12 - transformer_tiny.2e12: +1.50 BLEU [-0.50, +3.50], Holm p 0.21: not significant" \
+    assert "decoder_only_tiny.2e12 - transformer_tiny.2e12: +1.50 BLEU [-0.50, +3.50], Holm p 0.2100: not significant" \
         in " ".join(text.split())  # a line of prose may wrap; a cell may not
     assert text.count("trained in fp32 on AMD EPYC") == 1  # the hardware once
 

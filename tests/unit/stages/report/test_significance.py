@@ -21,10 +21,13 @@ from stages.report.resampling import bootstrap_counts, seeded_system
 from stages.report.significance import (
     EXPLORATORY,
     PRIMARY,
+    SEEDS_AGREED,
     adjust,
     human_agreement,
     metrics,
     paired_tests,
+    seeds_agreed,
+    shown_p,
     verdict,
 )
 from tests.helpers import comparison_of
@@ -145,6 +148,41 @@ def test_the_findings_are_written_from_each_pairs_own_verdict(references):
     said = findings(comparison_of(tests=one))[0]
     assert "untestable with 1 seed" in said and "the test set's variation alone gives p" in said
     assert "not significant" not in said and "cannot tell" not in said
+
+
+def test_holm_leaves_out_rows_with_two_seeds_a_side_and_they_get_no_verdict_word():
+    rows = [{"p": 1e-40, "role": PRIMARY, "seed_variance_measured": True, "seeds": seeds}
+            for seeds in ([2, 2], [2, 5], [3, 3])]
+    adjusted = adjust(rows)
+    assert [row["significant"] for row in adjusted] == [None, None, True]
+    assert [row["family_size"] for row in adjusted] == [1, 1, 1]
+    assert [verdict(row) for row in adjusted] == ["no verdict with 2 seeds (3 needed)"] * 2 + ["significant"]
+
+
+def test_a_printed_p_is_floored_at_one_in_a_thousand():
+    assert shown_p(5.06e-77) == "< 0.001" and shown_p(0.000999) == "< 0.001"
+    assert shown_p(0.001) == "0.0010" and shown_p(0.0333) == "0.0333" and shown_p(None) == "-"
+
+
+def test_seeds_that_agree_far_more_than_the_test_set_varies_are_said_to_with_what_it_assumes():
+    agreeing = welch.delta_test(np.array([20.0, 20.02, 20.01]), np.array([22.0, 22.01, 22.02]), test_variance=0.5,
+                                own_noise=0.0, sentences=1000)
+    spread = welch.delta_test(np.array([19.0, 20.5, 21.0]), np.array([21.5, 22.0, 23.4]), test_variance=0.5,
+                              own_noise=0.0, sentences=1000)
+    assert agreeing["seed_share"] < SEEDS_AGREED < spread["seed_share"]
+    # Agreeing seeds leave the degrees of freedom to the test set's: the p is tiny.
+    assert agreeing["df"] > 100 and spread["df"] < 20
+    one = welch.delta_test(np.array([20.0]), np.array([22.0]), test_variance=0.5, own_noise=0.0, sentences=1000)
+    assert one["seed_share"] is None and not seeds_agreed(one)
+
+    def row(share: float) -> dict:
+        return {"metric": "BLEU", "role": PRIMARY, "a": "a", "b": "b", "delta": 2.0, "delta_low": 0.6,
+                "delta_high": 3.4, "significant": True, "seed_variance_measured": True, "seeds": [3, 3],
+                "p_holm": 1e-12, "family_size": 1, "detectable": 1.5, "seed_share": share}
+    said = findings(comparison_of(tests=[row(agreeing["seed_share"])]))[0]
+    assert "significant (Holm p < 0.001" in said
+    assert "the seeds agreed" in said and "assumes the recipes' seeds spread no more than these 3/3 did" in said
+    assert "the seeds agreed" not in findings(comparison_of(tests=[row(spread["seed_share"])]))[0]
 
 
 def test_a_lead_is_given_with_its_own_interval_whichever_side_is_ahead():
