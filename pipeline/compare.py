@@ -14,7 +14,8 @@ from mlflow.tracking import MlflowClient
 
 from pipeline.config import ExperimentConfig
 from pipeline.core.artifacts import ArtifactState, ArtifactStore
-from pipeline.graph import find_stage, plan
+from pipeline.graph import find_stage
+from pipeline.selection import plan_experiment
 from stages.report.artifact import OUTPUT_FILES, evaluation_outputs, model_row
 from stages.shared.names import evaluate_stage, train_stage, trained_model
 from stages.train.artifact import CURVE_FILE, parse_curve, read_curve
@@ -34,7 +35,7 @@ class Gathered:
 
 def from_config(config: ExperimentConfig, store: ArtifactStore) -> Gathered:
     """Every model of ``config`` whose train artifact is cached (evaluation if cached)."""
-    planned = plan(config, store)
+    planned = plan_experiment(config, store)
     gathered = Gathered(config.name, primary_comparisons=config.report.primary_comparisons)
     for model in config.trained_models():
         trained = find_stage(planned, train_stage(model.name))

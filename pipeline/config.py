@@ -22,8 +22,10 @@ from stages.bpe.config import BpeConfig
 from stages.clean.config import CleanConfig
 from stages.download.config import SOURCE_TYPES, DownloadConfig
 from stages.evaluate.config import EvaluateConfig, EvaluateStageConfig
+from stages.select.config import CandidateRun, SelectConfig, SelectStageConfig, width_ladder
+from stages.shared.models.families import family
 from stages.shared.models.spec import ModelSpec
-from stages.shared.names import train_stage, tune_stage
+from stages.shared.names import select_stage, train_stage, tune_stage
 from stages.report.config import ReportConfig, ReportStageConfig
 from stages.tokenize.config import TokenizeConfig
 from stages.train.config import TrainConfig, TrainStageConfig
@@ -88,7 +90,17 @@ class ExperimentConfig(Section):
     # train (stages/tune/): its train runs then use the chosen train.lr. A model whose own
     # train overrides set lr keeps that one. null: train.lr as configured.
     tune: TuneConfig | None = None
+    # Choose each model's size and peak rate at every budget on seeds of their own, then
+    # train the choice on ``seeds`` (stages/select/): ``sizes`` are then candidates.
+    # null: every size of every model is trained and compared as configured.
+    select: SelectConfig | None = None
     report: ReportConfig = ReportConfig()  # which comparisons get a verdict
+    # Set by the selection (pipeline/selection.py), not in a config: each model's
+    # candidates (size, peak rate) in this round, the rounds of extension used so far,
+    # and, once settled, each model's chosen (size, rate) at each budget.
+    candidates: dict[str, list[tuple[str, float]]] = Field(default={}, exclude=True)
+    extensions_used: int = Field(default=0, exclude=True)
+    chosen: dict[str, dict[float, tuple[str, float]]] | None = Field(default=None, exclude=True)
 
     @model_validator(mode="after")
     def _models_need_a_train_section(self) -> ExperimentConfig:
@@ -98,6 +110,8 @@ class ExperimentConfig(Section):
             self._check_extra_seeds()
         self._check_size_budgets()
         self._check_tune_overrides()
+        if self.select is not None:
+            self._check_selection()
         if self.branch_budgets:
             self._check_branching()
         for sized in self.tuned_sizes():
@@ -106,7 +120,7 @@ class ExperimentConfig(Section):
                 raise ValueError(f"model {sized.name!r}: tune chooses train.lr, which schedule 'noam' does not use "
                                  "(it scales by lr_scale): use cosine, constant or wsd")
         self._check_primary_comparisons()
-        for model in self.stable_segments() + self.trained_models():
+        for model in self.stable_segments() + self.trained_models() + self.selection_runs():
             try:
                 self.train_stage_config(model)
             except ValidationError as error:
@@ -122,6 +136,94 @@ class ExperimentConfig(Section):
             if unknown:
                 raise ValueError(f"report.primary_comparisons: {', '.join(map(repr, unknown))} is not a configured "
                                  f"model; the models (and sizes) are {', '.join(sizes)}")
+
+    def _check_selection(self) -> None:
+        """What select-then-confirm needs, each error naming its key."""
+        if not self.budgets:
+            raise ValueError("select chooses each model's size and rate at each budget: list them in 'budgets'")
+        if not self.seeds:
+            raise ValueError("select chooses on select.seeds and confirms on 'seeds': list the confirming seeds")
+        shared = sorted(set(self.seeds) & set(self.select.seeds))
+        if shared:
+            raise ValueError(f"select.seeds {shared} are in 'seeds' too: a seed that chose takes part in no verdict")
+        for key, set_ in (("tune", self.tune), ("extra_seeds", self.extra_seeds)):
+            if set_ is not None:
+                raise ValueError(f"select chooses every run's size and rate and trains it on 'seeds': drop {key!r}")
+        if self.report.primary_comparisons:
+            raise ValueError("select chooses one configuration per model and budget, which the report compares: "
+                             "drop report.primary_comparisons")
+        for model in self.models:
+            ladder = width_ladder(list(family(model.family).presets))
+            off = [size for size in model.sizes if size not in ladder]
+            if len(model.sizes) < 2 or off:
+                raise ValueError(f"model {model.name!r}: select needs two or more sizes (three or more bracket the "
+                                 f"optimum) from the width presets {ladder[0]} ... {ladder[-1]}"
+                                 + (f"; {off} are not" if off else f"; got {model.sizes}"))
+            for key, held in (("train.lr", "lr" in model.train), ("size_budgets", model.size_budgets)):
+                if held:
+                    raise ValueError(f"model {model.name!r}: select chooses each size's rate and budgets: "
+                                     f"drop {key}")
+
+    def first_candidates(self) -> dict[str, list[tuple[str, float]]]:
+        """Each model's first round of candidates: every size at every rate of
+        select.learning_rates."""
+        return {model.name: [(size, lr) for size in model.sizes for lr in self.select.learning_rates]
+                for model in self.models}
+
+    def _candidate(self, model: ModelSpec, size: str, lr: float, budgets: list[float] | None = None) -> ModelSpec:
+        """One size of ``model`` at one peak rate (named transformer.w32.lr4e-3), at
+        ``budgets`` (None: every one)."""
+        return ModelSpec(name=f"{model.name}.{size}.lr{budget_label(lr)}", family=model.family, preset=size,
+                         settings=model.settings, train={**model.train, "lr": lr}, budgets=budgets)
+
+    def _view(self, models: list[ModelSpec], seeds: list[int]) -> ExperimentConfig:
+        """This experiment with other models and seeds and no select section: the
+        selection's candidate runs, or the runs that confirm its choice."""
+        return self.model_copy(update={"models": models, "seeds": seeds, "select": None, "candidates": {},
+                                       "chosen": None})
+
+    def _selecting(self) -> ExperimentConfig | None:
+        if self.select is None:
+            return None
+        candidates = self.candidates or self.first_candidates()
+        return self._view([self._candidate(model, size, lr) for model in self.models
+                           for size, lr in candidates[model.name]], self.select.seeds)
+
+    def _confirming(self) -> ExperimentConfig | None:
+        """The runs that confirm the settled choice: each model's chosen (size, rate),
+        at the budgets where it was chosen, on ``seeds``."""
+        if self.select is None or self.chosen is None:
+            return None
+        models = []
+        for model in self.models:
+            budgets: dict[tuple[str, float], list[float]] = {}
+            for budget, pair in sorted(self.chosen.get(model.name, {}).items()):
+                budgets.setdefault(tuple(pair), []).append(budget)
+            models += [self._candidate(model, size, lr, at) for (size, lr), at in budgets.items()]
+        return self._view(models, self.seeds)
+
+    def selection_runs(self) -> list[ModelSpec]:
+        """With a select section: the candidates' runs on the selection seeds (their
+        stable-phase segments first, where budgets branch). [] otherwise."""
+        view = self._selecting()
+        return view.stable_segments() + view.trained_models() if view else []
+
+    def select_stage_configs(self) -> list[tuple[str, SelectStageConfig]]:
+        """Each select stage (``select/<model>``) and its slice: the model's candidate
+        runs at every budget and selection seed."""
+        view = self._selecting()
+        if view is None:
+            return []
+        found, candidates = [], self.candidates or self.first_candidates()
+        for model in self.models:
+            names = {self._candidate(model, size, lr).name for size, lr in candidates[model.name]}
+            runs = [CandidateRun(size=run.preset, lr=run.train["lr"], budget=run.train["max_train_flops"],
+                                 seed=run.train["seed"], run=run.name)
+                    for run in view.trained_models() if run.run_of in names]
+            found.append((select_stage(model.name), SelectStageConfig(
+                model=model.name, ladder=width_ladder(list(family(model.family).presets)), runs=runs,
+                budgets=self.budgets, extensions_left=self.select.max_extensions - self.extensions_used)))
+        return found
 
     def _check_tune_overrides(self) -> None:
         for model in self.models:
@@ -244,6 +346,9 @@ class ExperimentConfig(Section):
         model, size and seed, one per budget (``<run>.stable``, e.g.
         transformer.w128.2e12.s1.stable), each continuing the one before and stopping
         where its budget's decay begins. [] otherwise."""
+        if self.select is not None:  # the confirming runs' segments; the candidates' are selection_runs
+            confirming = self._confirming()
+            return confirming.stable_segments() if confirming else []
         if not self.branch_budgets:
             return []
         segments = []
@@ -261,6 +366,8 @@ class ExperimentConfig(Section):
     def budgets_of(self, sized: ModelSpec) -> list[float]:
         """The budgets one size (``<model>.<size>``) trains at: its model's
         ``size_budgets`` for it, else every one."""
+        if sized.budgets is not None:
+            return sized.budgets
         windows = {f"{model.name}.{size}": budgets for model in self.models
                    for size, budgets in model.size_budgets.items()}
         return windows.get(sized.name, self.budgets)
@@ -279,7 +386,11 @@ class ExperimentConfig(Section):
         the size as its preset, budget and seed set in its train overrides, all three named
         in its name (transformer.w128.3e12.s1). Without
         ``seeds`` and ``budgets``, ``models`` itself: adding either later leaves the
-        runs already trained under other names untouched."""
+        runs already trained under other names untouched. With a select section, the runs
+        that confirm its settled choice ([] until it is settled)."""
+        if self.select is not None:
+            confirming = self._confirming()
+            return confirming.trained_models() if confirming else []
         runs = []
         for sized in self._sizes():
             for budget in self.budgets_of(sized) or [None]:
@@ -307,6 +418,7 @@ class ExperimentConfig(Section):
         return ReportStageConfig(experiment=self.name, models=[run.name for run in self.trained_models()],
                                  run_of={run.name: run.run_of for run in self.trained_models() if run.run_of},
                                  tuned=[name for name, _, _ in self.tunings()],
+                                 selected=[name for name, _ in self.select_stage_configs()],
                                  primary_comparisons=self.report.primary_comparisons)
 
     @field_validator("models")
@@ -339,7 +451,8 @@ class ExperimentConfig(Section):
 
 
 def budget_label(flops: float) -> str:
-    """A FLOPs budget as run names show it: 3.5e13 -> "3.5e13", 1e14 -> "1e14"."""
+    """A FLOPs budget (or a rate) as run names show it: 3.5e13 -> "3.5e13", 1e14 ->
+    "1e14", 0.004 -> "4e-3"."""
     mantissa, exponent = f"{flops:.2e}".split("e")
     return f"{mantissa.rstrip('0').rstrip('.')}e{int(exponent)}"
 

@@ -26,7 +26,7 @@ from pipeline.config import ExperimentConfig
 from pipeline.core.hardware import HardwareError
 from pipeline.core.section import Section, key_exclusions
 from pipeline.stage import Stage
-from stages import bpe, clean, download, evaluate, report, tokenize, train, tune
+from stages import bpe, clean, download, evaluate, report, select, tokenize, train, tune
 from stages.shared.models.spec import ModelSpec
 from stages.shared.names import evaluate_stage, train_stage
 
@@ -41,9 +41,12 @@ DATA_STAGES = (
 def pipeline_stages(config: ExperimentConfig) -> tuple[Stage, ...]:
     """The stages of a config, in an order where every stage follows its upstream.
     After tokenization the graph fans out, one train and one evaluate stage per trained
-    run (a model, or each of its seeds and budgets), and joins again in the report."""
-    runs = config.trained_models()
-    if not runs:
+    run (a model, or each of its seeds and budgets), and joins again in the report.
+    With a select section, the candidates' runs train first and join in one select
+    stage per model; the runs that confirm its choice, once settled, are the ones
+    evaluated and reported (``pipeline/selection.py`` says which round a store is at)."""
+    runs, candidates = config.trained_models(), config.selection_runs()
+    if not runs and not candidates:
         return DATA_STAGES
     # With a tune section, each model size's learning rate is chosen first (with
     # tune.budget_fraction, at each budget's own trial budget).
@@ -53,19 +56,28 @@ def pipeline_stages(config: ExperimentConfig) -> tuple[Stage, ...]:
     # before it), and each budget's run continues its segment.
     training = tuple(Stage.of(train, train_stage(model.name), functools.partial(_train_slice, model),
                               upstream=("tokenize", *[name for name in (model.lr_from, model.start_from) if name]))
-                     for model in config.stable_segments() + runs)
+                     for model in config.stable_segments() + runs + candidates)
+    selection = tuple(Stage.of(select, name, functools.partial(_select_slice, name),
+                               upstream=("clean", *(train_stage(run.run) for run in section.runs)))
+                      for name, section in config.select_stage_configs())
+    if not runs and config.chosen is None:  # still selecting: the report waits for the runs that confirm
+        return DATA_STAGES + tuning + training + selection
     evaluation = tuple(Stage.of(evaluate, evaluate_stage(model.name), functools.partial(_evaluate_slice, model),
                                 upstream=("clean", train_stage(model.name)))
                        for model in runs)
     reporting = Stage.of(report, "report", ExperimentConfig.report_stage_config,
-                         upstream=("tokenize", *(stage.name for stage in tuning),
+                         upstream=("tokenize", *(stage.name for stage in tuning + selection),
                                    *(train_stage(model.name) for model in runs),
                                    *(stage.name for stage in evaluation)))
-    return DATA_STAGES + tuning + training + evaluation + (reporting,)
+    return DATA_STAGES + tuning + training + selection + evaluation + (reporting,)
 
 
 def _tune_slice(sized: ModelSpec, budget: float, config: ExperimentConfig):
     return config.tune_stage_config(sized, budget)
+
+
+def _select_slice(name: str, config: ExperimentConfig):
+    return dict(config.select_stage_configs())[name]
 
 
 def _train_slice(model: ModelSpec, config: ExperimentConfig):

@@ -32,7 +32,8 @@ sys.path.insert(0, str(REPO))
 
 from pipeline.commands.output import load_experiment, open_store  # noqa: E402
 from pipeline.compare import from_config  # noqa: E402
-from stages.report import gate, write_report  # noqa: E402
+from stages.report import write_report  # noqa: E402
+from stages.shared import gate  # noqa: E402
 from stages.report.significance import ALPHA, PRIMARY, PRIMARY_METRIC  # noqa: E402
 
 SEEDS_A_SIDE = 3

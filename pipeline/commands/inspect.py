@@ -11,7 +11,8 @@ from pipeline.commands.output import fail, load_experiment, open_store, table_co
 from pipeline.compute_estimate import DEFAULT_MFU, estimate, gpu_hours
 from pipeline.config import ExperimentConfig
 from pipeline.core.artifacts import ArtifactState
-from pipeline.graph import find_stage, plan
+from pipeline.graph import find_stage
+from pipeline.selection import plan_experiment
 from stages.shared.models.families import family
 from stages.shared.models.flops import cost_summary
 from stages.tokenize import read_index
@@ -23,7 +24,7 @@ def inspect_models(config: Path, overrides: list[str], artifact_root: str | None
     if not experiment.models:
         fail(f"{config}: no 'models' section to inspect", 2)
     store = open_store(experiment, artifact_root)
-    tokenize = find_stage(plan(experiment, store), "tokenize")
+    tokenize = find_stage(plan_experiment(experiment, store), "tokenize")
     src_vocab = tgt_vocab = experiment.bpe.vocab_size
     source = "bpe.vocab_size from the config; lengths default to 25 (run the data stages for real ones)"
     mean_src = mean_tgt = 25.0

@@ -21,10 +21,11 @@ from pipeline.core.artifacts import ArtifactState
 from pipeline.core.hardware import HardwareError, cpus_of_this_task
 from pipeline.core.object_store import redact
 from pipeline.driver_sigterm import Terminated, stop_on_sigterm
-from pipeline.graph import plan, preflight
+from pipeline.graph import preflight
 from pipeline.ray_output import stop_progress_bars
 from pipeline.run_recorder import ResultRow, RunRecorder
 from pipeline.runner import UpstreamFailed, connect_ray, run_pipeline
+from pipeline.selection import plan_experiment
 from pipeline.tracking import RunTracker, default_tracking_uri
 from stages import train
 from stages.download import input_problems
@@ -40,7 +41,7 @@ def run_experiment(config: Path, overrides: list[str], until: str | None, force:
     experiment = load_experiment(config, overrides)
     store = open_store(experiment, artifact_root, writable=True)  # before Ray and MLflow start
     try:
-        planned = plan(experiment, store, until, tuple(force))
+        planned = plan_experiment(experiment, store, until, tuple(force))
     except ValueError as error:
         fail(str(error), 2)
     if any(item.stage.name == "download" and item.will_run for item in planned):
@@ -72,8 +73,20 @@ def run_experiment(config: Path, overrides: list[str], until: str | None, force:
     stop_on_sigterm()
     try:
         try:
-            run_pipeline(planned, store, mirrors_from(experiment.mirrors), recorder.on_result,
-                         recorder.on_failure, recorder.on_submit)
+            # A select config runs round by round (pipeline/selection.py): each round's
+            # plan is known once the one before it has chosen, so plan again after each
+            # until nothing is left to run.
+            while True:
+                run_pipeline(planned, store, mirrors_from(experiment.mirrors), recorder.on_result,
+                             recorder.on_failure, recorder.on_submit)
+                if experiment.select is None:
+                    break
+                planned = plan_experiment(experiment, store, until)
+                if not any(item.will_run for item in planned):
+                    break
+                # The stages an earlier round ran or found cached are recorded once.
+                recorded = {row.stage for row in recorder.rows}
+                planned = [item for item in planned if item.will_run or item.stage.name not in recorded]
         finally:
             stop_progress_bars()  # the workers' bars, where this driver draws them: gone before the tables
     except (InputDataError, UpstreamFailed) as error:

@@ -11,6 +11,7 @@ from pipeline.commands.output import fail, human_bytes, load_experiment, open_st
 from pipeline.core.artifacts import ArtifactState
 from pipeline.core.object_store import redact
 from pipeline.graph import plan
+from pipeline.selection import current_round, selection_line
 from stages.download import input_problems
 
 
@@ -21,7 +22,8 @@ def show_status(config: Path, overrides: list[str], artifact_root: str | None, v
     store = open_store(experiment, artifact_root)
     title = f"{experiment.name}: {redact(store.root_uri)}" + (" (every file re-hashed)" if verify else "")
     table = Table("stage", "state", "key", "size", "path", title=title)
-    planned = plan(experiment, store, verify=verify)
+    at = current_round(experiment, store, verify)
+    planned = plan(at, store, verify=verify)
     for item in planned:
         state = item.status.state.value
         if item.status.reason:
@@ -29,6 +31,8 @@ def show_status(config: Path, overrides: list[str], artifact_root: str | None, v
         size = human_bytes(item.status.size_bytes) if item.status.size_bytes else "-"
         table.add_row(item.stage.name, state, item.key, size, store.path(item.stage.name, item.key))
     table_console().print(table)
+    if experiment.select is not None:
+        table_console().print(selection_line(at), highlight=False)
     downloading = any(item.stage.name == "download" and item.status.state != ArtifactState.CACHED for item in planned)
     for problem in input_problems(experiment.download) if downloading else []:
         table_console().print(f"input: {problem}", highlight=False)

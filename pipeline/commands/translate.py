@@ -19,7 +19,8 @@ from pipeline.commands.console import console
 from pipeline.commands.output import fail, load_experiment, open_store
 from pipeline.core.artifacts import ArtifactState
 from pipeline.core.hardware import HardwareError, detect_device, resolve_precision
-from pipeline.graph import find_stage, plan
+from pipeline.graph import find_stage
+from pipeline.selection import plan_experiment
 from stages.shared.inference.attention import format_alignment, hard_alignment, sentence_attention
 from stages.shared.inference.attention_figures import write_heatmaps, write_page
 from stages.shared.inference.decode_pool import DecodePool
@@ -193,7 +194,7 @@ def _trained(experiment, store, model_name: str | None) -> tuple[str, str] | Non
     if the experiment has no such model or it is not trained."""
     if model_name not in [spec.name for spec in experiment.trained_models()]:
         return None
-    trained = find_stage(plan(experiment, store), train_stage(model_name))
+    trained = find_stage(plan_experiment(experiment, store), train_stage(model_name))
     return (trained.stage.name, trained.key) if trained.status.state == ArtifactState.CACHED else None
 
 

@@ -14,11 +14,10 @@ import torch
 
 from pipeline.core.hardware import cpus_of_this_task, detect_device, resolve_precision
 from stages.evaluate.config import EvaluateConfig
-from stages.evaluate.translation_check import source_use
+from stages.shared.translation_check import source_use_on
 from stages.shared.export import ExportError
 from stages.shared.inference.ctranslate2_translator import CTranslate2Translator
 from stages.shared.inference.model_file import weights_file
-from stages.shared.inference.beam import model_positions
 from stages.shared.inference.translator import Translation, Translator
 from stages.shared.models.flops import decoding_flops
 
@@ -91,19 +90,3 @@ def decode_part(job: DecodeJob) -> Decoded:
     checked = source_use_on(translator, *job.valid) if job.valid is not None else {}
     return Decoded(beam, greedy, beam_seconds, greedy_seconds, hardware, flops, ctranslate2, ctranslate2_seconds,
                    skipped, checked)
-
-
-def source_use_on(translator: Translator, sources: list[str], references: list[str]) -> dict:
-    """The model's source use on these pairs (``translation_check.source_use``), in the
-    weights' own precision (no autocast). Pairs too long for its position table (source
-    and target together: the decoder-only model's layout) or empty on a side are left out."""
-    encoded = translator.encode(sources)
-    targets = [ids + [translator.eos_id] for ids in translator.tgt_spm.encode(references, out_type=int)]
-    positions = model_positions(translator.model)
-    pairs = [(src, tgt) for src, tgt in zip(encoded, targets) if src[:-1] and tgt[:-1]
-             and (positions is None or len(src) + len(tgt) + 2 <= positions)]
-    if len(pairs) < 2:
-        return {"source_use": None, "source_use_skipped": f"{len(pairs)} usable validation pairs"}
-    special = {"pad": translator.pad_id, "bos": translator.bos_id, "eos": translator.eos_id}
-    return source_use(translator.model, [src for src, _ in pairs], [tgt for _, tgt in pairs], special,
-                      translator.device)

@@ -21,9 +21,11 @@ from pathlib import Path
 
 from pipeline.core.context import StageContext
 from stages import tokenize
-from stages.shared.names import EVALUATE, TRAIN, TUNE, evaluate_stage, train_stage
+from stages.select.artifact import SelectionChoice, read_selection
+from stages.shared.names import EVALUATE, SELECT, TRAIN, TUNE, evaluate_stage, train_stage
 from stages.tune.artifact import TuneChoice, read_choice
-from stages.report import gate, records
+from stages.report import records
+from stages.shared import gate
 from stages.report.comparison_records import Baselines, TunedModel, record_of
 from stages.report.artifact import OUTPUT_FILES, evaluation_outputs
 from stages.report.config import ReportStageConfig
@@ -78,7 +80,7 @@ from stages.report.config import ReportStageConfig
 VERSION = 29
 # The files of each upstream artifact the report reads (besides its manifest): never
 # the train stage's checkpoints; of an evaluation, what the significance tests score.
-READS = {TRAIN: ("metrics.jsonl",), EVALUATE: OUTPUT_FILES, TUNE: ("choice.json",),
+READS = {TRAIN: ("metrics.jsonl",), EVALUATE: OUTPUT_FILES, TUNE: ("choice.json",), SELECT: ("choice.json",),
          "tokenize": ("index.json", "*.arrow")}  # the target side, for the n-gram baselines
 MLFLOW_FILES = ("report.*", "*.png")
 
@@ -93,8 +95,10 @@ def run(inputs: dict[str, Path], config: ReportStageConfig, output: Path, ctx: S
         if evaluation is not None:
             outputs[name] = evaluation_outputs({file: (evaluation / file).read_bytes() for file in OUTPUT_FILES})
     tuning = {stage.partition("/")[2]: read_choice(inputs[stage]) for stage in config.tuned}
+    selection = [read_selection(inputs[stage]) for stage in config.selected]
     baselines = target_baselines(inputs["tokenize"]) if "tokenize" in inputs else None
-    write_report(rows, curves, output, config.experiment, outputs, tuning, config.primary_comparisons, baselines)
+    write_report(rows, curves, output, config.experiment, outputs, tuning, config.primary_comparisons, baselines,
+                 selection)
     return {"models": len(rows)}
 
 
@@ -122,14 +126,15 @@ def target_baselines(tokenized: Path) -> dict:
 def write_report(rows: list[records.RunRecord], curves: dict[str, list[dict]], output: Path, title: str,
                  outputs: dict[str, tuple[list[str], list[str]]] | None = None,
                  tuning: dict[str, TuneChoice] | None = None, primary_comparisons: list[list[str]] = (),
-                 baselines: dict | None = None) -> list[Path]:
+                 baselines: dict | None = None, selection: list[SelectionChoice] = ()) -> list[Path]:
     """The report's files in ``output``; any subset of models renders. ``outputs`` (run
     name -> hypotheses and references) adds intervals and significance tests, and lets
     the translation gate (``gate.py``) measure collapse where the evaluation did not;
     ``tuning`` (tuned model -> its tune stage's choice) the tuned learning rates;
     ``primary_comparisons`` (pairs of configured models) replaces the default primary
     family; ``baselines`` (``ngram_baselines.baselines``) the source-blind losses shown
-    beside the models'."""
+    beside the models'; ``selection`` (each select stage's choice) the candidates the
+    compared configurations were chosen among."""
     # Imported here: pandas, matplotlib and sacreBLEU load only when a report is written.
     from stages.report import tables
     from stages.report.comparison import compare
@@ -145,6 +150,8 @@ def write_report(rows: list[records.RunRecord], curves: dict[str, list[dict]], o
     comparison = compare(rows, outputs or {}, primary_comparisons)
     if baselines:
         comparison.baselines = record_of(Baselines, baselines)
+    if selection:
+        comparison.selection = list(selection)
     if tuning:
         families = {row["model"]: row["family"] for row in rows}
         comparison.tuning = [TunedModel(model=model, choice=choice, family=families.get(model, model.split(".")[0]))

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from itertools import combinations
 
-from stages.report import compute_laws, gate, isoflop, resampling, significance
+from stages.report import compute_laws, isoflop, resampling, significance
+from stages.shared import gate
 from stages.report.comparison_records import (Comparison, FamilyLaws, IsoflopFamily, LawCrossover, PairedTest,
                                               SystemInterval, Withheld, record_of)
 from stages.report.primary import primary_pairs

@@ -21,6 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from pipeline.core.records import FieldAccess, RecordT, load, nested, optional, to_json
+from stages.select.artifact import SelectionChoice
 from stages.tune.artifact import TuneChoice
 
 
@@ -235,6 +236,8 @@ class Comparison(FieldAccess):
     isoflop: list[IsoflopFamily]
     baselines: Baselines | None = optional()
     tuning: list[TunedModel] | None = optional()
+    # Each configured model's choice at each budget, made on the selection seeds (select/).
+    selection: list[SelectionChoice] | None = optional()
     unpaired: list[str] | None = optional()  # pairs at a budget not tested, and why (other test sets)
 
     def to_json(self) -> dict:

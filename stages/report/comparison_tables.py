@@ -7,7 +7,8 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from stages.report import gate, isoflop
+from stages.report import isoflop
+from stages.shared import gate
 from stages.report.comparison_records import Comparison, TunedModel
 from stages.report.ngram_baselines import NAMES
 from stages.report.compute_laws import DETERMINED
@@ -27,7 +28,8 @@ class Section:
 def sections(comparison: Comparison) -> list[Section]:
     """The sections that have something to say: seeds only when a model has several,
     tests only with two models at a budget, laws only with enough budgets."""
-    found = [_translation_check(comparison)] if comparison.groups else []
+    found = [_selection(comparison)] if comparison.selection else []
+    found += [_translation_check(comparison)] if comparison.groups else []
     if comparison.baselines:
         found.append(_baselines(comparison))
     if any(len(group["seeds"]) > 1 for group in comparison.groups):
@@ -77,6 +79,43 @@ def gate_sentences(comparison: Comparison) -> list[str]:
                     + " (evaluated before the evaluate stage measured source use): their comparisons are not "
                     "gated, and a model among them that does not translate would be ranked like one that does.")
     return said
+
+
+def _selection(comparison: Comparison) -> Section:
+    """Each configured model's candidates at each budget, the one chosen, and where a
+    choice still sits at an edge of what was tried."""
+    rows, edges, none = [], [], []
+    for choice in comparison.selection:
+        for at in choice.budgets:
+            budget = f"{at.budget:.2g}".replace("e+", "e")
+            if at.size is None:
+                none.append(f"{choice.model} at {budget}")
+            elif at.size_edge or at.rate_edge:
+                ends = [f"the {at.size_edge} size tried" if at.size_edge else "",
+                        f"the {at.rate_edge} rate tried at it" if at.rate_edge else ""]
+                edges.append(f"{choice.model} at {budget} ({at.size}, {at.lr:g}: {' and '.join(filter(None, ends))})")
+            for score in at.candidates:
+                chosen = (score.size, score.lr) == (at.size, at.lr)
+                rows.append([choice.model, budget, score.size, f"{score.lr:g}",
+                             "-" if score.valid_loss is None else f"{score.valid_loss:.4f}",
+                             " / ".join("-" if use is None else f"{use:.3f}" for use in score.source_use),
+                             score.translates if gate.ranked(score.translates) else f"{score.translates}: {score.why}",
+                             "chosen" if chosen else ""])
+    table = pd.DataFrame(rows, columns=["model", "budget", "size", "peak rate", "valid loss", "source use per seed",
+                                        "translates", ""])
+    seeds = sorted({seed for choice in comparison.selection for seed in choice.seeds})
+    return Section("Selection", table,
+                   f"Each model's size and peak rate at each budget, chosen on selection seed"
+                   f"{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))}: the candidate with the lowest "
+                   "final validation loss (the mean over those seeds) among those whose every selection seed "
+                   "translates (source use on the validation split, the gate's threshold and margin); the test set "
+                   "is not decoded for a choice. The chosen configuration then trained on seeds of its own, and "
+                   "only those runs are compared below: the selection seeds take part in no verdict, interval or "
+                   "test. A choice at an edge of the sizes or rates tried extended them (select.max_extensions). "
+                   + (f"Still at an edge of what was tried, so a better configuration may lie beyond it: "
+                      f"{'; '.join(edges)}. " if edges else "No choice sits at an edge of what was tried. ")
+                   + (f"No candidate translated, so nothing was compared: {', '.join(none)}." if none else ""),
+                   text_columns=3)
 
 
 def _translation_check(comparison: Comparison) -> Section:

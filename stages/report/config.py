@@ -37,5 +37,7 @@ class ReportStageConfig(Section):
     run_of: dict[str, str] = {}
     # The tune stages whose chosen learning rates the report shows (tune/<model size>).
     tuned: list[str] = []
+    # The select stages whose choices the report shows (select/<model>).
+    selected: list[str] = []
     # The config's report.primary_comparisons.
     primary_comparisons: list[list[str]] = []

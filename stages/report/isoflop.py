@@ -63,7 +63,7 @@ import re
 import numpy as np
 from scipy import stats
 
-from stages.report import gate
+from stages.shared import gate
 from stages.shared.models.widths import FRONTIER_WIDTHS
 
 MIN_SIZES = 3  # a parabola through fewer has no residual and, with two, no curvature

@@ -186,7 +186,7 @@ def _bleu_vs_flops(records: list[RunRecord], comparison: Comparison | None, path
     through its seeds' mean at each budget, a band over the 95% interval of the seeds and
     the test set (``comparison.intervals``) where it was computed. A model at a budget
     that does not translate, or is undecided (``gate.py``), is drawn hollow."""
-    from stages.report.gate import ranked
+    from stages.shared.gate import ranked
 
     groups = (comparison and comparison.groups) or [
         {"label": record["name"], "model": record["name"], "family": record["family"], "budget": None,

@@ -137,7 +137,7 @@ def model_record(name: str, train_config: dict, train: TrainSummary, evaluation:
         "greedy_bleu": greedy and greedy.bleu, "greedy_bleu_lc": greedy and greedy.bleu_lc,
         "greedy_chrf": greedy and greedy.chrf,
         "beam_size": evaluation and evaluation.beam_size,
-        # The translation gate's inputs (stages/report/gate.py); its verdict is given by
+        # The translation gate's inputs (stages/shared/gate.py); its verdict is given by
         # write_report, which can also measure collapse on outputs evaluated before it was.
         "translates": None, "source_use": evaluation and evaluation.source_use,
         "source_use_error": evaluation and evaluation.source_use_error,

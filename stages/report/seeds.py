@@ -7,7 +7,7 @@ import math
 import statistics
 from dataclasses import dataclass
 
-from stages.report import gate
+from stages.shared import gate
 from stages.report.comparison_records import GroupSummary, ShortOfBudget, Spread
 from stages.report.records import RunRecord
 

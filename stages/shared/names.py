@@ -7,6 +7,7 @@ from __future__ import annotations
 TRAIN = "train"
 EVALUATE = "evaluate"
 TUNE = "tune"
+SELECT = "select"
 
 
 def train_stage(model: str) -> str:
@@ -15,6 +16,10 @@ def train_stage(model: str) -> str:
 
 def tune_stage(model: str) -> str:
     return f"{TUNE}/{model}"
+
+
+def select_stage(model: str) -> str:
+    return f"{SELECT}/{model}"
 
 
 def evaluate_stage(model: str) -> str:

@@ -260,7 +260,7 @@ def test_the_report_gates_models_that_do_not_translate_and_shows_the_source_blin
     Transformer still used none of its source after 200): the evaluate stage measures
     source use and collapse, and the report keeps every model that fails out of every
     comparison, saying why."""
-    from stages.report import gate
+    from stages.shared import gate
 
     run = pipeline_run
     report_dir = artifact(run, "report")

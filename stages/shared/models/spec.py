@@ -52,6 +52,9 @@ class ModelSpec(Section):
     # Set by the experiment's tune section: the tune stage whose chosen learning rate
     # this run trains with (TrainStageConfig.lr_from, in its keys).
     lr_from: str | None = Field(default=None, exclude=True)
+    # Set by the experiment's select section, not in a config: the budgets a chosen
+    # configuration trains at (those where it was chosen). None: every budget.
+    budgets: list[float] | None = Field(default=None, exclude=True)
 
     @model_validator(mode="after")
     def _preset_and_settings_exist(self) -> ModelSpec:

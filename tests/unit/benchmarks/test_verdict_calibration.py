@@ -10,7 +10,7 @@ import pytest
 
 from benchmarks.statistics import verdict_calibration as calibration
 from benchmarks.statistics.verdict_calibration import CASES, Case, Family, World, primary_row, study
-from stages.report import gate
+from stages.shared import gate
 from stages.report.comparison import compare_systems
 from stages.report.records import FIELDS
 from stages.report.resampling import corpus_scores

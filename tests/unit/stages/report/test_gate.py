@@ -1,4 +1,4 @@
-"""The translation gate (stages/report/gate.py): a run that does not translate is marked
+"""The translation gate (stages/shared/gate.py): a run that does not translate is marked
 in every table and kept out of every test, verdict, primary comparison, IsoFLOP profile
 and law; a run evaluated before the check existed is said to be unchecked."""
 
@@ -9,10 +9,11 @@ import json
 
 import pytest
 
-from stages.report import gate, isoflop, write_report
+from stages.report import isoflop, write_report
 from stages.report.artifact import read_report, summary
 from stages.report.comparison import compare
 from stages.report.comparison_tables import gate_sentences
+from stages.shared import gate
 from tests.unit.stages.report.test_comparison import REFERENCES, output, run
 from tests.unit.stages.report.test_compute_laws import records as law_records
 from tests.unit.stages.report.test_isoflop import profile_groups

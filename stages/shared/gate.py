@@ -4,7 +4,7 @@ nothing about its architecture, so such a run is marked in every table and kept 
 every verdict, primary comparison, frontier, IsoFLOP profile and law.
 
 A run translates when both hold (the evaluate stage measures them,
-``stages/evaluate/translation_check.py``):
+``stages/shared/translation_check.py``):
 
 - its **source use** is at least ``SOURCE_USE_MIN`` nats per target token: the
   validation targets' cross-entropy rises by that much when each sentence is given
@@ -55,16 +55,25 @@ def judge(record: dict) -> tuple[str, list[str]]:
         shown = shown if len(shown) <= 40 else shown[:37] + "..."
         reasons.append(f"{share:.0%} of its test outputs are one line (\"{shown}\"; at most "
                        f"{TOP_OUTPUT_MAX:.0%} allowed)")
-    use, error = record.get("source_use"), record.get("source_use_error")
-    near = use is not None and error is not None and abs(use - SOURCE_USE_MIN) < MARGIN_ERRORS * error
-    if use is not None and use < SOURCE_USE_MIN and not near:
-        reasons.append(f"its source use is {use:.3f} nats per target token (at least {SOURCE_USE_MIN} needed)")
-    if reasons:
-        return DOES_NOT, reasons
-    if near:
+    verdict, said = source_use_verdict(record.get("source_use"), record.get("source_use_error"))
+    if reasons or verdict == DOES_NOT:
+        return DOES_NOT, reasons + (said if verdict == DOES_NOT else [])
+    if verdict == UNDECIDED:
+        return UNDECIDED, said
+    return (NOT_CHECKED if verdict == NOT_CHECKED or share is None else TRANSLATES), []
+
+
+def source_use_verdict(use: float | None, error: float | None) -> tuple[str, list[str]]:
+    """The gate on source use alone (the selection's, which decodes no test set): a
+    verdict and its reasons, ``NOT_CHECKED`` where it was not measured."""
+    if use is None:
+        return NOT_CHECKED, []
+    if error is not None and abs(use - SOURCE_USE_MIN) < MARGIN_ERRORS * error:
         return UNDECIDED, [f"its source use, {use:.3f} ± {error:.3f} nats per target token (standard error), is "
                            f"within {MARGIN_ERRORS:g} standard errors of the {SOURCE_USE_MIN} needed"]
-    return (NOT_CHECKED if use is None or share is None else TRANSLATES), []
+    if use < SOURCE_USE_MIN:
+        return DOES_NOT, [f"its source use is {use:.3f} nats per target token (at least {SOURCE_USE_MIN} needed)"]
+    return TRANSLATES, []
 
 
 def group_verdict(runs: list[dict]) -> str:

@@ -1,4 +1,4 @@
-"""Source use and collapse (stages/evaluate/translation_check.py) on fixed tiny models
+"""Source use and collapse (stages/shared/translation_check.py) on fixed tiny models
 whose use of the source is known: one reads the target's left context only, one copies
 its source."""
 
@@ -11,7 +11,7 @@ import pytest
 import torch
 from torch import nn
 
-from stages.evaluate.translation_check import derangement, sentence_nll, source_use, target_cross_entropy
+from stages.shared.translation_check import derangement, sentence_nll, source_use, target_cross_entropy
 from stages.shared.output_collapse import collapse
 
 SPECIAL = {"pad": 0, "bos": 1, "eos": 2}

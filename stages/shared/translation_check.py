@@ -1,5 +1,5 @@
 """Does a trained model translate? Two measurements the report's gate reads
-(``stages/report/gate.py``), made on every evaluated run:
+(``stages/shared/gate.py``), made on every evaluated run:
 
 - **source use**: the model's mean target cross-entropy (nats per target token, EOS
   included, as the train stage's validation loss) on the validation split with each
@@ -20,6 +20,8 @@ import numpy as np
 import torch
 from torch.nn.utils.rnn import pad_sequence
 
+from stages.shared.inference.beam import model_positions
+from stages.shared.inference.translator import Translator
 from stages.shared.models.protocol import TranslationModel
 
 # Sentences per forward pass: the validation split is short sentences, and memory is
@@ -102,3 +104,19 @@ def source_use(model: TranslationModel, sources: list[list[int]], targets: list[
     error = float(np.sqrt(count / (count - 1) * np.sum(residual ** 2)) / total)
     return {"valid_nll": float(true.sum() / total), "valid_nll_other_source": float(swapped.sum() / total),
             "source_use": use, "source_use_error": error, "source_use_sentences": count}
+
+
+def source_use_on(translator: Translator, sources: list[str], references: list[str]) -> dict:
+    """The model's source use on these pairs (``translation_check.source_use``), in the
+    weights' own precision (no autocast). Pairs too long for its position table (source
+    and target together: the decoder-only model's layout) or empty on a side are left out."""
+    encoded = translator.encode(sources)
+    targets = [ids + [translator.eos_id] for ids in translator.tgt_spm.encode(references, out_type=int)]
+    positions = model_positions(translator.model)
+    pairs = [(src, tgt) for src, tgt in zip(encoded, targets) if src[:-1] and tgt[:-1]
+             and (positions is None or len(src) + len(tgt) + 2 <= positions)]
+    if len(pairs) < 2:
+        return {"source_use": None, "source_use_skipped": f"{len(pairs)} usable validation pairs"}
+    special = {"pad": translator.pad_id, "bos": translator.bos_id, "eos": translator.eos_id}
+    return source_use(translator.model, [src for src, _ in pairs], [tgt for _, tgt in pairs], special,
+                      translator.device)
