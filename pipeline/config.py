@@ -96,10 +96,12 @@ class ExperimentConfig(Section):
     select: SelectConfig | None = None
     report: ReportConfig = ReportConfig()  # which comparisons get a verdict
     # Set by the selection (pipeline/selection.py), not in a config: each model's
-    # candidates (size, peak rate) in this round, the rounds of extension used so far,
-    # and, once settled, each model's chosen (size, rate) at each budget.
+    # candidates (size, peak rate) in the round a store has reached.
     candidates: dict[str, list[tuple[str, float]]] = Field(default={}, exclude=True)
+    # Set by the selection, not in a config: the rounds of extension used before this one.
     extensions_used: int = Field(default=0, exclude=True)
+    # Set by the selection, not in a config: once settled, each model's chosen (size,
+    # peak rate) at each budget where a candidate translated.
     chosen: dict[str, dict[float, tuple[str, float]]] | None = Field(default=None, exclude=True)
 
     @model_validator(mode="after")
@@ -196,10 +198,10 @@ class ExperimentConfig(Section):
             return None
         models = []
         for model in self.models:
-            budgets: dict[tuple[str, float], list[float]] = {}
+            where_chosen = {}  # (size, rate) -> the budgets it was chosen at
             for budget, pair in sorted(self.chosen.get(model.name, {}).items()):
-                budgets.setdefault(tuple(pair), []).append(budget)
-            models += [self._candidate(model, size, lr, at) for (size, lr), at in budgets.items()]
+                where_chosen.setdefault(tuple(pair), []).append(budget)
+            models += [self._candidate(model, size, lr, at) for (size, lr), at in where_chosen.items()]
         return self._view(models, self.seeds)
 
     def selection_runs(self) -> list[ModelSpec]:

@@ -19,7 +19,9 @@ A system is one configured model at one budget, with all its seeds
   80% power, only where each side has ``VERDICT_SEEDS`` (3) seeds or more; with two
   seeds a side the row gives the difference and its interval and no verdict (the seed
   term then has one degree of freedom, and two seeds that happen to agree make it
-  vanish: simulated through this path, p < 0.001 came up in studies of equal recipes);
+  vanish: simulated through this path, equal recipes gave p < 0.05 in up to 17% of
+  studies and p < 0.001 in up to 5%, ``benchmarks/statistics/verdict_calibration.py
+  --seeds 2``);
   "untestable with 1 seed" where the seeds' variance was not measured. Where the seeds'
   term is under ``SEEDS_AGREED`` of the test set's (``seed_share``), the row says the
   seeds agreed and that the interval assumes the recipe's seeds spread that little.

@@ -12,8 +12,8 @@ from pipeline.core.section import Section
 
 
 class SelectConfig(Section):
-    """Each family at its best at every budget, chosen on seeds that are then compared in
-    nothing. Every configured model's ``sizes`` (presets of the family's width ladder,
+    """Each family at its best at every budget, chosen on seeds that then take part in
+    no comparison. Every configured model's ``sizes`` (presets of the family's width ladder,
     w3 ... w1024) are its candidate sizes; each size trains at each of ``learning_rates``
     on the selection ``seeds``, at every budget (branched where ``branch_budgets`` is
     set). At each budget, the candidate with the lowest validation loss among those whose
@@ -23,8 +23,8 @@ class SelectConfig(Section):
     experiment's ``seeds``, and only those runs are evaluated on the test set and
     compared (docs/comparing.md, "Select, then confirm")."""
 
-    # The selection seeds: each candidate trains once per seed. None of them may be among
-    # the experiment's seeds, which confirm the choice.
+    # The selection seeds: each candidate trains once per seed. They must differ from the
+    # experiment's seeds, which confirm the choice.
     seeds: list[int] = Field(min_length=1)
     # The peak rates each size tries (the wsd schedule's peak), best log-spaced; a new
     # size added past an edge tries the rates its neighbour tried.

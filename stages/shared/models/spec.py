@@ -53,7 +53,7 @@ class ModelSpec(Section):
     # this run trains with (TrainStageConfig.lr_from, in its keys).
     lr_from: str | None = Field(default=None, exclude=True)
     # Set by the experiment's select section, not in a config: the budgets a chosen
-    # configuration trains at (those where it was chosen). None: every budget.
+    # configuration trains at (those where it was chosen). null: every budget.
     budgets: list[float] | None = Field(default=None, exclude=True)
 
     @model_validator(mode="after")
