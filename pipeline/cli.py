@@ -93,8 +93,8 @@ def inspect(config: Path = ConfigArg, overrides: List[str] = SetOpt, artifact_ro
             tgt_len: Optional[float] = typer.Option(None, help="Target tokens per pair (default: the corpus mean)."),
             gpu: Optional[str] = typer.Option(None, help="GPU whose datasheet peak the GPU-hours estimate divides by "
                                                          "(default with train.use_gpu: H100)."),
-            mfu: Optional[float] = typer.Option(None, min=0.001, max=1.0, help="Model FLOPs utilisation the GPU-hours "
-                                                                                "estimate assumes (default 0.06)."),
+            mfu: Optional[float] = typer.Option(None, min=0.0001, max=1.0, help="Model FLOPs utilisation the GPU-hours "
+                                                                                "estimate assumes for every size (default: the MFU measured for each size's parameters)."),
             ) -> None:
     """Parameters and FLOPs per target token of every model in a config, and the
     counted FLOPs (on GPUs the GPU-hours) its graph will spend."""

@@ -8,7 +8,7 @@ from pathlib import Path
 from rich.table import Table
 
 from pipeline.commands.output import fail, load_experiment, open_store, table_console
-from pipeline.compute_estimate import DEFAULT_MFU, estimate, gpu_hours
+from pipeline.compute_estimate import MEASURED_MFU, estimate, gpu_hours, hours_by_measured_mfu
 from pipeline.config import ExperimentConfig
 from pipeline.core.artifacts import ArtifactState
 from pipeline.graph import find_stage
@@ -43,12 +43,14 @@ def inspect_models(config: Path, overrides: list[str], artifact_root: str | None
     table = Table("model", "family", "preset", "params", "embedding", "non-embedding", "fwd FLOPs/tok",
                   "train FLOPs/tok", "6ND/tok", title=f"{experiment.name}: {src_len:.1f} source and {tgt_len:.1f} "
                   f"target tokens per pair")
+    parameters = {}
     for spec in (sized for model in experiment.models for sized in model.at_sizes()):  # one row per size
         try:  # counted from the config, without building the model (or importing torch)
             config = family(spec.family).resolve(spec.preset, spec.settings)
             cost = cost_summary(spec.family, config, src_vocab, tgt_vocab, src_len, tgt_len)
         except ValueError as error:
             fail(f"model {spec.name!r}: {error}", 2)
+        parameters[spec.name] = cost["total"]
         table.add_row(spec.name, spec.family, spec.preset, *(_count(cost[k]) for k in
                       ("total", "embedding", "non_embedding", "forward_flops_per_tgt_token",
                        "train_flops_per_tgt_token", "six_nd_per_tgt_token")))
@@ -57,12 +59,14 @@ def inspect_models(config: Path, overrides: list[str], artifact_root: str | None
                           "training = 3 x forward; 6ND = Kaplan et al. (2020)'s 6 x parameters x tokens, side by side: "
                           "encoder x source, decoder x target (both for decoder-only), output projection x target; "
                           "per target token here.")
-    _print_compute(experiment, gpu, mfu or DEFAULT_MFU)
+    _print_compute(experiment, gpu, mfu, parameters)
 
 
-def _print_compute(experiment: ExperimentConfig, gpu: str | None, mfu: float) -> None:
+def _print_compute(experiment: ExperimentConfig, gpu: str | None, mfu: float | None,
+                   parameters: dict[str, float]) -> None:
     """The graph's counted FLOPs, and on GPUs (``train.use_gpu``, or ``--gpu``) the
-    GPU-hours they come to at ``mfu``."""
+    GPU-hours they come to: at ``mfu`` where given, else at the MFU measured for each
+    size (``parameters``: <model>.<size> -> its total parameters)."""
     spent = estimate(experiment)
     if spent is None:
         return
@@ -74,13 +78,26 @@ def _print_compute(experiment: ExperimentConfig, gpu: str | None, mfu: float) ->
     if gpu is None and not experiment.train.use_gpu:
         return
     try:
-        rate = gpu_hours(gpu or "H100", experiment.train.precision, mfu)
+        rate = gpu_hours(gpu or "H100", experiment.train.precision, mfu or MEASURED_MFU[0][1])
     except ValueError as error:
         fail(str(error), 2)
-    console.print(f"GPU-hours at {rate.mfu:.0%} MFU of one {rate.gpu}'s {rate.precision} peak "
-                  f"({rate.peak_flops / 1e12:,.0f} TFLOP/s, the datasheet's): {_hours(rate.of(spent.total_flops))} "
-                  f"(runs {_hours(rate.of(spent.run_flops))}, tuning {_hours(rate.of(spent.tune_flops))}); "
-                  "--gpu and --mfu set the assumption.")
+    peak = f"one {rate.gpu}'s {rate.precision} peak ({rate.peak_flops / 1e12:,.0f} TFLOP/s, the datasheet's)"
+    if mfu is not None:
+        runs, tuning = rate.of(spent.run_flops), rate.of(spent.tune_flops)
+        console.print(f"GPU-hours at {mfu:.1%} MFU of {peak}: {_hours(runs + tuning)} (runs {_hours(runs)}, "
+                      f"tuning {_hours(tuning)}); --gpu and --mfu set the assumption.")
+        return
+    runs, tuning = hours_by_measured_mfu(spent, rate, parameters)
+    measured = ", ".join(f"{mfu:.2%} at {_count(size)}" for size, mfu in MEASURED_MFU)
+    console.print(f"GPU-hours at the MFU the train stage measured on an H100 for each size's parameters "
+                  f"({measured} parameters; interpolated between, the nearest outside) of {peak}: "
+                  f"{_hours(runs + tuning)} (runs {_hours(runs)}, tuning {_hours(tuning)}); --mfu assumes one "
+                  "MFU for every size instead.")
+    share = experiment.train.gpus_per_worker
+    if share < 1:
+        console.print(f"Each MFU was measured for one run on a whole GPU; this config puts {round(1 / share)} runs on "
+                      f"a GPU (train.gpus_per_worker {share:g}), whose rate together was not measured: at best, "
+                      f"{_hours((runs + tuning) * share)} GPU-hours.")
 
 
 def _hours(value: float) -> str:

@@ -4,12 +4,13 @@ checked against sums done by hand from the configs' own numbers."""
 from __future__ import annotations
 
 import math
+import re
 
 import pytest
 from typer.testing import CliRunner
 
 from pipeline.cli import app
-from pipeline.compute_estimate import DEFAULT_MFU, estimate, gpu_hours
+from pipeline.compute_estimate import MEASURED_MFU, estimate, gpu_hours, measured_mfu
 from pipeline.config import load_config
 from tests.helpers import REPO
 
@@ -58,14 +59,31 @@ def test_gpu_hours_divide_by_the_datasheet_peak_at_the_mfu_assumed():
         gpu_hours("V100", "bf16", 0.1)
 
 
-def test_inspect_prints_the_gpu_study_s_gpu_hours(tmp_path, monkeypatch):
+def test_inspect_prints_the_gpu_study_s_gpu_hours_at_each_size_s_measured_mfu(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     config = REPO / "configs" / "wmt14_frontier_gpu.yaml"
-    result = CliRunner().invoke(app, ["inspect", str(config)], terminal_width=400)
+    result = CliRunner().invoke(app, ["inspect", str(config)], terminal_width=1000)
     assert result.exit_code == 0, result.output
     spent = estimate(load_config(config))
-    hours = spent.total_flops / (989.4e12 * DEFAULT_MFU) / 3600
     assert f"total {spent.total_flops:.2e}" in result.output
-    assert f"GPU-hours at 6% MFU of one H100 SXM5's bf16 peak (989 TFLOP/s, the datasheet's): {hours:,.1f} " \
-        in result.output
     assert math.isclose(spent.tune_flops, 3 * spent.run_flops / 2)  # three rates at full budget, two seeds
+    assert math.isclose(sum(spent.run_flops_by_size.values()), spent.run_flops)
+    # Each size at its own measured MFU: more hours than one 6% for every size, since
+    # most of the study's sizes are far below the Transformer base that measured 6.1%.
+    output = " ".join(result.output.split())  # the console wraps long lines
+    said = re.search(r"of one H100 SXM5's bf16 peak \(989 TFLOP/s, the datasheet's\): ([\d,.]+) \(runs", output)
+    at_six = spent.total_flops / (989.4e12 * 0.06) / 3600
+    assert said and float(said.group(1).replace(",", "")) > 2 * at_six
+    assert "puts 4 runs on a GPU (train.gpus_per_worker 0.25)" in output
+    fixed = CliRunner().invoke(app, ["inspect", str(config), "--mfu", "0.06"], terminal_width=1000)
+    assert f"GPU-hours at 6.0% MFU of one H100 SXM5's bf16 peak (989 TFLOP/s, the datasheet's): {at_six:,.1f} " \
+        in " ".join(fixed.output.split())
+
+
+def test_the_measured_mfu_is_interpolated_in_log_parameters_and_held_outside():
+    (small, small_mfu), (base, base_mfu), (big, big_mfu) = MEASURED_MFU
+    assert measured_mfu(small) == pytest.approx(small_mfu) and measured_mfu(big) == pytest.approx(big_mfu)
+    assert measured_mfu(small / 10) == small_mfu and measured_mfu(big * 10) == big_mfu
+    halfway = math.sqrt(small * base)  # halfway in log parameters: halfway in log MFU
+    assert measured_mfu(halfway) == pytest.approx(math.sqrt(small_mfu * base_mfu))
+    assert small_mfu < measured_mfu(halfway) < base_mfu
