@@ -215,3 +215,16 @@ def comparison_of(**parts):
     if isinstance(parts.get("baselines"), dict):
         parts["baselines"] = record_of(Baselines, parts["baselines"])
     return Comparison(**{**empty, **parts})
+
+
+def nmt(*args: str):
+    """``nmt ARGS...`` in this process (typer's CliRunner); an exception other than the
+    command's exit is raised as it was."""
+    from typer.testing import CliRunner
+
+    from pipeline.cli import app
+
+    result = CliRunner().invoke(app, list(args))
+    if result.exception and not isinstance(result.exception, SystemExit):
+        raise result.exception
+    return result

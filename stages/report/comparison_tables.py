@@ -111,7 +111,8 @@ def _selection(comparison: Comparison) -> Section:
                    "translates (source use on the validation split, the gate's threshold and margin); the test set "
                    "is not decoded for a choice. The chosen configuration then trained on seeds of its own, and "
                    "only those runs are compared below: the selection seeds take part in no verdict, interval or "
-                   "test. A choice at an edge of the sizes or rates tried extended them (select.max_extensions). "
+                   "test. A choice at an edge of the sizes or rates tried extends them, as often as select.max_extensions "
+                   "allows. "
                    + (f"Still at an edge of what was tried, so a better configuration may lie beyond it: "
                       f"{'; '.join(edges)}. " if edges else "No choice sits at an edge of what was tried. ")
                    + (f"No candidate translated, so nothing was compared: {', '.join(none)}." if none else ""),

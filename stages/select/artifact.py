@@ -60,9 +60,6 @@ class SelectionChoice(FieldAccess):
     def to_json(self) -> dict:
         return to_json(self)
 
-    def at(self, budget: float) -> BudgetChoice:
-        return next(choice for choice in self.budgets if choice.budget == budget)
-
 
 def read_selection(artifact: Path) -> SelectionChoice:
     path = Path(artifact) / CHOICE_FILE

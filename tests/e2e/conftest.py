@@ -9,6 +9,17 @@ import pytest
 from tests.s3_server import SeaweedS3, weed_binary
 
 
+@pytest.fixture
+def workdir(tmp_path, multi30k, local_ray, monkeypatch):
+    """A working directory for ``nmt`` commands run in this process: the corpus through
+    its mirror, artifacts and MLflow's SQLite store inside it."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("NMT_MIRROR", str(multi30k))
+    monkeypatch.setenv("NMT_ARTIFACT_ROOT", str(tmp_path / "artifacts"))
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    return tmp_path
+
+
 @pytest.fixture(scope="package")
 def s3(tmp_path_factory):
     """One SeaweedFS S3 server for the e2e tests that need an object store."""

@@ -13,33 +13,15 @@ from pathlib import Path
 
 import pytest
 from mlflow.tracking import MlflowClient
-from typer.testing import CliRunner
 
 from pipeline.core.artifacts import ArtifactState, ArtifactStore
-from pipeline.cli import app
 from pipeline.config import load_config
 from pipeline.graph import plan
-from tests.helpers import REPO, kill_everything_below, slice_multi30k, small_config, write_config
+from tests.helpers import REPO, kill_everything_below, nmt, slice_multi30k, small_config, write_config
 
 SMOKE = REPO / "configs" / "smoke.yaml"
 STAGES = ["download", "clean", "bpe", "tokenize"]
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture
-def workdir(tmp_path, multi30k, local_ray, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("NMT_MIRROR", str(multi30k))
-    monkeypatch.setenv("NMT_ARTIFACT_ROOT", str(tmp_path / "artifacts"))
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
-    return tmp_path
-
-
-def nmt(*args: str):
-    result = CliRunner().invoke(app, list(args))
-    if result.exception and not isinstance(result.exception, SystemExit):
-        raise result.exception
-    return result
 
 
 def stage_runs(workdir: Path, experiment: str = "smoke") -> list[dict]:

@@ -8,21 +8,10 @@ from __future__ import annotations
 import json
 
 import pytest
-from typer.testing import CliRunner
 
-from pipeline.cli import app
-from tests.helpers import shipped_config, write_config
+from tests.helpers import nmt, shipped_config, write_config
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture
-def workdir(tmp_path, multi30k, local_ray, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("NMT_MIRROR", str(multi30k))
-    monkeypatch.setenv("NMT_ARTIFACT_ROOT", str(tmp_path / "artifacts"))
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
-    return tmp_path
 
 
 def select_config(directory) -> str:
@@ -40,13 +29,6 @@ def select_config(directory) -> str:
     raw.update(budgets=[2e11], seeds=[1, 2], select={"seeds": [101], "learning_rates": [8e-3], "max_extensions": 0})
     raw["evaluate"] = {"beam_size": 2, "shards": 1, "greedy": False}
     return str(write_config(directory / "select.yaml", raw))
-
-
-def nmt(*args: str):
-    result = CliRunner().invoke(app, list(args))
-    if result.exception and not isinstance(result.exception, SystemExit):
-        raise result.exception
-    return result
 
 
 def test_select_then_confirm_end_to_end(workdir):
