@@ -184,7 +184,9 @@ class ExperimentConfig(Section):
         return self.model_copy(update={"models": models, "seeds": seeds, "select": None, "candidates": {},
                                        "chosen": None})
 
-    def _selecting(self) -> ExperimentConfig | None:
+    def selecting(self) -> ExperimentConfig | None:
+        """This round's candidates as an experiment of their own (each a model, on the
+        selection seeds); None without a select section."""
         if self.select is None:
             return None
         candidates = self.candidates or self.first_candidates()
@@ -207,13 +209,13 @@ class ExperimentConfig(Section):
     def selection_runs(self) -> list[ModelSpec]:
         """With a select section: the candidates' runs on the selection seeds (their
         stable-phase segments first, where budgets branch). [] otherwise."""
-        view = self._selecting()
+        view = self.selecting()
         return view.stable_segments() + view.trained_models() if view else []
 
     def select_stage_configs(self) -> list[tuple[str, SelectStageConfig]]:
         """Each select stage (``select/<model>``) and its slice: the model's candidate
         runs at every budget and selection seed."""
-        view = self._selecting()
+        view = self.selecting()
         if view is None:
             return []
         found, candidates = [], self.candidates or self.first_candidates()

@@ -67,10 +67,13 @@ def _print_compute(experiment: ExperimentConfig, gpu: str | None, mfu: float | N
     """The graph's counted FLOPs, and on GPUs (``train.use_gpu``, or ``--gpu``) the
     GPU-hours they come to: at ``mfu`` where given, else at the MFU measured for each
     size (``parameters``: <model>.<size> -> its total parameters)."""
+    console = table_console()
+    if experiment.select is not None and experiment.chosen is None:
+        _print_selection_compute(experiment)
+        return
     spent = estimate(experiment)
     if spent is None:
         return
-    console = table_console()
     console.print(f"Compute: {spent.runs} runs, {spent.run_flops:.2e} counted training FLOPs; {spent.tune_stages} "
                   f"tune stages, {spent.trials} trials, {spent.tune_flops:.2e}; total {spent.total_flops:.2e} "
                   "(trials to full length: ASHA's early stops make it less, a grid extended past an edge more; "
@@ -98,6 +101,24 @@ def _print_compute(experiment: ExperimentConfig, gpu: str | None, mfu: float | N
         console.print(f"Each MFU was measured for one run on a whole GPU; this config puts {round(1 / share)} runs on "
                       f"a GPU (train.gpus_per_worker {share:g}), whose rate together was not measured: at best, "
                       f"{_hours((runs + tuning) * share)} GPU-hours.")
+
+
+def _print_selection_compute(experiment: ExperimentConfig) -> None:
+    """A select config's first round of candidates, and what confirming its choice
+    costs: with branched budgets, as little as every model's largest budget plus the
+    others' decays (one configuration chosen at every budget), as much as each budget's
+    own run (a configuration of its own at each)."""
+    candidates = estimate(experiment.selecting())
+    if candidates is None:
+        return
+    budgets, runs = sorted(experiment.budgets), len(experiment.models) * len(experiment.seeds)
+    most = runs * sum(budgets)
+    least = runs * (budgets[-1] + experiment.train.decay_fraction * sum(budgets[:-1])) \
+        if experiment.branch_budgets else most
+    confirming = f"{most:.2e}" if least == most else f"{least:.2e} to {most:.2e}"
+    table_console().print(f"Compute: the selection's first round, {candidates.runs} runs, {candidates.run_flops:.2e} "
+                          f"counted training FLOPs (a choice at an edge adds rounds); confirming the choice on "
+                          f"{len(experiment.seeds)} seeds, {confirming}; validation and decoding not counted.")
 
 
 def _hours(value: float) -> str:

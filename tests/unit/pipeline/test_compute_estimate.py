@@ -7,6 +7,7 @@ import math
 import re
 
 import pytest
+import yaml
 from typer.testing import CliRunner
 
 from pipeline.cli import app
@@ -87,3 +88,22 @@ def test_the_measured_mfu_is_interpolated_in_log_parameters_and_held_outside():
     halfway = math.sqrt(small * base)  # halfway in log parameters: halfway in log MFU
     assert measured_mfu(halfway) == pytest.approx(math.sqrt(small_mfu * base_mfu))
     assert small_mfu < measured_mfu(halfway) < base_mfu
+
+
+def test_inspect_prices_a_select_config_s_first_round_and_its_confirmation(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    raw = yaml.safe_load((REPO / "configs" / "multi30k_en_de.yaml").read_text())
+    raw["models"] = [{"name": "transformer", "family": "transformer", "sizes": ["w24", "w32", "w48"]},
+                     {"name": "convs2s", "family": "convs2s", "sizes": ["w32", "w48"]}]
+    raw.update(budgets=[1e12, 3e12], seeds=[1, 2, 3], select={"seeds": [101], "learning_rates": [4e-3, 8e-3]})
+    raw["artifact_root"] = str(tmp_path / "artifacts")
+    config = tmp_path / "select.yaml"
+    config.write_text(yaml.safe_dump(raw))
+    result = CliRunner().invoke(app, ["inspect", str(config)], terminal_width=1000)
+    assert result.exit_code == 0, result.output
+    output = " ".join(result.output.split())
+    # Five sizes at two rates, each a stable phase to 3e12 and a branch at 1e12.
+    first_round = (3 + 2) * 2 * (3e12 + 0.2 * 1e12)
+    assert f"the selection's first round, 20 runs, {first_round:.2e} counted training FLOPs" in output
+    least, most = 2 * 3 * (3e12 + 0.2 * 1e12), 2 * 3 * 4e12
+    assert f"confirming the choice on 3 seeds, {least:.2e} to {most:.2e}" in output
