@@ -114,6 +114,10 @@ class ExperimentConfig(Section):
         self._check_tune_overrides()
         if self.select is not None:
             self._check_selection()
+        for model in self.models:
+            if model.select and self.select is None:
+                raise ValueError(f"model {model.name!r}: select overrides the experiment's select section, which "
+                                 "this config does not have: add a 'select' section (or drop the model's)")
         if self.branch_budgets:
             self._check_branching()
         for sized in self.tuned_sizes():
@@ -155,6 +159,7 @@ class ExperimentConfig(Section):
             raise ValueError("select chooses one configuration per model and budget, which the report compares: "
                              "drop report.primary_comparisons")
         for model in self.models:
+            self._check_model_select(model)
             ladder = width_ladder(list(family(model.family).presets))
             off = [size for size in model.sizes if size not in ladder]
             if len(model.sizes) < 2 or off:
@@ -166,10 +171,29 @@ class ExperimentConfig(Section):
                     raise ValueError(f"model {model.name!r}: select chooses each size's rate and budgets: "
                                      f"drop {key}")
 
+    def _check_model_select(self, model: ModelSpec) -> None:
+        other = sorted(set(model.select) - {"learning_rates"})
+        if other:
+            raise ValueError(f"model {model.name!r}: select.{other[0]} is the experiment's: a model's select sets "
+                             "only its learning_rates")
+        try:
+            self.select_rates(model)
+        except ValidationError as error:
+            problem = error.errors()[0]
+            where = ".".join(["select", *(str(part) for part in problem["loc"])])
+            raise ValueError(f"model {model.name!r}: {where}: {problem['msg']}") from None
+
+    def select_rates(self, model: ModelSpec) -> list[float]:
+        """The peak rates ``model``'s sizes try first: its own select.learning_rates, or
+        the experiment's."""
+        if not model.select:
+            return self.select.learning_rates
+        return SelectConfig.model_validate({**self.select.model_dump(), **model.select}).learning_rates
+
     def first_candidates(self) -> dict[str, list[tuple[str, float]]]:
-        """Each model's first round of candidates: every size at every rate of
-        select.learning_rates."""
-        return {model.name: [(size, lr) for size in model.sizes for lr in self.select.learning_rates]
+        """Each model's first round of candidates: every size at every rate it tries
+        first (``select_rates``)."""
+        return {model.name: [(size, lr) for size in model.sizes for lr in self.select_rates(model)]
                 for model in self.models}
 
     def _candidate(self, model: ModelSpec, size: str, lr: float, budgets: list[float] | None = None) -> ModelSpec:

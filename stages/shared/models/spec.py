@@ -39,6 +39,10 @@ class ModelSpec(Section):
     # short trials favour a rate its runs cannot take), over the experiment's tune section.
     # Left out of keys: a tune stage's key holds the tune section it ran with, merged.
     tune: dict[str, Any] = Field(default={}, exclude=True)
+    # With the experiment's select section: this model's own candidate peak rates
+    # (``select: {learning_rates: [...]}``) in place of select.learning_rates, for families
+    # whose best rates lie apart. Left out of keys: each candidate's run holds its rate.
+    select: dict[str, Any] = Field(default={}, exclude=True)
     # Set by the experiment's seeds and budgets, not in a config: the configured model
     # this run is one of (its name without the budget and seed suffixes). Left out
     # of keys and manifests: the run's name and train overrides already say it.

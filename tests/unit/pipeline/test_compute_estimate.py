@@ -12,8 +12,8 @@ from typer.testing import CliRunner
 
 from pipeline.cli import app
 from pipeline.compute_estimate import MEASURED_MFU, estimate, gpu_hours, measured_mfu
-from pipeline.config import load_config
-from tests.helpers import REPO
+from pipeline.config import ExperimentConfig, load_config
+from tests.helpers import REPO, shipped_config
 
 pytestmark = pytest.mark.fast
 
@@ -34,15 +34,20 @@ def test_runs_each_train_to_their_budget_and_trials_to_theirs():
 
 
 def test_branched_budgets_count_one_stable_phase_and_each_decay():
-    """The default job: per family and seed, the stable phase to 1e13's decay once, and
-    the decays of 1e12 and 3e12 (decay_fraction 0.2 of each)."""
-    experiment = load_config(REPO / "configs" / "multi30k_en_de.yaml")
-    assert experiment.branch_budgets and sorted(experiment.budgets) == [1.0e12, 3.0e12, 1.0e13]
+    """The default job's budgets, each family at one size and rate: per family and seed,
+    the stable phase to 2e12's decay once, and the decays of 6e11 and 2e12 (decay_fraction
+    0.2 of each)."""
+    raw = shipped_config("multi30k_en_de.yaml")
+    del raw["select"]
+    raw["models"] = [{"name": model["name"], "family": model["family"], "settings": model.get("settings", {}),
+                      "sizes": ["w32"], "train": {"lr": 8e-3}} for model in raw["models"]]
+    experiment = ExperimentConfig.model_validate(raw)
+    assert experiment.branch_budgets and sorted(experiment.budgets) == [6.0e11, 2.0e12]
     spent = estimate(experiment)
     families, seeds = len(experiment.models), len(experiment.seeds)
     decay = experiment.train.decay_fraction
-    assert spent.runs == families * seeds * 3
-    assert spent.run_flops == pytest.approx(families * seeds * (1.0e13 + decay * (1.0e12 + 3.0e12)))
+    assert spent.runs == families * seeds * 2
+    assert spent.run_flops == pytest.approx(families * seeds * (2.0e12 + decay * 6.0e11))
     assert spent.tune_flops == 0
 
 

@@ -72,8 +72,23 @@ def test_the_confirming_runs_train_the_choice_on_the_experiment_s_seeds_and_alon
     assert {run.train["max_train_flops"] for run in trained if run.run_of == "transformer.w24.lr8e-3"} == {1e12}
 
 
+def test_a_model_s_own_rates_replace_the_experiment_s_for_its_sizes_only():
+    data = raw()
+    data["models"][1]["select"] = {"learning_rates": [3.2e-2, 1.6e-2]}
+    experiment = ExperimentConfig.model_validate(data)
+    assert experiment.first_candidates() == {
+        "transformer": [(size, lr) for size in ("w24", "w32", "w48") for lr in (4e-3, 8e-3)],
+        "rnn": [(size, lr) for size in ("w32", "w48") for lr in (1.6e-2, 3.2e-2)]}
+    assert "rnn.w48.lr3.2e-2.3e12.s101" in [run.name for run in experiment.selection_runs()]
+
+
 @pytest.mark.parametrize("change, message", [
     (lambda data: data.update(seeds=[1, 101]), "select.seeds [101] are in 'seeds' too"),
+    (lambda data: data["models"][1].update(select={"learning_rates": [0.0]}),
+     "model 'rnn': select.learning_rates: Value error, rates must be distinct and above 0"),
+    (lambda data: data["models"][1].update(select={"seeds": [7]}), "model 'rnn': select.seeds is the experiment's"),
+    (lambda data: (data.pop("select"), data["models"][1].update(select={"learning_rates": [1e-2]})),
+     "model 'rnn': select overrides the experiment's select section"),
     (lambda data: data["models"][1].update(sizes=["w32"]), "select needs two or more sizes"),
     (lambda data: data["models"][0].update(sizes=["w24", "small"]), "['small'] are not"),
     (lambda data: data["models"][0].update(train={"lr": 1e-3}), "select chooses each size's rate"),
