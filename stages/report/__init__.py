@@ -77,7 +77,9 @@ from stages.report.config import ReportStageConfig
 #     floored at 0.001; a row whose seeds agreed says what that assumes (seed_share); the
 #     gate's "undecided" for a run within two standard errors of its threshold; each
 #     precision and peak line once per model
-VERSION = 29
+# 30: with a selection, the BLEU plot draws a line per configured model through the
+#     configuration chosen at each budget, each point named by it
+VERSION = 30
 # The files of each upstream artifact the report reads (besides its manifest): never
 # the train stage's checkpoints; of an evaluation, what the significance tests score.
 READS = {TRAIN: ("metrics.jsonl",), EVALUATE: OUTPUT_FILES, TUNE: ("choice.json",), SELECT: ("choice.json",),

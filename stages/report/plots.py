@@ -184,8 +184,10 @@ def envelope_figure(comparison: Comparison, title: str):
 def _bleu_vs_flops(records: list[RunRecord], comparison: Comparison | None, path: Path, title: str) -> None:
     """Test BLEU (beam) against counted training FLOPs, a line per configured model
     through its seeds' mean at each budget, a band over the 95% interval of the seeds and
-    the test set (``comparison.intervals``) where it was computed. A model at a budget
-    that does not translate, or is undecided (``gate.py``), is drawn hollow."""
+    the test set (``comparison.intervals``) where it was computed. With a selection, a
+    configured model's line runs through the configuration chosen at each budget, each
+    point named by its size and rate. A model at a budget that does not translate, or is
+    undecided (``gate.py``), is drawn hollow."""
     from stages.shared.gate import ranked
 
     groups = (comparison and comparison.groups) or [
@@ -195,15 +197,26 @@ def _bleu_vs_flops(records: list[RunRecord], comparison: Comparison | None, path
     groups = [group for group in groups if group["bleu"]["mean"] is not None]
     intervals = (comparison and comparison.intervals) or {}
     figure, axes = plt.subplots(figsize=(6.8, 4.8), layout="constrained")
-    for model in dict.fromkeys(group["model"] for group in groups):
-        points = sorted((group for group in groups if group["model"] == model), key=lambda g: g["train_flops"])
+    # A confirming run is named <model>.<size>.lr<rate> after the choice it trains.
+    chosen = {f"{choice.model}.{at.size}.lr": choice.model for choice in (comparison and comparison.selection) or []
+              for at in choice.budgets if at.size is not None}
+
+    def line_of(model: str) -> str:
+        return next((name for prefix, name in chosen.items() if model.startswith(prefix)), model)
+
+    for line_name in dict.fromkeys(line_of(group["model"]) for group in groups):
+        points = sorted((group for group in groups if line_of(group["model"]) == line_name),
+                        key=lambda g: g["train_flops"])
         x = [group["train_flops"] for group in points]
-        (line,) = axes.plot(x, [group["bleu"]["mean"] for group in points], linewidth=1, label=model)
+        (line,) = axes.plot(x, [group["bleu"]["mean"] for group in points], linewidth=1, label=line_name)
         colour, marker = line.get_color(), marker_of(points[0]["family"])
         for group in points:
             hollow = not ranked(group.get("translates"))
             axes.scatter(group["train_flops"], group["bleu"]["mean"], marker=marker, s=50, zorder=3,
                          facecolors="none" if hollow else colour, edgecolors=colour)
+            if line_name != group["model"]:  # the configuration chosen there: w24.lr3.2e-2
+                axes.annotate(group["model"][len(line_name) + 1:], (group["train_flops"], group["bleu"]["mean"]),
+                              xytext=(6, -3), textcoords="offset points", fontsize=7, color=colour)
         bands = [intervals.get(group["label"], {}).get("BLEU") for group in points]
         if all(band and band.get("low") is not None for band in bands):
             axes.fill_between(x, [band["low"] for band in bands], [band["high"] for band in bands], color=colour,

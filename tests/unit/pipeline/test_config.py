@@ -9,7 +9,7 @@ from pipeline.config import ConfigError, load_config
 from tests.helpers import REPO, shipped_config, write_config
 
 
-@pytest.mark.parametrize("name", ["multi30k_en_de.yaml", "smoke.yaml", "wmt14_en_de.yaml"])
+@pytest.mark.parametrize("name", ["multi30k_en_de.yaml", "multi30k_en_de_1e13.yaml", "smoke.yaml", "wmt14_en_de.yaml"])
 def test_shipped_configs_validate(name):
     config = load_config(REPO / "configs" / name)
     assert config.download.src_lang == "en" and config.download.tgt_lang == "de"

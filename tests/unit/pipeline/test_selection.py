@@ -143,3 +143,20 @@ def test_rounds_follow_the_store_s_choices_until_settled(tmp_path):
     stages = [item.stage.name for item in plan_experiment(experiment, store)]
     assert "report" in stages and "train/transformer.w16.lr8e-3.3e12.s3" in stages
     assert "train/transformer.w16.lr8e-3.3e12.s101" in stages  # the candidates stay in the graph, cached
+
+
+def test_the_1e13_config_reuses_every_run_the_default_job_trained(tmp_path):
+    """configs/multi30k_en_de_1e13.yaml carries the default job up to 1e13: on one artifact
+    root, each of the default's candidate runs (stable phases and decays) has the same key
+    in it, so that only w64 and the phases beyond 2e12 are new."""
+    from pipeline.config import load_config
+    from tests.helpers import REPO
+
+    store = ArtifactStore(str(tmp_path))
+    keys = {name: {item.stage.name: item.key for item in plan(load_config(REPO / "configs" / name), store)}
+            for name in ("multi30k_en_de.yaml", "multi30k_en_de_1e13.yaml")}
+    default, larger = keys["multi30k_en_de.yaml"], keys["multi30k_en_de_1e13.yaml"]
+    trained = [name for name in default if name.startswith("train/")]
+    assert len(trained) == 4 * 3 * 3 * 4  # each candidate: two stable segments and two decays
+    assert {name: larger.get(name) for name in trained} == {name: default[name] for name in trained}
+    assert "train/rnn_gru.w64.lr1.6e-2.1e13.s101" in larger and "train/rnn_gru.w32.lr1.6e-2.1e13.s101" in larger

@@ -156,3 +156,26 @@ def test_the_bleu_plot_draws_the_intervals_as_bands_and_a_model_that_does_not_tr
     assert len(marks) == 4 and len(hollow) == 1 and hollow[0].get_offsets()[0][1] == 3.0
     assert sum(isinstance(c, PolyCollection) for c in axes.collections) == 2  # a band per model
     assert axes.get_ylim()[0] == 0 and axes.get_ylim()[1] > 29.0  # the highest band in view
+
+
+def test_with_a_selection_the_bleu_plot_draws_one_line_per_model_through_each_budget_s_choice(tmp_path,
+                                                                                               monkeypatch):
+    from stages.report import plots
+    from stages.select.artifact import BudgetChoice, SelectionChoice
+
+    kept = []
+    monkeypatch.setattr(plots, "_save", lambda figure, path: kept.append(figure.axes[0]))
+    groups = [{"label": f"{model} @ {budget:g}", "model": model, "family": "rnn", "budget": budget,
+               "train_flops": budget, "bleu": {"mean": bleu}, "translates": "yes"}
+              for model, budget, bleu in (("rnn.w24.lr3.2e-2", 6e11, 15.8), ("rnn.w32.lr1.6e-2", 2e12, 27.0),
+                                          ("rnn.big", 2e12, 20.0))]
+    chose = [BudgetChoice(budget=budget, size=size, lr=lr, size_edge=None, rate_edge=None, candidates=[])
+             for budget, size, lr in ((6e11, "w24", 3.2e-2), (2e12, "w32", 1.6e-2))]
+    selection = [SelectionChoice(model="rnn", seeds=[101], metric="final validation loss", budgets=chose, extend=[],
+                                 extensions_left=0)]
+    plots._bleu_vs_flops([], comparison_of(groups=groups, selection=selection), tmp_path / "bleu.png", "t")
+    (axes,) = kept
+    # rnn.big is not rnn's choice (a model of another name that starts alike): a line of its own.
+    assert [line.get_label() for line in axes.get_lines()] == ["rnn", "rnn.big"]
+    assert list(axes.get_lines()[0].get_ydata()) == [15.8, 27.0]
+    assert [text.get_text() for text in axes.texts] == ["w24.lr3.2e-2", "w32.lr1.6e-2"]
