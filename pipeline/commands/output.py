@@ -81,7 +81,9 @@ def print_report(report: ReportFile) -> None:
     from rich.text import Text
 
     frame, footnotes = summary(report)
-    table = Table(*frame.columns, title=report.title)
+    table = Table(title=report.title)
+    for column in frame.columns:
+        table.add_column(column, overflow="fold")  # a long model name wraps whole, never cut with "…"
     for row in frame.itertuples(index=False):
         table.add_row(*(Text(str(cell)) for cell in row))  # "[5.29, 12.48]" is no markup
     out = table_console()

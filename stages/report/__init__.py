@@ -79,7 +79,10 @@ from stages.report.config import ReportStageConfig
 #     precision and peak line once per model
 # 30: with a selection, the BLEU plot draws a line per configured model through the
 #     configuration chosen at each budget, each point named by it
-VERSION = 30
+# 31: report.md and report.html open with the answer (each budget's models ranked, the
+#     next one's difference and the verdict; the BLEU plot); every run's row last;
+#     report.html gets a table of contents; the console shows the answer
+VERSION = 31
 # The files of each upstream artifact the report reads (besides its manifest): never
 # the train stage's checkpoints; of an evaluation, what the significance tests score.
 READS = {TRAIN: ("metrics.jsonl",), EVALUATE: OUTPUT_FILES, TUNE: ("choice.json",), SELECT: ("choice.json",),

@@ -59,23 +59,25 @@ def read_report(artifact: Path) -> ReportFile:
 
 
 def summary(report: ReportFile) -> tuple[pd.DataFrame, list[str]]:
-    """What a console shows of a report, narrow enough for 100 columns: one row per
-    compared model (a model's seeds together): parameters, counted training FLOPs, BLEU
-    with its 95% interval, chrF, whether it translates; then the lines under it: runs that
-    did not really train or do not translate, the models withheld from comparisons, the
-    primary comparisons' verdicts, sacreBLEU's signature and the hardware, each once.
-    The full table is the report's (report.md)."""
+    """What a console shows of a report, narrow enough for 100 columns: the report's
+    answer where it has one (each budget's models ranked, as report.md opens), else one
+    row per compared model (a model's seeds together): parameters, counted training
+    FLOPs, BLEU with its 95% interval, chrF, whether it translates; then the lines under
+    it: runs that did not really train or do not translate, the models withheld from
+    comparisons, the primary comparisons' verdicts, sacreBLEU's signature and the
+    hardware, each once. The full table is the report's (report.md)."""
     import pandas as pd
 
-    from stages.report.comparison_tables import count, gate_sentences
+    from stages.report.comparison_tables import answer, count, gate_sentences
     from stages.report.tables import signature_lines, warning_lines
 
     models, comparison = report.models, report.comparison
+    ranked = comparison and answer(comparison)
     intervals = comparison.intervals if comparison else {}
     groups = (comparison and comparison.groups) or [{"label": record["name"], "model": record["name"]}
                                                     for record in models]
     rows = []
-    for group in groups:
+    for group in [] if ranked else groups:
         members = [record for record in models if record.get("model") == group.get("model")
                    and record.get("budget") == group.get("budget")] or \
             [record for record in models if record["name"] == group["label"]]
@@ -88,7 +90,9 @@ def summary(report: ReportFile) -> tuple[pd.DataFrame, list[str]]:
                      "-" if first.get("parameters") is None else count(first["parameters"]),
                      "-" if flops is None else f"{flops:.2e}", score, _mean(members, "chrf"),
                      group.get("translates") or "-"])
-    frame = pd.DataFrame(rows, columns=["model", "runs", "params", "FLOPs", "BLEU [95%]", "chrF", "translates"])
+    # The answer without its seeds column, "#" for rank: 100 columns hold it with 17-character names.
+    frame = ranked.table.drop(columns="seeds").rename(columns={"rank": "#"}) if ranked else pd.DataFrame(
+        rows, columns=["model", "runs", "params", "FLOPs", "BLEU [95%]", "chrF", "translates"])
     judged = (gate_sentences(comparison) + _verdict_lines(comparison) + (comparison.unpaired or [])
               if comparison else [])
     return frame, ([f"warning: {line}" for line in warning_lines(models)] + judged

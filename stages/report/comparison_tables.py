@@ -54,6 +54,64 @@ def sections(comparison: Comparison) -> list[Section]:
     return found
 
 
+def answer(comparison: Comparison) -> Section | None:
+    """What a reader came for, first: at each budget the models ranked by mean test BLEU,
+    each with its interval and its difference to the one ranked next below, with the
+    verdict of that pair's test; a model that does not translate is listed, not ranked.
+    None with one model per budget and nothing withheld."""
+    tests = {(test["a"], test["b"]): test for test in comparison.tests if test["metric"] == "BLEU"}
+    rows = []
+    for budget in sorted({group["budget"] for group in comparison.groups}, key=lambda b: (b is None, b or 0)):
+        at = [group for group in comparison.groups if group["budget"] == budget and group["bleu"]["mean"] is not None]
+        ranked = sorted((g for g in at if gate.ranked(g["translates"])), key=lambda g: -g["bleu"]["mean"])
+        for place, group in enumerate(ranked, 1):
+            below = ranked[place] if place < len(ranked) else None
+            test = below and (tests.get((below["label"], group["label"])) or tests.get((group["label"], below["label"])))
+            rows.append([_budget(budget), str(place), group["model"], _bleu_interval(comparison, group),
+                         str(len(group["seeds"])), _difference(test, group) if test else "-",
+                         verdict(test) if test else "-"])
+        for group in at:
+            if not gate.ranked(group["translates"]):
+                rows.append([_budget(budget), "-", group["model"], _bleu_interval(comparison, group),
+                             str(len(group["seeds"])), "-", f"not ranked: {_why_not_ranked(comparison, group)}"])
+    if len(rows) <= len({row[0] for row in rows}):
+        return None
+    table = pd.DataFrame(rows, columns=["budget", "rank", "model", "BLEU [95%]", "seeds", "lead over next [95%]",
+                                        "verdict"])
+    return Section("At each budget", table,
+                   "Each budget's models ranked by test BLEU, the mean over their seeds, with the 95% interval of "
+                   "the seeds' and the test set's variance; each difference is to the model ranked next below, with "
+                   "the verdict of their primary comparison (Primary comparisons, below), or 'exploratory' where "
+                   "that pair was not declared: a lead, not a finding. A model that does not translate, or is "
+                   "undecided, is listed and not ranked (Does each model translate?, below).", text_columns=3)
+
+
+def _why_not_ranked(comparison: Comparison, group: dict) -> str:
+    """In short, what ``_withheld`` says of it."""
+    entry = next((entry for entry in comparison.withheld if entry["label"] == group["label"]), {})
+    if group["translates"] == gate.UNDECIDED:
+        return "undecided"
+    return "the seeds disagree" if entry.get("seeds_translating") else "does not translate"
+
+
+def _budget(budget: float | None) -> str:
+    return "-" if budget is None else f"{budget:.2g}".replace("e+", "e")
+
+
+def _bleu_interval(comparison: Comparison, group: dict) -> str:
+    band = comparison.intervals.get(group["label"], {}).get("BLEU")
+    if not band or band.get("low") is None:
+        return f"{group['bleu']['mean']:.2f}"
+    return f"{group['bleu']['mean']:.2f} [{band['low']:.2f}, {band['high']:.2f}]"
+
+
+def _difference(test: dict, upper: dict) -> str:
+    """The pair's difference as the upper model's lead: a test's delta is b - a."""
+    sign = 1 if test["b"] == upper["label"] else -1
+    low, high = sorted((sign * test["delta_low"], sign * test["delta_high"]))
+    return f"{sign * test['delta']:.2f} [{low:+.2f}, {high:+.2f}]"
+
+
 def _withheld(entry: dict) -> str:
     """Where some seeds translate and others do not, the seeds disagree about what the
     recipe makes, and a mean over both kinds of model is a verdict on neither: kept in

@@ -16,9 +16,9 @@ from matplotlib.ticker import NullFormatter  # noqa: E402
 from stages.report.comparison_tables import count  # noqa: E402
 from stages.report.comparison_records import Comparison  # noqa: E402
 from stages.report.records import RunRecord  # noqa: E402
+from stages.report.tables import BLEU_VS_FLOPS  # noqa: E402
 
 
-BLEU_VS_FLOPS = "bleu_vs_flops.png"
 LOSS_VS_FLOPS = "valid_loss_vs_flops.png"
 LOSS_VS_TIME = "valid_loss_vs_time.png"
 BLEU_CURVES = "bleu_curves.png"

@@ -13,7 +13,7 @@ from typing import Callable
 import pandas as pd
 
 from stages.report.comparison_records import Comparison
-from stages.report.comparison_tables import count, sections
+from stages.report.comparison_tables import answer, count, sections
 from stages.report.records import FIELDS, RunRecord
 
 
@@ -158,32 +158,66 @@ def _markdown_table(table: pd.DataFrame, left: int) -> str:
 
 
 def markdown(records: list[dict], title: str, plots: list[str], comparison: Comparison | None = None) -> str:
-    parts = [f"# {title}", "", _markdown_table(display_table(records), 2), ""]
-    parts += [f"- **Warning:** {line}" for line in warning_lines(records)]
-    parts += [f"- sacreBLEU {line}" for line in signature_lines(records)]
-    parts += [f"- {line}" for line in hardware_lines(records)]
-    parts += ["", NOTES, ""]
+    """The answer first (each budget's ranking and the BLEU plot), then the comparison's
+    sections, then every run's row with its notes."""
+    first, rest = _split_plots(plots)
+    parts = [f"# {title}", ""]
+    for section in _answer_sections(comparison):
+        parts += [f"## {section.title}", "", _markdown_table(section.table, section.text_columns), "",
+                  section.note, ""]
+    parts += [f"![{name}]({name})\n" for name in first]
+    parts += [f"- **Warning:** {line}" for line in warning_lines(records)] + ([""] if warning_lines(records) else [])
     for section in sections(comparison) if comparison else []:
         parts += [f"## {section.title}", "", _markdown_table(section.table, section.text_columns), "",
                   section.note, ""]
-    parts += [f"![{name}]({name})" for name in plots]
+    parts += ["## Every run", "", _markdown_table(display_table(records), 2), ""]
+    parts += [f"- sacreBLEU {line}" for line in signature_lines(records)]
+    parts += [f"- {line}" for line in hardware_lines(records)]
+    parts += ["", NOTES, ""]
+    parts += [f"![{name}]({name})" for name in rest]
     return "\n".join(parts) + "\n"
 
 
+def _answer_sections(comparison: Comparison | None) -> list:
+    found = comparison and answer(comparison)
+    return [found] if found else []
+
+
+BLEU_VS_FLOPS = "bleu_vs_flops.png"  # drawn by plots.py
+
+
+def _split_plots(plots: list[str]) -> tuple[list[str], list[str]]:
+    """The BLEU-against-FLOPs plot goes with the answer; the others after the details."""
+    return [name for name in plots if name == BLEU_VS_FLOPS], [name for name in plots if name != BLEU_VS_FLOPS]
+
+
 def html_page(records: list[dict], title: str, plots: list[str], comparison: Comparison | None = None) -> str:
+    """The same order as ``markdown``: the answer and the BLEU plot, the sections, every run."""
+    first, rest = _split_plots(plots)
+
+    shown = [*_answer_sections(comparison), *(sections(comparison) if comparison else [])]
+    anchors = {section.title: f"s{index}" for index, section in enumerate(shown)}
+    contents = "".join(f'<li><a href="#{anchors[section.title]}">{html.escape(section.title)}</a></li>'
+                       for section in shown) + '<li><a href="#runs">Every run</a></li>'
+
+    def html_section(section) -> str:
+        return (f'<h2 id="{anchors[section.title]}">{html.escape(section.title)}</h2>'
+                f"{section.table.to_html(index=False, border=0, classes='report')}<p>{html.escape(section.note)}</p>")
+
+    def images(names: list[str]) -> str:
+        return "".join(f'<figure><img src="{html.escape(name)}" alt="{html.escape(name)}"></figure>' for name in names)
+
+    warnings = "".join(f"<li><strong>Warning:</strong> {html.escape(line)}</li>" for line in warning_lines(records))
+    notes = "".join(f"<li>sacreBLEU {html.escape(line)}</li>" for line in signature_lines(records))
+    notes += "".join(f"<li>{html.escape(line)}</li>" for line in hardware_lines(records))
     table = display_table(records).to_html(index=False, border=0, classes="report")
-    signatures = "".join(f"<li><strong>Warning:</strong> {html.escape(line)}</li>" for line in warning_lines(records))
-    signatures += "".join(f"<li>sacreBLEU {html.escape(line)}</li>" for line in signature_lines(records))
-    signatures += "".join(f"<li>{html.escape(line)}</li>" for line in hardware_lines(records))
-    extra = "".join(f"<h2>{html.escape(section.title)}</h2>"
-                    f"{section.table.to_html(index=False, border=0, classes='report')}"
-                    f"<p>{html.escape(section.note)}</p>"
-                    for section in (sections(comparison) if comparison else []))
-    images = "".join(f'<figure><img src="{html.escape(name)}" alt="{html.escape(name)}"></figure>'
-                     for name in plots)
+    body = ("".join(html_section(section) for section in _answer_sections(comparison)) + images(first)
+            + (f"<ul>{warnings}</ul>" if warnings else "")
+            + "".join(html_section(section) for section in (sections(comparison) if comparison else []))
+            + f'<h2 id="runs">Every run</h2>{table}<ul>{notes}</ul><p>{html.escape(NOTES)}</p>' + images(rest))
     return (f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
-            f"<style>{STYLE}</style></head><body><h1>{html.escape(title)}</h1>{table}<ul>{signatures}</ul>"
-            f"<p>{html.escape(NOTES)}</p>{extra}{images}</body></html>\n")
+            f"<style>{STYLE}</style></head><body><h1>{html.escape(title)}</h1><nav><ul>{contents}</ul></nav>"
+            f"{body}</body></html>\n")
 
 
 NOTES = ("BLEU: cased, detokenized (the headline); BLEU lc: lowercased, the kind Multi30k papers report; "

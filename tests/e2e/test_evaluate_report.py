@@ -251,6 +251,10 @@ def test_report_flops_columns_agree_with_the_training_metrics(pipeline_run):
         assert len(report["curves"][row["name"]]) == 2  # validated at steps 15 and 30
     markdown = (report_dir / "report.md").read_text()
     assert all(f"| {family}_tiny " in markdown for family in FAMILIES)
+    # The answer first: each budget's models (ranked, or listed as not translating) and the figure.
+    first_screen = "\n".join(markdown.splitlines()[:40])
+    assert "## At each budget" in first_screen and "![bleu_vs_flops.png](bleu_vs_flops.png)" in first_screen
+    assert markdown.index("## At each budget") < markdown.index("## Every run")
     # The report says which peak each model's MFU used and where it came from, once for
     # the models whose runs share it.
     assert re.search(r"^- [^\n]*\brnn_tiny\b[^\n]*: peak [^\n]*matmul probe", markdown, flags=re.M)

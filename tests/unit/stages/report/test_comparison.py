@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 import random
 from pathlib import Path
 
@@ -82,7 +83,12 @@ def test_the_report_shows_the_comparison_in_every_format(sweep, tmp_path):
     assert "## Quality against compute" not in markdown and "## Paired significance" not in markdown
     assert "Kocmi et al. 2024" in markdown and "8.20 ± 0.10" in markdown
     assert "Welch-Satterthwaite" in markdown and "over 3 primary comparisons" in markdown
-    assert "<h2>Primary comparisons</h2>" in (tmp_path / "report.html").read_text()
+    page = (tmp_path / "report.html").read_text()
+    # A table of contents first, each entry linking to its section: the answer, then the rest.
+    contents = re.findall(r'<li><a href="#(\w+)">([^<]+)</a></li>', page.split("</nav>")[0])
+    assert [title for _, title in contents][:2] == ["At each budget", "Does each model translate?"]
+    assert all(f'<h2 id="{anchor}">{title}</h2>' in page for anchor, title in contents)
+    assert "Primary comparisons" in [title for _, title in contents]
     saved = json.loads((tmp_path / "report.json").read_text())["comparison"]
     assert len(saved["tests"]) == 9 and saved["agreement"]["BLEU"]["80"] == 2.34
     primary = [test for test in saved["tests"] if test["role"] == "primary"]

@@ -124,7 +124,11 @@ def test_a_model_that_does_not_translate_is_withheld_from_every_test_at_its_budg
     report = read_report(tmp_path)  # report.json read back, every field checked
     assert [model.translates for model in report.models].count("no") == 1
     frame, lines = summary(report)
-    assert frame.set_index("model").loc["rnn_tiny @ 1e12", "translates"] == "no"
+    # The console opens with the answer, as report.md does: the withheld model listed, not ranked.
+    listed = {(row["budget"], row["model"]): row for row in frame.to_dict("records")}
+    assert listed[("1e12", "rnn_tiny")]["rank"] == "-"
+    assert listed[("1e12", "rnn_tiny")]["verdict"] == "not ranked: the seeds disagree"
+    assert listed[("4e12", "rnn_tiny")]["rank"] in ("1", "2")
     assert any(line.startswith("rnn_tiny @ 1e12: undecided, the seeds disagree") for line in lines)
 
 

@@ -4,6 +4,7 @@ peak" used, where it came from, and what the model ran on."""
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import pytest
 
@@ -126,7 +127,8 @@ def test_the_console_summary_fits_100_columns_without_cutting_a_cell():
     for model in ("transformer_tiny", "decoder_only_tiny"):
         for budget in (2e12, 4e12):
             label = f"{model}.{budget:.0e}".replace("e+", "e")
-            groups.append({"label": label, "model": model, "budget": budget})
+            groups.append({"label": label, "model": model, "budget": budget, "seeds": [1, 2],
+                           "bleu": {"mean": 12.345}, "translates": "yes"})
             intervals[label] = {"BLEU": {"score": 12.345, "low": 10.111, "high": 14.579}}
             for seed in (1, 2):
                 record = model_record(f"{label}.s{seed}", CONFIG, trained(**MEASURED), evaluated(bleu=12.3, chrf=40.1))
@@ -145,7 +147,9 @@ def test_the_console_summary_fits_100_columns_without_cutting_a_cell():
         output.table_console = original
     text = console.export_text()
     assert "…" not in text and max(map(len, text.splitlines())) <= 100, text
-    assert "decoder_only_tiny.4e12" in text and "12.35 [10.11, 14.58]" in text
+    # The answer, as report.md opens: each budget's models ranked, every cell on one line.
+    assert re.search(r"│ 4e12 +│ 2 +│ decoder_only_tiny +│ 12.35 \[10.11, 14.58\] +│", text), text
+    assert "-1.50 [-3.50, +0.50]" in text
     assert "decoder_only_tiny.2e12 - transformer_tiny.2e12: +1.50 BLEU [-0.50, +3.50], Holm p 0.2100: not significant" \
         in " ".join(text.split())  # a line of prose may wrap; a cell may not
     assert text.count("trained in fp32 on AMD EPYC") == 1  # the hardware once

@@ -179,3 +179,28 @@ def test_with_a_selection_the_bleu_plot_draws_one_line_per_model_through_each_bu
     assert [line.get_label() for line in axes.get_lines()] == ["rnn", "rnn.big"]
     assert list(axes.get_lines()[0].get_ydata()) == [15.8, 27.0]
     assert [text.get_text() for text in axes.texts] == ["w24.lr3.2e-2", "w32.lr1.6e-2"]
+
+
+def test_the_answer_ranks_each_budget_s_models_with_the_next_one_s_difference_and_lists_the_withheld():
+    from stages.report.comparison_tables import answer
+
+    def group(model: str, budget: float, bleu: float, translates: str = "yes") -> dict:
+        return {"label": f"{model} @ {budget:g}", "model": model, "family": model, "budget": budget,
+                "seeds": [1, 2, 3], "bleu": {"mean": bleu}, "translates": translates}
+
+    def test(a: str, b: str, delta: float, role: str = "primary", significant: bool | None = True) -> dict:
+        return {"a": a, "b": b, "metric": "BLEU", "role": role, "delta": delta, "delta_low": delta - 1,
+                "delta_high": delta + 1, "seeds": [3, 3], "seed_variance_measured": True, "significant": significant}
+
+    groups = [group("t", 1e12, 8.0), group("r", 1e12, 15.0), group("c", 1e12, 20.0), group("d", 1e12, 3.0, "no")]
+    # A test's delta is b - a: r - c = -5 (c leads by 5); r - t = +7 (r leads by 7).
+    tests = [test("c @ 1e+12", "r @ 1e+12", -5.0), test("t @ 1e+12", "r @ 1e+12", 7.0, "exploratory", None)]
+    section = answer(comparison_of(groups=groups, tests=tests,
+                                   intervals={"c @ 1e+12": {"BLEU": {"low": 19.0, "high": 21.0}}}))
+    rows = section.table.values.tolist()
+    assert [row[1:3] for row in rows] == [["1", "c"], ["2", "r"], ["3", "t"], ["-", "d"]]
+    assert rows[0][3] == "20.00 [19.00, 21.00]" and rows[1][3] == "15.00"
+    assert rows[0][5:] == ["5.00 [+4.00, +6.00]", "significant"]  # c above r: the sign turned to c's lead
+    assert rows[1][5:] == ["7.00 [+6.00, +8.00]", "exploratory"]
+    assert rows[2][5:] == ["-", "-"] and rows[3][6] == "not ranked: does not translate"
+    assert answer(comparison_of(groups=[group("t", 1e12, 8.0)])) is None  # one model: nothing to rank
