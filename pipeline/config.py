@@ -46,6 +46,17 @@ class ExtraSeeds(Section):
         return value
 
 
+def _naming_the_key(model: ModelSpec, section: str, check) -> None:
+    """Run ``check`` (a validation of ``model``'s merged ``section``); its first problem
+    becomes one line naming the model and the key: model 'rnn': tune.budget: ..."""
+    try:
+        check()
+    except ValidationError as error:
+        problem = error.errors()[0]
+        where = ".".join([section, *(str(part) for part in problem["loc"])])
+        raise ValueError(f"model {model.name!r}: {where}: {problem['msg']}") from None
+
+
 class ConfigError(Exception):
     """A config file or override that cannot be used; the message says where and why."""
 
@@ -127,12 +138,7 @@ class ExperimentConfig(Section):
                                  "(it scales by lr_scale): use cosine, constant or wsd")
         self._check_primary_comparisons()
         for model in self.stable_segments() + self.trained_models() + self.selection_runs():
-            try:
-                self.train_stage_config(model)
-            except ValidationError as error:
-                problem = error.errors()[0]
-                where = ".".join(["train", *(str(part) for part in problem["loc"])])
-                raise ValueError(f"model {model.name!r}: {where}: {problem['msg']}") from None
+            _naming_the_key(model, "train", lambda: self.train_stage_config(model))
         return self
 
     def _check_primary_comparisons(self) -> None:
@@ -176,12 +182,7 @@ class ExperimentConfig(Section):
         if other:
             raise ValueError(f"model {model.name!r}: select.{other[0]} is the experiment's: a model's select sets "
                              "only its learning_rates")
-        try:
-            self.select_rates(model)
-        except ValidationError as error:
-            problem = error.errors()[0]
-            where = ".".join(["select", *(str(part) for part in problem["loc"])])
-            raise ValueError(f"model {model.name!r}: {where}: {problem['msg']}") from None
+        _naming_the_key(model, "select", lambda: self.select_rates(model))
 
     def select_rates(self, model: ModelSpec) -> list[float]:
         """The peak rates ``model``'s sizes try first: its own select.learning_rates, or
@@ -260,12 +261,7 @@ class ExperimentConfig(Section):
             if self.tune is None:
                 raise ValueError(f"model {model.name!r}: tune overrides the experiment's tune section, which this "
                                  "config does not have: add a 'tune' section (or drop the model's)")
-            try:
-                self.tune_of(model)
-            except ValidationError as error:
-                problem = error.errors()[0]
-                where = ".".join(["tune", *(str(part) for part in problem["loc"])])
-                raise ValueError(f"model {model.name!r}: {where}: {problem['msg']}") from None
+            _naming_the_key(model, "tune", lambda: self.tune_of(model))
 
     def _check_size_budgets(self) -> None:
         for model in self.models:
