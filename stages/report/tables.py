@@ -166,7 +166,8 @@ def markdown(records: list[dict], title: str, plots: list[str], comparison: Comp
         parts += [f"## {section.title}", "", _markdown_table(section.table, section.text_columns), "",
                   section.note, ""]
     parts += [f"![{name}]({name})\n" for name in first]
-    parts += [f"- **Warning:** {line}" for line in warning_lines(records)] + ([""] if warning_lines(records) else [])
+    warned = [f"- **Warning:** {line}" for line in warning_lines(records)]
+    parts += warned + ([""] if warned else [])
     for section in sections(comparison) if comparison else []:
         parts += [f"## {section.title}", "", _markdown_table(section.table, section.text_columns), "",
                   section.note, ""]
@@ -195,7 +196,8 @@ def html_page(records: list[dict], title: str, plots: list[str], comparison: Com
     """The same order as ``markdown``: the answer and the BLEU plot, the sections, every run."""
     first, rest = _split_plots(plots)
 
-    shown = [*_answer_sections(comparison), *(sections(comparison) if comparison else [])]
+    leading, following = _answer_sections(comparison), sections(comparison) if comparison else []
+    shown = [*leading, *following]
     anchors = {section.title: f"s{index}" for index, section in enumerate(shown)}
     contents = "".join(f'<li><a href="#{anchors[section.title]}">{html.escape(section.title)}</a></li>'
                        for section in shown) + '<li><a href="#runs">Every run</a></li>'
@@ -211,9 +213,9 @@ def html_page(records: list[dict], title: str, plots: list[str], comparison: Com
     notes = "".join(f"<li>sacreBLEU {html.escape(line)}</li>" for line in signature_lines(records))
     notes += "".join(f"<li>{html.escape(line)}</li>" for line in hardware_lines(records))
     table = display_table(records).to_html(index=False, border=0, classes="report")
-    body = ("".join(html_section(section) for section in _answer_sections(comparison)) + images(first)
+    body = ("".join(html_section(section) for section in leading) + images(first)
             + (f"<ul>{warnings}</ul>" if warnings else "")
-            + "".join(html_section(section) for section in (sections(comparison) if comparison else []))
+            + "".join(html_section(section) for section in following)
             + f'<h2 id="runs">Every run</h2>{table}<ul>{notes}</ul><p>{html.escape(NOTES)}</p>' + images(rest))
     return (f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
             f"<style>{STYLE}</style></head><body><h1>{html.escape(title)}</h1><nav><ul>{contents}</ul></nav>"
