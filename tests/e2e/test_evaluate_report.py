@@ -293,7 +293,9 @@ def test_the_report_gates_models_that_do_not_translate_and_shows_the_source_blin
     assert baselines["train_sentences"] == 800 and baselines["valid_sentences"] == 60
     assert math.log(500) > losses[0] > losses[1] > losses[2] and losses[3] < losses[1]
     assert "## Source-blind baselines" in markdown and "| bigram " in markdown
-    assert "translates" in run.first.stdout and "did not translate at this budget" in run.first.stdout
+    # The console opens with the answer: the failing model listed, not ranked, and why.
+    assert "not ranked: does not translate" in run.first.stdout
+    assert "did not translate at this budget" in run.first.stdout
 
 
 def test_the_report_renders_with_any_subset_of_models(pipeline_run, tmp_path):
@@ -307,7 +309,8 @@ def test_the_report_renders_with_any_subset_of_models(pipeline_run, tmp_path):
     bare = dataclasses.replace(rnn[0], bleu=None, greedy_bleu=None, chrf=None, train_flops_paper=None, mfu=None)
     written = write_report([bare], {}, tmp_path / "bare", "bare")
     assert [path.name for path in written] == ["report.md", "report.html", "report.csv", "report.json"]
-    table = [line for line in (tmp_path / "bare" / "report.md").read_text().splitlines() if line.startswith("|")]
+    every_run = (tmp_path / "bare" / "report.md").read_text().split("## Every run")[1]
+    table = [line for line in every_run.splitlines() if line.startswith("|")]
     cells = dict(zip([c.strip() for c in table[0].split("|")], [c.strip() for c in table[2].split("|")]))
     assert cells["BLEU beam"] == cells["MFU"] == cells["FLOPs time x peak"] == "-"
     assert cells["model"] == "rnn_tiny" and cells["FLOPs counted"] == f"{rnn[0]['train_flops']:.2e}"
