@@ -111,7 +111,7 @@ def run_experiment(config: Path, overrides: list[str], until: str | None, force:
     report = next((item for item in planned if item.stage.name == "report"), None)  # absent with --until
     if report is not None:
         print_report(parse_report(store.read_files("report", report.key, (REPORT_JSON,))[REPORT_JSON]))
-        console.print(f"report: {store.path('report', report.key)}/report.md (.html, .csv, .json, plots)")
+        console.print(f"report: {store.path('report', report.key)}/report.md (appendix.md, .html, .csv, .json, plots)")
 
 
 def _say_what_was_kept(planned, store, rows: list[ResultRow]) -> None:

@@ -8,7 +8,8 @@ confidence intervals and paired significance tests that keep the seeds together
 (``significance.py``, ``welch.py``, ``resampling.py``), verdicts on a declared family
 of primary comparisons (``primary.py``), and with four or more budgets, each family's
 best size per budget and the laws that predict it (``compute_laws.py``). Written as
-``report.md``, ``report.html``, ``report.csv`` and ``report.json`` (which also holds
+``report.md`` (the answer and the details, short), ``appendix.md`` (the long tables),
+``report.html`` (both on one page), ``report.csv`` and ``report.json`` (which also holds
 each model's validation curve and the comparison), with PNG plots: BLEU against
 training FLOPs, the IsoFLOP curves and envelope, and validation loss against training FLOPs and against
 wall time. ``nmt report`` writes the same files for models gathered from several
@@ -82,12 +83,15 @@ from stages.report.config import ReportStageConfig
 # 31: report.md and report.html open with the answer (each budget's models ranked, the
 #     next one's difference and the verdict; the BLEU plot); every run's row last;
 #     report.html gets a table of contents; the console shows the answer
-VERSION = 31
+# 32: report.md holds the answer, whether each model translates, each selection's choice
+#     and the details under 120 lines; every candidate, the intervals on every metric, the
+#     secondary and exploratory comparisons and every run's row go to appendix.md
+VERSION = 32
 # The files of each upstream artifact the report reads (besides its manifest): never
 # the train stage's checkpoints; of an evaluation, what the significance tests score.
 READS = {TRAIN: ("metrics.jsonl",), EVALUATE: OUTPUT_FILES, TUNE: ("choice.json",), SELECT: ("choice.json",),
          "tokenize": ("index.json", "*.arrow")}  # the target side, for the n-gram baselines
-MLFLOW_FILES = ("report.*", "*.png")
+MLFLOW_FILES = ("report.*", "appendix.md", "*.png")
 
 
 def run(inputs: dict[str, Path], config: ReportStageConfig, output: Path, ctx: StageContext) -> dict:
@@ -165,5 +169,7 @@ def write_report(rows: list[records.RunRecord], curves: dict[str, list[dict]], o
     tables.write_json(rows, curves, output / "report.json", title, comparison)
     tables.write_csv(rows, output / "report.csv")
     (output / "report.md").write_text(tables.markdown(rows, title, plots, comparison), encoding="utf-8")
+    (output / tables.APPENDIX).write_text(tables.appendix_markdown(rows, title, comparison), encoding="utf-8")
     (output / "report.html").write_text(tables.html_page(rows, title, plots, comparison), encoding="utf-8")
-    return [output / name for name in ("report.md", "report.html", "report.csv", "report.json", *plots)]
+    return [output / name for name in ("report.md", tables.APPENDIX, "report.html", "report.csv", "report.json",
+                                       *plots)]

@@ -65,7 +65,7 @@ def summary(report: ReportFile) -> tuple[pd.DataFrame, list[str]]:
     FLOPs, BLEU with its 95% interval, chrF, whether it translates; then the lines under
     it: runs that did not really train or do not translate, the models withheld from
     comparisons, the primary comparisons' verdicts, sacreBLEU's signature and the
-    hardware, each once. The full table is the report's (report.md)."""
+    hardware, each once. Every run's row is the appendix's (appendix.md)."""
     import pandas as pd
 
     from stages.report.comparison_tables import answer, count, gate_sentences

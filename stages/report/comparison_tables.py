@@ -26,20 +26,17 @@ class Section:
 
 
 def sections(comparison: Comparison) -> list[Section]:
-    """The sections that have something to say: seeds only when a model has several,
-    tests only with two models at a budget, laws only with enough budgets."""
-    found = [_selection(comparison)] if comparison.selection else []
-    found += [_translation_check(comparison)] if comparison.groups else []
+    """report.md's sections after the answer, each only when it has something to say:
+    whether each model translates, the selection's choices, seeds only when a model has
+    several, tests only with two models at a budget, laws only with enough budgets."""
+    found = [_translation_check(comparison)] if comparison.groups else []
+    found += [_selection(comparison)] if comparison.selection else []
     if comparison.baselines:
         found.append(_baselines(comparison))
     if any(len(group["seeds"]) > 1 for group in comparison.groups):
         found.append(_seeds(comparison))
-    if comparison.intervals:
-        found.append(_intervals(comparison))
     if any(test["role"] == PRIMARY for test in comparison.tests):
         found.append(_primary(comparison))
-    if any(test["role"] != PRIMARY for test in comparison.tests):
-        found.append(_other_tests(comparison))
     if comparison.isoflop:
         found += [_isoflop_profiles(comparison), _isoflop_exponents(comparison)]
     if comparison.laws:
@@ -51,6 +48,18 @@ def sections(comparison: Comparison) -> list[Section]:
                              "A paired test compares two systems sentence by sentence, so it needs both scored on "
                              "the same references (their sha256 is compared, not only their number): these pairs "
                              "were not tested, and nothing is said of which is better.", text_columns=1))
+    return found
+
+
+def appendix(comparison: Comparison) -> list[Section]:
+    """The long tables, for a reader checking a detail (appendix.md): every selection
+    candidate, each model's interval on every metric, the secondary and exploratory
+    comparisons."""
+    found = [_candidates(comparison)] if comparison.selection else []
+    if comparison.intervals:
+        found.append(_intervals(comparison))
+    if any(test["role"] != PRIMARY for test in comparison.tests):
+        found.append(_other_tests(comparison))
     return found
 
 
@@ -140,40 +149,62 @@ def gate_sentences(comparison: Comparison) -> list[str]:
 
 
 def _selection(comparison: Comparison) -> Section:
-    """Each configured model's candidates at each budget, the one chosen, and where a
-    choice still sits at an edge of what was tried."""
-    rows, edges, none = [], [], []
+    """Each configured model's choice at each budget: the chosen candidate and the
+    runner-up with their validation losses, how many candidates translated, and whether
+    the choice sits at an edge of what was tried. Every candidate: ``_candidates``."""
+    rows, none = [], []
     for choice in comparison.selection:
         for at in choice.budgets:
-            budget = f"{at.budget:.2g}".replace("e+", "e")
+            budget = _budget(at.budget)
+            scored = sorted((score for score in at.candidates
+                             if gate.ranked(score.translates) and score.valid_loss is not None),
+                            key=lambda score: score.valid_loss)
             if at.size is None:
                 none.append(f"{choice.model} at {budget}")
-            elif at.size_edge or at.rate_edge:
-                ends = [f"the {at.size_edge} size tried" if at.size_edge else "",
-                        f"the {at.rate_edge} rate tried at it" if at.rate_edge else ""]
-                edges.append(f"{choice.model} at {budget} ({at.size}, {at.lr:g}: {' and '.join(filter(None, ends))})")
-            for score in at.candidates:
-                chosen = (score.size, score.lr) == (at.size, at.lr)
-                rows.append([choice.model, budget, score.size, f"{score.lr:g}",
-                             "-" if score.valid_loss is None else f"{score.valid_loss:.4f}",
-                             " / ".join("-" if use is None else f"{use:.3f}" for use in score.source_use),
-                             score.translates if gate.ranked(score.translates) else f"{score.translates}: {score.why}",
-                             "chosen" if chosen else ""])
-    table = pd.DataFrame(rows, columns=["model", "budget", "size", "peak rate", "valid loss", "source use per seed",
-                                        "translates", ""])
+            chosen = next((score for score in scored if (score.size, score.lr) == (at.size, at.lr)), None)
+            runner_up = next((score for score in scored if score is not chosen), None)
+            edges = [f"{at.size_edge} size" if at.size_edge else "", f"{at.rate_edge} rate" if at.rate_edge else ""]
+            rows.append([choice.model, budget, _candidate(chosen) if chosen else "none translates",
+                         _candidate(runner_up) if runner_up else "-", " and ".join(filter(None, edges)) or "no",
+                         f"{len(scored)} of {len(at.candidates)}"])
+    table = pd.DataFrame(rows, columns=["model", "budget", "chosen (valid loss)", "next best (valid loss)",
+                                        "at an edge", "candidates translating"])
     seeds = sorted({seed for choice in comparison.selection for seed in choice.seeds})
+    at_edge = sum(row[4] != "no" for row in rows)
     return Section("Selection", table,
                    f"Each model's size and peak rate at each budget, chosen on selection seed"
                    f"{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))}: the candidate with the lowest "
                    "final validation loss (the mean over those seeds) among those whose every selection seed "
-                   "translates (source use on the validation split, the gate's threshold and margin); the test set "
-                   "is not decoded for a choice. The chosen configuration then trained on seeds of its own, and "
-                   "only those runs are compared below: the selection seeds take part in no verdict, interval or "
-                   "test. A choice at an edge of the sizes or rates tried extends them, as often as select.max_extensions "
-                   "allows. "
-                   + (f"Still at an edge of what was tried, so a better configuration may lie beyond it: "
-                      f"{'; '.join(edges)}. " if edges else "No choice sits at an edge of what was tried. ")
-                   + (f"No candidate translated, so nothing was compared: {', '.join(none)}." if none else ""),
+                   "translates; the test set is not decoded for a choice. Only the chosen configuration's own "
+                   "seeds are compared: the selection seeds take part in no verdict, interval or test. A choice "
+                   "at an edge of the sizes or rates tried extends them, as often as select.max_extensions allows; "
+                   + (f"{at_edge} of {len(rows)} choices are still at an edge of what was tried, so a better "
+                      "configuration may lie beyond it. " if at_edge else "no choice sits at an edge of what was "
+                                                                          "tried. ")
+                   + (f"No candidate translated, so nothing was compared: {', '.join(none)}. " if none else "")
+                   + "Every candidate: appendix.md.", text_columns=5)
+
+
+def _candidate(score) -> str:
+    return f"{score.size}, {score.lr:g} ({score.valid_loss:.4f})"
+
+
+def _candidates(comparison: Comparison) -> Section:
+    """Every candidate at every budget, with its loss and source use, and the one chosen."""
+    rows = []
+    for choice in comparison.selection:
+        for at in choice.budgets:
+            for score in at.candidates:
+                rows.append([choice.model, _budget(at.budget), score.size, f"{score.lr:g}",
+                             "-" if score.valid_loss is None else f"{score.valid_loss:.4f}",
+                             " / ".join("-" if use is None else f"{use:.3f}" for use in score.source_use),
+                             score.translates if gate.ranked(score.translates) else f"{score.translates}: {score.why}",
+                             "chosen" if (score.size, score.lr) == (at.size, at.lr) else ""])
+    table = pd.DataFrame(rows, columns=["model", "budget", "size", "peak rate", "valid loss", "source use per seed",
+                                        "translates", ""])
+    return Section("Selection candidates", table,
+                   "Each candidate's final validation loss (the mean over the selection seeds) and each seed's "
+                   "source use on the validation split (the gate's threshold and margin, as for the compared runs).",
                    text_columns=3)
 
 
@@ -284,8 +315,10 @@ def _seeds(comparison: Comparison) -> Section:
     table = pd.DataFrame(rows, columns=["model", "seeds", "BLEU mean ± sd", "BLEU per seed", "chrF mean ± sd",
                                         "translates"])
     shortfalls = [said + "." for group in comparison.groups if (said := short_of_budget(group))]
+    repeated = [f"{label}: seed {seed}'s outputs are seed {kept}'s, line for line, so it counts once."
+                for label, seeds in comparison.repeated_seeds.items() for seed, kept in seeds.items()]
     return Section("Seeds", table, " ".join(["Sample standard deviation over the seeds; each seed is its own "
-                                             "artifact.", *shortfalls]))
+                                             "artifact.", *shortfalls, *repeated]))
 
 
 def _intervals(comparison: Comparison) -> Section:
@@ -299,16 +332,13 @@ def _intervals(comparison: Comparison) -> Section:
     table = pd.DataFrame(rows, columns=["model", *names, "seeds", "translates"])
     one_seed = [label for label, metrics in comparison.intervals.items()
                 if not next(iter(metrics.values()))["seed_variance_measured"]]
-    repeated = [f"{label}: seed {seed}'s outputs are seed {kept}'s, line for line, so it counts once"
-                for label, seeds in comparison.repeated_seeds.items() for seed, kept in seeds.items()]
     return Section("95% confidence intervals", table,
                    "Score (the mean of the seeds' corpus scores) and its 95% interval: the seeds' variance over "
                    f"their number plus the test set's ({BOOTSTRAP_SAMPLES} bootstrap resamples of the test "
                    "sentences, each drawn sentence with every seed's output of it), Student's t with "
                    "Welch-Satterthwaite degrees of freedom, cut at 0 and 100. "
                    + (f"With one seed ({', '.join(one_seed)}) the interval holds the test set's variation only: "
-                      "another seed could move the score beyond it. " if one_seed else "")
-                   + ("; ".join(repeated) + "." if repeated else ""))
+                      "another seed could move the score beyond it. " if one_seed else ""))
 
 
 def _agreement(estimate: dict) -> str:

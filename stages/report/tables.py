@@ -13,7 +13,7 @@ from typing import Callable
 import pandas as pd
 
 from stages.report.comparison_records import Comparison
-from stages.report.comparison_tables import answer, count, sections
+from stages.report.comparison_tables import Section, answer, appendix, count, sections
 from stages.report.records import FIELDS, RunRecord
 
 
@@ -157,31 +157,56 @@ def _markdown_table(table: pd.DataFrame, left: int) -> str:
     return table.to_markdown(index=False, disable_numparse=True, colalign=align)
 
 
+APPENDIX = "appendix.md"
+
+
 def markdown(records: list[dict], title: str, plots: list[str], comparison: Comparison | None = None) -> str:
-    """The answer first (each budget's ranking and the BLEU plot), then the comparison's
-    sections, then every run's row with its notes."""
+    """report.md, what a reader takes in at a glance: the answer first (each budget's
+    ranking and the BLEU plot), whether each model translates, then the comparison's
+    sections, the signatures and hardware once; the long tables are the appendix's."""
     first, rest = _split_plots(plots)
     parts = [f"# {title}", ""]
-    for section in _answer_sections(comparison):
-        parts += [f"## {section.title}", "", _markdown_table(section.table, section.text_columns), "",
-                  section.note, ""]
+    parts += _markdown_sections(_answer_sections(comparison))
     parts += [f"![{name}]({name})\n" for name in first]
     warned = [f"- **Warning:** {line}" for line in warning_lines(records)]
     parts += warned + ([""] if warned else [])
-    for section in sections(comparison) if comparison else []:
-        parts += [f"## {section.title}", "", _markdown_table(section.table, section.text_columns), "",
-                  section.note, ""]
-    parts += ["## Every run", "", _markdown_table(display_table(records), 2), ""]
+    parts += _markdown_sections(sections(comparison) if comparison else [])
+    held = [section.title for section in _appendix_sections(comparison)] + ["every run's row"]
+    parts += [f"In [{APPENDIX}]({APPENDIX}): {_listed(held)}. As data: report.csv (a row per run) and "
+              "report.json (the runs, their curves and the whole comparison).", ""]
     parts += [f"- sacreBLEU {line}" for line in signature_lines(records)]
     parts += [f"- {line}" for line in hardware_lines(records)]
-    parts += ["", NOTES, ""]
-    parts += [f"![{name}]({name})" for name in rest]
+    parts += [""] + [f"![{name}]({name})" for name in rest]
     return "\n".join(parts) + "\n"
 
 
-def _answer_sections(comparison: Comparison | None) -> list:
+def appendix_markdown(records: list[dict], title: str, comparison: Comparison | None = None) -> str:
+    """appendix.md: every selection candidate, the intervals on every metric, the
+    secondary and exploratory comparisons, and every run's row with what its columns mean."""
+    parts = [f"# {title}: appendix", ""]
+    parts += _markdown_sections(_appendix_sections(comparison))
+    parts += ["## Every run", "", _markdown_table(display_table(records), 2), "", NOTES, ""]
+    return "\n".join(parts) + "\n"
+
+
+def _markdown_sections(found: list[Section]) -> list[str]:
+    return [line for section in found for line in (f"## {section.title}", "",
+                                                   _markdown_table(section.table, section.text_columns), "",
+                                                   section.note, "")]
+
+
+def _listed(names: list[str]) -> str:
+    names = [name[:1].lower() + name[1:] for name in names]
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+
+
+def _answer_sections(comparison: Comparison | None) -> list[Section]:
     found = comparison and answer(comparison)
     return [found] if found else []
+
+
+def _appendix_sections(comparison: Comparison | None) -> list[Section]:
+    return appendix(comparison) if comparison else []
 
 
 BLEU_VS_FLOPS = "bleu_vs_flops.png"  # drawn by plots.py
@@ -193,16 +218,18 @@ def _split_plots(plots: list[str]) -> tuple[list[str], list[str]]:
 
 
 def html_page(records: list[dict], title: str, plots: list[str], comparison: Comparison | None = None) -> str:
-    """The same order as ``markdown``: the answer and the BLEU plot, the sections, every run."""
+    """report.md and appendix.md on one page, in their order, under a table of contents:
+    the answer and the BLEU plot, the sections, the notes, then the appendix's tables."""
     first, rest = _split_plots(plots)
 
     leading, following = _answer_sections(comparison), sections(comparison) if comparison else []
-    shown = [*leading, *following]
+    trailing = _appendix_sections(comparison)
+    shown = [*leading, *following, *trailing]
     anchors = {section.title: f"s{index}" for index, section in enumerate(shown)}
     contents = "".join(f'<li><a href="#{anchors[section.title]}">{html.escape(section.title)}</a></li>'
                        for section in shown) + '<li><a href="#runs">Every run</a></li>'
 
-    def html_section(section) -> str:
+    def html_section(section: Section) -> str:
         return (f'<h2 id="{anchors[section.title]}">{html.escape(section.title)}</h2>'
                 f"{section.table.to_html(index=False, border=0, classes='report')}<p>{html.escape(section.note)}</p>")
 
@@ -216,7 +243,9 @@ def html_page(records: list[dict], title: str, plots: list[str], comparison: Com
     body = ("".join(html_section(section) for section in leading) + images(first)
             + (f"<ul>{warnings}</ul>" if warnings else "")
             + "".join(html_section(section) for section in following)
-            + f'<h2 id="runs">Every run</h2>{table}<ul>{notes}</ul><p>{html.escape(NOTES)}</p>' + images(rest))
+            + f"<ul>{notes}</ul>" + images(rest)
+            + "".join(html_section(section) for section in trailing)
+            + f'<h2 id="runs">Every run</h2>{table}<p>{html.escape(NOTES)}</p>')
     return (f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
             f"<style>{STYLE}</style></head><body><h1>{html.escape(title)}</h1><nav><ul>{contents}</ul></nav>"
             f"{body}</body></html>\n")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 
 import pytest
 
@@ -31,3 +32,27 @@ def s3(tmp_path_factory):
     server = SeaweedS3(tmp_path_factory.mktemp("seaweedfs")).start()
     yield server
     server.stop()
+
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+# As root and on a machine without network: no sandbox, no background connections.
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+
+
+@pytest.fixture(scope="module")
+def browser():
+    """Chromium through Playwright; missing, the test skips, except in CI, which installs both."""
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        sync_playwright = None
+    if sync_playwright is None or not os.path.exists(CHROMIUM):
+        reason = "needs playwright (pip) and chromium (apt): .ci/run installs both"
+        if os.environ.get("CI", "").lower() in ("true", "1"):
+            pytest.fail(reason)
+        pytest.skip(reason)
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        yield browser
+        browser.close()

@@ -1,10 +1,8 @@
 """The attention page in a real headless browser (Debian's Chromium, driven by
-Playwright): it loads, its selectors switch the map, and what it shows is not blank."""
+Playwright: the ``browser`` fixture, tests/e2e/conftest.py): it loads, its selectors
+switch the map, and what it shows is not blank."""
 
 from __future__ import annotations
-
-import os
-import shutil
 
 import numpy as np
 import pytest
@@ -15,28 +13,6 @@ from stages.shared.inference.search import SearchSettings
 from tests.unit.stages.shared.inference.test_attention import translator_for
 
 pytestmark = pytest.mark.slow
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-# As root and on a machine without network: no sandbox, no background connections.
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
-
-
-@pytest.fixture(scope="module")
-def browser():
-    """Chromium through Playwright; missing, the test skips, except in CI, which installs both."""
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        sync_playwright = None
-    if sync_playwright is None or not os.path.exists(CHROMIUM):
-        reason = "needs playwright (pip) and chromium (apt): .ci/run installs both"
-        if os.environ.get("CI", "").lower() in ("true", "1"):
-            pytest.fail(reason)
-        pytest.skip(reason)
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
-        yield browser
-        browser.close()
 
 
 def test_page_loads_switches_head_and_shows_a_heatmap(browser, tokenized, tmp_path):

@@ -122,7 +122,7 @@ def test_every_family_is_trained_evaluated_reported_and_tracked(pipeline_run):
         logged = {a.path for a in run.client.list_artifacts(tracked.info.run_id)}
         assert {"hypotheses.txt", "hypotheses.greedy.txt", "reference.txt", "scores.json"} <= logged, name
     (report,) = stage_runs(run, "report").values()
-    assert {"report.md", "report.html", "report.csv", "report.json", "bleu_vs_flops.png"} <= {
+    assert {"report.md", "appendix.md", "report.html", "report.csv", "report.json", "bleu_vs_flops.png"} <= {
         a.path for a in run.client.list_artifacts(report.info.run_id)}
 
     # The run prints the comparison (one row a model, BLEU with its interval); the rerun computes nothing.
@@ -254,7 +254,8 @@ def test_report_flops_columns_agree_with_the_training_metrics(pipeline_run):
     # The answer first: each budget's models (ranked, or listed as not translating) and the figure.
     first_screen = "\n".join(markdown.splitlines()[:40])
     assert "## At each budget" in first_screen and "![bleu_vs_flops.png](bleu_vs_flops.png)" in first_screen
-    assert markdown.index("## At each budget") < markdown.index("## Every run")
+    # The long tables are the appendix's: every run's row among them.
+    assert "## Every run" not in markdown and "## Every run" in (report_dir / "appendix.md").read_text()
     # The report says which peak each model's MFU used and where it came from, once for
     # the models whose runs share it.
     assert re.search(r"^- [^\n]*\brnn_tiny\b[^\n]*: peak [^\n]*matmul probe", markdown, flags=re.M)
@@ -298,6 +299,28 @@ def test_the_report_gates_models_that_do_not_translate_and_shows_the_source_blin
     assert "did not translate at this budget" in run.first.stdout
 
 
+def test_report_html_renders_in_a_browser_with_its_images_its_contents_and_no_errors(pipeline_run, browser):
+    """report.html in headless Chromium: every image loads, every entry of the table of
+    contents leads to its section, the answer comes first, and nothing errs."""
+    report_dir = artifact(pipeline_run, "report")
+    page = browser.new_page(viewport={"width": 1200, "height": 900})
+    errors, failed = [], []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    page.on("console", lambda message: errors.append(message.text) if message.type == "error" else None)
+    page.on("requestfailed", lambda request: failed.append(request.url))
+    page.goto((report_dir / "report.html").as_uri(), wait_until="load")
+    images = page.eval_on_selector_all("img", "images => images.map(i => [i.getAttribute('src'), "
+                                              "i.complete && i.naturalWidth > 100])")
+    assert {source for source, _ in images} == {path.name for path in report_dir.glob("*.png")}
+    assert all(loaded for _, loaded in images), images
+    targets = page.eval_on_selector_all("nav a", "links => links.map(a => [a.textContent, "
+                                                 "document.getElementById(a.getAttribute('href').slice(1))?.textContent])")
+    assert targets and all(entry == heading for entry, heading in targets), targets
+    assert page.text_content("h2") == "At each budget" == targets[0][0]
+    assert not errors and not failed
+    page.close()
+
+
 def test_the_report_renders_with_any_subset_of_models(pipeline_run, tmp_path):
     report = json.loads((artifact(pipeline_run, "report") / "report.json").read_text())
     rnn = [load_record(row, "report.json") for row in report["models"] if row["family"] == "rnn"]
@@ -308,8 +331,8 @@ def test_the_report_renders_with_any_subset_of_models(pipeline_run, tmp_path):
     # Not evaluated, no curve, no peak FLOP/s: the table shows "-" and no BLEU plot is drawn.
     bare = dataclasses.replace(rnn[0], bleu=None, greedy_bleu=None, chrf=None, train_flops_paper=None, mfu=None)
     written = write_report([bare], {}, tmp_path / "bare", "bare")
-    assert [path.name for path in written] == ["report.md", "report.html", "report.csv", "report.json"]
-    every_run = (tmp_path / "bare" / "report.md").read_text().split("## Every run")[1]
+    assert [path.name for path in written] == ["report.md", "appendix.md", "report.html", "report.csv", "report.json"]
+    every_run = (tmp_path / "bare" / "appendix.md").read_text().split("## Every run")[1]
     table = [line for line in every_run.splitlines() if line.startswith("|")]
     cells = dict(zip([c.strip() for c in table[0].split("|")], [c.strip() for c in table[2].split("|")]))
     assert cells["BLEU beam"] == cells["MFU"] == cells["FLOPs time x peak"] == "-"

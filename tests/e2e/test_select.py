@@ -64,8 +64,10 @@ def test_select_then_confirm_end_to_end(workdir):
 
     markdown = (report_dir / "report.md").read_text()
     section = markdown.split("## Selection")[1].split("## ")[0]
-    assert "chosen on selection seed 101" in section and section.count("| chosen |") == 2
-    assert "Still at an edge of what was tried" in section
+    assert "chosen on selection seed 101" in section and section.count("| 2e11 ") == 2  # a row per family
+    assert "of 2 choices are still at an edge of what was tried" in section
+    candidates = (report_dir / "appendix.md").read_text().split("## Selection candidates")[1].split("## ")[0]
+    assert candidates.count("| chosen |") == 2
     assert "no verdict with 2 seeds (3 needed)" in markdown.split("## Primary comparisons")[1]
     assert "no verdict with 2 seeds (3 needed)" in first.output  # the console's verdict lines
 

@@ -76,10 +76,14 @@ def test_the_report_shows_the_comparison_in_every_format(sweep, tmp_path):
     rows, outputs = sweep
     written = {path.name for path in write_report(rows, {}, tmp_path, "sweep", outputs)}
     assert "frontier.png" not in written and "bleu_vs_flops.png" in written
-    markdown = (tmp_path / "report.md").read_text()
-    for title in ("## Seeds", "## 95% confidence intervals", "## Primary comparisons",
-                  "## Secondary and exploratory comparisons"):
+    markdown, appendix = (tmp_path / "report.md").read_text(), (tmp_path / "appendix.md").read_text()
+    for title in ("## At each budget", "## Seeds", "## Primary comparisons"):
         assert title in markdown
+    # The long tables are the appendix's, which report.md names.
+    for title in ("## 95% confidence intervals", "## Secondary and exploratory comparisons", "## Every run"):
+        assert title in appendix and title not in markdown
+    assert "In [appendix.md](appendix.md): 95% confidence intervals, secondary and exploratory comparisons " \
+           "and every run's row." in markdown
     assert "## Quality against compute" not in markdown and "## Paired significance" not in markdown
     assert "Kocmi et al. 2024" in markdown and "8.20 ± 0.10" in markdown
     assert "Welch-Satterthwaite" in markdown and "over 3 primary comparisons" in markdown
@@ -183,8 +187,7 @@ def test_the_primary_family_is_each_familys_best_size_by_validation_loss_and_a_c
     named = compare(rows, outputs, [["small", "rnn"]])
     assert [(t["a"], t["b"]) for t in named["tests"] if t["role"] == "primary"] == [("small", "rnn")]
     write_report(rows, {}, tmp_path, "sizes", outputs)
-    markdown = (tmp_path / "report.md").read_text()
-    exploratory = markdown.split("## Secondary and exploratory comparisons")[1]
+    exploratory = (tmp_path / "appendix.md").read_text().split("## Secondary and exploratory comparisons")[1]
     assert "exploratory" in exploratory and "significant" not in exploratory.split("Secondary:")[0]
 
 

@@ -15,6 +15,7 @@ from stages.shared.inference.beam import Hypothesis
 from stages.shared.inference.translator import Translation
 from stages.report.records import FIELDS, RunRecord
 from stages.report.tables import (
+    appendix_markdown,
     display_table,
     html_page,
     markdown,
@@ -72,10 +73,10 @@ def test_the_tables_format_counts_durations_and_missing_values():
 
 def test_markdown_html_csv_and_json_hold_the_same_rows(tmp_path):
     records = [row("t", sacrebleu_signature="nrefs:1|tok:13a"), row("r", sacrebleu_signature="nrefs:1|tok:intl")]
-    text = markdown(records, "title", ["bleu_vs_flops.png"])
+    text, appendix = markdown(records, "title", ["bleu_vs_flops.png"]), appendix_markdown(records, "title")
     # Formatted cells are not re-parsed as numbers ("5.00e+13" would become "5e+13").
-    assert " 5.00e+13 |" in text and "5e+13" not in text
-    assert "![bleu_vs_flops.png](bleu_vs_flops.png)" in text
+    assert " 5.00e+13 |" in appendix and "5e+13" not in appendix
+    assert "![bleu_vs_flops.png](bleu_vs_flops.png)" in text and "| 5.00e+13" not in text
     # Two signatures in use: each names the models it applies to.
     assert signature_lines(records)[:2] == ["BLEU: nrefs:1|tok:13a (t)", "BLEU: nrefs:1|tok:intl (r)"]
     page = html_page(records, "<title>", [])
@@ -204,3 +205,30 @@ def test_the_answer_ranks_each_budget_s_models_with_the_next_one_s_difference_an
     assert rows[1][5:] == ["7.00 [+6.00, +8.00]", "exploratory"]
     assert rows[2][5:] == ["-", "-"] and rows[3][6] == "not ranked: does not translate"
     assert answer(comparison_of(groups=[group("t", 1e12, 8.0)])) is None  # one model: nothing to rank
+
+
+def test_the_selection_shows_each_choice_and_its_runner_up_and_the_appendix_every_candidate():
+    from stages.report.comparison_tables import appendix, sections
+    from stages.select.artifact import BudgetChoice, CandidateScore, SelectionChoice
+
+    def score(size: str, lr: float, loss: float, translates: str = "yes") -> CandidateScore:
+        return CandidateScore(size=size, lr=lr, valid_loss=loss, valid_losses=[loss], source_use=[1.0],
+                              translates=translates, why=None if translates == "yes" else "its source use is 0.1")
+
+    # At 6e11 the lowest loss does not translate: the choice is the next, and the runner-up
+    # the one after it. At 2e12 the choice is the largest size, at the top of its rates.
+    chose = [BudgetChoice(budget=6e11, size="w32", lr=8e-3, size_edge=None, rate_edge=None,
+                          candidates=[score("w24", 8e-3, 3.9, "no"), score("w32", 8e-3, 4.0),
+                                      score("w48", 8e-3, 4.2)]),
+             BudgetChoice(budget=2e12, size="w48", lr=1.6e-2, size_edge="largest", rate_edge="highest",
+                          candidates=[score("w32", 8e-3, 3.3), score("w48", 1.6e-2, 3.1)])]
+    comparison = comparison_of(selection=[SelectionChoice(model="rnn", seeds=[101], metric="final validation loss",
+                                                          budgets=chose, extend=[], extensions_left=0)])
+    (selection,) = [section for section in sections(comparison) if section.title == "Selection"]
+    assert selection.table.values.tolist() == [
+        ["rnn", "6e11", "w32, 0.008 (4.0000)", "w48, 0.008 (4.2000)", "no", "2 of 3"],
+        ["rnn", "2e12", "w48, 0.016 (3.1000)", "w32, 0.008 (3.3000)", "largest size and highest rate", "2 of 2"]]
+    assert "1 of 2 choices are still at an edge of what was tried" in selection.note
+    (candidates,) = [section for section in appendix(comparison) if section.title == "Selection candidates"]
+    assert len(candidates.table) == 5 and candidates.table.iloc[:, -1].tolist().count("chosen") == 2
+    assert candidates.table.iloc[0]["translates"] == "no: its source use is 0.1"
