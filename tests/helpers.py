@@ -217,6 +217,42 @@ def comparison_of(**parts):
     return Comparison(**{**empty, **parts})
 
 
+def group_summary(label: str, bleu: float, **fields):
+    """A ``GroupSummary`` (a configured model at a budget, its seeds together) named
+    ``label`` with mean test BLEU ``bleu``, ``fields`` given and the rest neutral: three
+    seeds that translate, no other score."""
+    from stages.report.comparison_records import GroupSummary, Spread
+
+    unscored = Spread(mean=None, std=None, each=[])
+    neutral = dict(label=label, model=label, family=label, budget=None, preset=None, parameters=None,
+                   non_embedding_parameters=None, seeds=[1, 2, 3], train_flops=0.0, train_tokens=None,
+                   short_of_budget=[], bleu=Spread(mean=bleu, std=None, each=[]), chrf=unscored, valid_loss=unscored,
+                   diverged_seeds=[], translates="yes", not_translating=None, source_use=unscored)
+    return GroupSummary(**{**neutral, **fields})
+
+
+def system_interval(score: float, low: float, high: float):
+    """A ``SystemInterval``: ``score`` within [``low``, ``high``], three seeds measured."""
+    from stages.report.comparison_records import SacrebleuInterval, SystemInterval
+
+    return SystemInterval(score=score, seed_variance_measured=True, standard_error=(high - low) / 4, df=4.0,
+                          low=low, high=high, seeds=3, sacrebleu=SacrebleuInterval(mean=score, ci=0.0))
+
+
+def paired_test(**fields):
+    """A ``PairedTest`` with ``fields`` given and the rest neutral: a primary BLEU test of
+    a against b with three seeds a side, measured, not yet adjusted."""
+    from stages.report.comparison_records import Agreement, PairedTest
+
+    agreement = Agreement(percent=50.0, bound="at most")
+    neutral = dict(a="a", b="b", metric="BLEU", role="primary", seeds=[3, 3], seed_variance_measured=True,
+                   seed_share=None, repeated_seeds={}, a_score=20.0, b_score=20.0, delta=0.0, delta_low=-1.0,
+                   delta_high=1.0, standard_error=0.5, df=4.0, p=1.0, detectable=2.0, p_bootstrap=1.0,
+                   p_randomization=None, p_bootstrap_sacrebleu=1.0, p_randomization_sacrebleu=None,
+                   agreement=agreement, agreement_low=agreement, agreement_high=agreement)
+    return PairedTest(**{**neutral, **fields})
+
+
 def nmt(*args: str):
     """``nmt ARGS...`` in this process (typer's CliRunner); an exception other than the
     command's exit is raised as it was."""

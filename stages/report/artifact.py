@@ -73,23 +73,23 @@ def summary(report: ReportFile) -> tuple[pd.DataFrame, list[str]]:
 
     models, comparison = report.models, report.comparison
     ranked = comparison and answer(comparison)
-    intervals = comparison.intervals if comparison else {}
-    groups = (comparison and comparison.groups) or [{"label": record["name"], "model": record["name"]}
-                                                    for record in models]
     rows = []
-    for group in [] if ranked else groups:
-        members = [record for record in models if record.get("model") == group.get("model")
-                   and record.get("budget") == group.get("budget")] or \
-            [record for record in models if record["name"] == group["label"]]
-        first = members[0] if members else {}
-        bleu = (intervals.get(group["label"]) or {}).get("BLEU")
-        score = (f"{bleu['score']:.2f} [{bleu['low']:.2f}, {bleu['high']:.2f}]" if bleu and bleu.get("low") is not None
-                 else _mean(members, "bleu"))
-        flops = _mean_value(members, "train_flops")
-        rows.append([group["label"], str(len(members)),
-                     "-" if first.get("parameters") is None else count(first["parameters"]),
-                     "-" if flops is None else f"{flops:.2e}", score, _mean(members, "chrf"),
-                     group.get("translates") or "-"])
+    if not ranked:
+        intervals = comparison.intervals if comparison else {}
+        # A model's seeds together, as the comparison grouped them; without one, each run alone.
+        groups = [(group.label, group.translates,
+                   [record for record in models if record.get("model") == group.model
+                    and record.get("budget") == group.budget] or
+                   [record for record in models if record["name"] == group.label])
+                  for group in (comparison.groups if comparison else [])] or \
+            [(record["name"], record.get("translates"), [record]) for record in models]
+        for label, translates, members in groups:
+            parameters = members[0].parameters if members else None
+            bleu = intervals.get(label, {}).get("BLEU")
+            score = f"{bleu.score:.2f} [{bleu.low:.2f}, {bleu.high:.2f}]" if bleu else _mean(members, "bleu")
+            flops = _mean_value(members, "train_flops")
+            rows.append([label, str(len(members)), "-" if parameters is None else count(parameters),
+                         "-" if flops is None else f"{flops:.2e}", score, _mean(members, "chrf"), translates or "-"])
     # The answer without its seeds column, "#" for rank: 100 columns hold it with 17-character names.
     frame = ranked.table.drop(columns="seeds").rename(columns={"rank": "#"}) if ranked else pd.DataFrame(
         rows, columns=["model", "runs", "params", "FLOPs", "BLEU [95%]", "chrF", "translates"])
@@ -106,15 +106,15 @@ def _verdict_lines(comparison: Comparison) -> list[str]:
 
     lines = []
     for test in comparison.tests:
-        if test["role"] != "primary" or test["metric"] != "BLEU":
+        if test.role != "primary" or test.metric != "BLEU":
             continue
-        held = f", Holm p {shown_p(test['p_holm'])}" if test["p_holm"] is not None else ""
-        lines.append(f"{test['b']} - {test['a']}: {test['delta']:+.2f} BLEU [{test['delta_low']:+.2f}, "
-                     f"{test['delta_high']:+.2f}]{held}: {verdict(test)}")
+        held = f", Holm p {shown_p(test.p_holm)}" if test.p_holm is not None else ""
+        lines.append(f"{test.b} - {test.a}: {test.delta:+.2f} BLEU [{test.delta_low:+.2f}, "
+                     f"{test.delta_high:+.2f}]{held}: {verdict(test)}")
     return lines
 
 
-def _hardware_once(models: list[dict]) -> list[str]:
+def _hardware_once(models: list[RunRecord]) -> list[str]:
     """Each distinct "trained in ... on ..." description once, naming its runs only when
     the runs differ."""
     from stages.report.tables import trained_on
@@ -128,18 +128,18 @@ def _hardware_once(models: list[dict]) -> list[str]:
     return [f"{', '.join(names)}: {text}" for text, names in described.items()]
 
 
-def _mean_value(records: list[dict], field: str) -> float | None:
+def _mean_value(records: list[RunRecord], field: str) -> float | None:
     values = [record[field] for record in records if record.get(field) is not None]
     return sum(values) / len(values) if values else None
 
 
-def _mean(records: list[dict], field: str) -> str:
+def _mean(records: list[RunRecord], field: str) -> str:
     value = _mean_value(records, field)
     return "-" if value is None else f"{value:.2f}"
 
 
 def model_row(name: str, train_report: dict, train_curve: list[dict], eval_report: dict | None,
-              run_of: str | None = None, *, train_source: str, eval_source: str) -> tuple[dict, list[dict]]:
+              run_of: str | None = None, *, train_source: str, eval_source: str) -> tuple[RunRecord, list[dict]]:
     """One model's row of the report and its validation curve, from any dicts with a
     stage's ``config`` and ``metrics`` (a manifest, or the copy MLflow keeps); the
     sources name them in an error (``stages/report/records.py``)."""

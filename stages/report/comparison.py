@@ -101,7 +101,7 @@ def compare_systems(records: list[RunRecord], systems: dict[str, resampling.Seed
                    else len(primary))
         for pair in pairs:  # each pair on the resamples of its own test set
             tests += significance.paired_tests([pair], counts(pair[0]), randomization_trials, resamples)
-    tests = [record_of(PairedTest, row) for row in significance.adjust(tests)]
+    tests = significance.adjust(tests)
 
     family_laws = compute_laws.family_laws(translating)
     # Seeds whose outputs were another seed's, line for line: counted once (resampling.seeded_system).

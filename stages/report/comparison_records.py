@@ -130,9 +130,11 @@ class PairedTest(FieldAccess):
     agreement: Agreement
     agreement_low: Agreement
     agreement_high: Agreement
-    family_size: int
-    p_holm: float | None  # primary rows with significance.VERDICT_SEEDS seeds a side
-    significant: bool | None
+    # Set by significance.adjust over the report's tests: how many it counted, and for the
+    # primary tests with significance.VERDICT_SEEDS seeds a side, Holm's p and the verdict.
+    family_size: int = 0
+    p_holm: float | None = None
+    significant: bool | None = None
 
 
 @dataclass(kw_only=True)

@@ -9,7 +9,8 @@ import pandas as pd
 
 from stages.report import isoflop
 from stages.shared import gate
-from stages.report.comparison_records import Comparison, TunedModel
+from stages.report.comparison_records import (Agreement, Baselines, Comparison, GroupSummary, PairedTest, Spread,
+                                              TunedModel, Withheld)
 from stages.report.ngram_baselines import NAMES
 from stages.report.compute_laws import DETERMINED
 from stages.report.resampling import BOOTSTRAP_SAMPLES, RANDOMIZATION_TRIALS
@@ -32,10 +33,10 @@ def sections(comparison: Comparison) -> list[Section]:
     found = [_translation_check(comparison)] if comparison.groups else []
     found += [_selection(comparison)] if comparison.selection else []
     if comparison.baselines:
-        found.append(_baselines(comparison))
-    if any(len(group["seeds"]) > 1 for group in comparison.groups):
+        found.append(_baselines(comparison.baselines))
+    if any(len(group.seeds) > 1 for group in comparison.groups):
         found.append(_seeds(comparison))
-    if any(test["role"] == PRIMARY for test in comparison.tests):
+    if any(test.role == PRIMARY for test in comparison.tests):
         found.append(_primary(comparison))
     if comparison.isoflop:
         found += [_isoflop_profiles(comparison), _isoflop_exponents(comparison)]
@@ -58,7 +59,7 @@ def appendix(comparison: Comparison) -> list[Section]:
     found = [_candidates(comparison)] if comparison.selection else []
     if comparison.intervals:
         found.append(_intervals(comparison))
-    if any(test["role"] != PRIMARY for test in comparison.tests):
+    if any(test.role != PRIMARY for test in comparison.tests):
         found.append(_other_tests(comparison))
     return found
 
@@ -68,21 +69,21 @@ def answer(comparison: Comparison) -> Section | None:
     each with its interval and its difference to the one ranked next below, with the
     verdict of that pair's test; a model that does not translate is listed, not ranked.
     None with one model per budget and nothing withheld."""
-    tests = {(test["a"], test["b"]): test for test in comparison.tests if test["metric"] == "BLEU"}
+    tests = {(test.a, test.b): test for test in comparison.tests if test.metric == "BLEU"}
     rows = []
-    for budget in sorted({group["budget"] for group in comparison.groups}, key=lambda b: (b is None, b or 0)):
-        at = [group for group in comparison.groups if group["budget"] == budget and group["bleu"]["mean"] is not None]
-        ranked = sorted((g for g in at if gate.ranked(g["translates"])), key=lambda g: -g["bleu"]["mean"])
+    for budget in sorted({group.budget for group in comparison.groups}, key=lambda b: (b is None, b or 0)):
+        at = [group for group in comparison.groups if group.budget == budget and group.bleu.mean is not None]
+        ranked = sorted((g for g in at if gate.ranked(g.translates)), key=lambda g: -g.bleu.mean)
         for place, group in enumerate(ranked, 1):
             below = ranked[place] if place < len(ranked) else None
-            test = below and (tests.get((below["label"], group["label"])) or tests.get((group["label"], below["label"])))
-            rows.append([_budget(budget), str(place), group["model"], _bleu_interval(comparison, group),
-                         str(len(group["seeds"])), _difference(test, group) if test else "-",
+            test = below and (tests.get((below.label, group.label)) or tests.get((group.label, below.label)))
+            rows.append([_budget(budget), str(place), group.model, _bleu_interval(comparison, group),
+                         str(len(group.seeds)), _difference(test, group) if test else "-",
                          verdict(test) if test else "-"])
         for group in at:
-            if not gate.ranked(group["translates"]):
-                rows.append([_budget(budget), "-", group["model"], _bleu_interval(comparison, group),
-                             str(len(group["seeds"])), "-", f"not ranked: {_why_not_ranked(comparison, group)}"])
+            if not gate.ranked(group.translates):
+                rows.append([_budget(budget), "-", group.model, _bleu_interval(comparison, group),
+                             str(len(group.seeds)), "-", f"not ranked: {_why_not_ranked(comparison, group)}"])
     if len(rows) <= len({row[0] for row in rows}):
         return None
     table = pd.DataFrame(rows, columns=["budget", "rank", "model", "BLEU [95%]", "seeds", "lead over next [95%]",
@@ -95,45 +96,45 @@ def answer(comparison: Comparison) -> Section | None:
                    "undecided, is listed and not ranked (Does each model translate?, below).", text_columns=3)
 
 
-def _why_not_ranked(comparison: Comparison, group: dict) -> str:
+def _why_not_ranked(comparison: Comparison, group: GroupSummary) -> str:
     """In short, what ``_withheld`` says of it."""
-    entry = next((entry for entry in comparison.withheld if entry["label"] == group["label"]), {})
-    if group["translates"] == gate.UNDECIDED:
+    entry = next((entry for entry in comparison.withheld if entry.label == group.label), None)
+    if group.translates == gate.UNDECIDED:
         return "undecided"
-    return "the seeds disagree" if entry.get("seeds_translating") else "does not translate"
+    return "the seeds disagree" if entry and entry.seeds_translating else "does not translate"
 
 
 def _budget(budget: float | None) -> str:
     return "-" if budget is None else f"{budget:.2g}".replace("e+", "e")
 
 
-def _bleu_interval(comparison: Comparison, group: dict) -> str:
-    band = comparison.intervals.get(group["label"], {}).get("BLEU")
-    if not band or band.get("low") is None:
-        return f"{group['bleu']['mean']:.2f}"
-    return f"{group['bleu']['mean']:.2f} [{band['low']:.2f}, {band['high']:.2f}]"
+def _bleu_interval(comparison: Comparison, group: GroupSummary) -> str:
+    band = comparison.intervals.get(group.label, {}).get("BLEU")
+    if not band:
+        return f"{group.bleu.mean:.2f}"
+    return f"{group.bleu.mean:.2f} [{band.low:.2f}, {band.high:.2f}]"
 
 
-def _difference(test: dict, upper: dict) -> str:
+def _difference(test: PairedTest, upper: GroupSummary) -> str:
     """The pair's difference as the upper model's lead: a test's delta is b - a."""
-    sign = 1 if test["b"] == upper["label"] else -1
-    low, high = sorted((sign * test["delta_low"], sign * test["delta_high"]))
-    return f"{sign * test['delta']:.2f} [{low:+.2f}, {high:+.2f}]"
+    sign = 1 if test.b == upper.label else -1
+    low, high = sorted((sign * test.delta_low, sign * test.delta_high))
+    return f"{sign * test.delta:.2f} [{low:+.2f}, {high:+.2f}]"
 
 
-def _withheld(entry: dict) -> str:
+def _withheld(entry: Withheld) -> str:
     """Where some seeds translate and others do not, the seeds disagree about what the
     recipe makes, and a mean over both kinds of model is a verdict on neither: kept in
     the mean, a seed in three that collapsed by 6 BLEU made 14.7% of the verdicts false
     (benchmarks/statistics/verdict_calibration.py)."""
-    translating = entry.get("seeds_translating") or []
-    if entry["translates"] == gate.UNDECIDED:
-        return f"{entry['label']}: undecided whether it translates at this budget ({entry['why']})"
+    translating = entry.seeds_translating
+    if entry.translates == gate.UNDECIDED:
+        return f"{entry.label}: undecided whether it translates at this budget ({entry.why})"
     if not translating:
-        return f"{entry['label']} did not translate at this budget ({entry['why']})"
+        return f"{entry.label} did not translate at this budget ({entry.why})"
     seeds = " and ".join(str(seed) for seed in translating)
-    return (f"{entry['label']}: undecided, the seeds disagree at this budget (seed{'s' if len(translating) > 1 else ''} "
-            f"{seeds} translate{'' if len(translating) > 1 else 's'}; {entry['why']})")
+    return (f"{entry.label}: undecided, the seeds disagree at this budget (seed{'s' if len(translating) > 1 else ''} "
+            f"{seeds} translate{'' if len(translating) > 1 else 's'}; {entry.why})")
 
 
 def gate_sentences(comparison: Comparison) -> list[str]:
@@ -211,10 +212,9 @@ def _candidates(comparison: Comparison) -> Section:
 def _translation_check(comparison: Comparison) -> Section:
     rows = []
     for group in comparison.groups:
-        use = group.get("source_use") or {"each": []}
-        rows.append([group["label"], group["translates"] if gate.ranked(group["translates"])
-                     else f"{group['translates']}: " + (group.get("not_translating") or ""),
-                     " / ".join(f"{value:.3f}" for value in use["each"]) or "-"])
+        rows.append([group.label, group.translates if gate.ranked(group.translates)
+                     else f"{group.translates}: " + (group.not_translating or ""),
+                     " / ".join(f"{value:.3f}" for value in group.source_use.each) or "-"])
     table = pd.DataFrame(rows, columns=["model", "translates", "source use per seed (nats/token)"])
     return Section("Does each model translate?", table,
                    "Source use: the validation targets' cross-entropy with each sentence given another sentence's "
@@ -227,14 +227,13 @@ def _translation_check(comparison: Comparison) -> Section:
                    + " ".join(gate_sentences(comparison)), text_columns=2)
 
 
-def _baselines(comparison: Comparison) -> Section:
-    found = comparison.baselines
-    rows = [[NAMES.get(int(order), f"{order}-gram"), f"{loss:.3f}"] for order, loss in found["nats_per_token"].items()]
+def _baselines(found: Baselines) -> Section:
+    rows = [[NAMES.get(int(order), f"{order}-gram"), f"{loss:.3f}"] for order, loss in found.nats_per_token.items()]
     table = pd.DataFrame(rows, columns=["source-blind model", "validation loss (nats/token)"])
     return Section("Source-blind baselines", table,
-                   f"{found['smoothing'][:1].upper()}{found['smoothing'][1:]} n-gram models of the target side alone, on the same BPE "
-                   f"pieces, fitted on the {found['train_sentences']:,} training targets and scored on the "
-                   f"{found['valid_sentences']:,} validation targets, EOS counted as the models' validation loss "
+                   f"{found.smoothing[:1].upper()}{found.smoothing[1:]} n-gram models of the target side alone, on the same BPE "
+                   f"pieces, fitted on the {found.train_sentences:,} training targets and scored on the "
+                   f"{found.valid_sentences:,} validation targets, EOS counted as the models' validation loss "
                    "counts it (stages/report/ngram_baselines.py). A model whose validation loss is above a line "
                    "predicts the target worse than that n-gram model, which never reads the source.")
 
@@ -290,27 +289,26 @@ def _tuning_sentence(family: str, chosen: list[tuple[TunedModel, str | None, str
     return sentence
 
 
-def _mean_std(summary: dict) -> str:
-    if summary["mean"] is None:
+def _mean_std(summary: Spread) -> str:
+    if summary.mean is None:
         return "-"
-    return f"{summary['mean']:.2f}" + (f" ± {summary['std']:.2f}" if summary["std"] is not None else "")
+    return f"{summary.mean:.2f}" + (f" ± {summary.std:.2f}" if summary.std is not None else "")
 
 
-def short_of_budget(group: dict) -> str | None:
+def short_of_budget(group: GroupSummary) -> str | None:
     """Which of the group's runs stopped before its FLOPs budget, and where; None when
-    every run spent it."""
-    short = group.get("short_of_budget") or []
-    if not short:
+    every run spent it (or the group has no budget)."""
+    if not group.short_of_budget or not group.budget:
         return None
-    runs = "; ".join(f"seed {run['seed']} stopped by {run['stop_reason']} after {run['train_flops']:.3g} FLOPs "
-                     f"({run['train_flops'] / group['budget']:.0%})" for run in short)
-    return f"{group['label']} fell short of its budget of {group['budget']:.2g} FLOPs: {runs}"
+    runs = "; ".join(f"seed {run.seed} stopped by {run.stop_reason} after {run.train_flops:.3g} FLOPs "
+                     f"({run.train_flops / group.budget:.0%})" for run in group.short_of_budget)
+    return f"{group.label} fell short of its budget of {group.budget:.2g} FLOPs: {runs}"
 
 
 def _seeds(comparison: Comparison) -> Section:
-    rows = [[group["label"], ", ".join(map(str, group["seeds"])), _mean_std(group["bleu"]),
-             " / ".join(f"{value:.2f}" for value in group["bleu"]["each"]), _mean_std(group["chrf"]),
-             group["translates"]]
+    rows = [[group.label, ", ".join(map(str, group.seeds)), _mean_std(group.bleu),
+             " / ".join(f"{value:.2f}" for value in group.bleu.each), _mean_std(group.chrf),
+             group.translates]
             for group in comparison.groups]
     table = pd.DataFrame(rows, columns=["model", "seeds", "BLEU mean ± sd", "BLEU per seed", "chrF mean ± sd",
                                         "translates"])
@@ -322,16 +320,16 @@ def _seeds(comparison: Comparison) -> Section:
 
 
 def _intervals(comparison: Comparison) -> Section:
-    rows = [[label] + [f"{interval['score']:.2f} [{interval['low']:.2f}, {interval['high']:.2f}]"
-                       for interval in metrics.values()] + [str(next(iter(metrics.values()))["seeds"])]
+    rows = [[label] + [f"{interval.score:.2f} [{interval.low:.2f}, {interval.high:.2f}]"
+                       for interval in metrics.values()] + [str(next(iter(metrics.values())).seeds)]
             for label, metrics in comparison.intervals.items()]
-    translates = {group["label"]: group["translates"] for group in comparison.groups}
+    translates = {group.label: group.translates for group in comparison.groups}
     for row in rows:
         row.append(translates.get(row[0], gate.NOT_CHECKED))
     names = list(next(iter(comparison.intervals.values())))
     table = pd.DataFrame(rows, columns=["model", *names, "seeds", "translates"])
     one_seed = [label for label, metrics in comparison.intervals.items()
-                if not next(iter(metrics.values()))["seed_variance_measured"]]
+                if not next(iter(metrics.values())).seed_variance_measured]
     return Section("95% confidence intervals", table,
                    "Score (the mean of the seeds' corpus scores) and its 95% interval: the seeds' variance over "
                    f"their number plus the test set's ({BOOTSTRAP_SAMPLES} bootstrap resamples of the test "
@@ -341,17 +339,17 @@ def _intervals(comparison: Comparison) -> Section:
                       "another seed could move the score beyond it. " if one_seed else ""))
 
 
-def _agreement(estimate: dict) -> str:
-    bound = {"at most": "≤", "at least": "≥", None: ""}[estimate["bound"]]
-    return f"{bound}{estimate['percent']:.0f}%"
+def _agreement(estimate: Agreement) -> str:
+    bound = {"at most": "≤", "at least": "≥", None: ""}[estimate.bound]
+    return f"{bound}{estimate.percent:.0f}%"
 
 
-def _lead(test: dict) -> tuple[str, str, str]:
+def _lead(test: PairedTest) -> tuple[str, str, str]:
     """Who is ahead, who behind, and the lead's interval (the delta's, turned round where
     a is ahead)."""
-    sign = 1 if test["delta"] > 0 else -1
-    ahead, behind = (test["b"], test["a"]) if sign > 0 else (test["a"], test["b"])
-    low, high = sorted((sign * test["delta_low"], sign * test["delta_high"]))
+    sign = 1 if test.delta > 0 else -1
+    ahead, behind = (test.b, test.a) if sign > 0 else (test.a, test.b)
+    low, high = sorted((sign * test.delta_low, sign * test.delta_high))
     interval = f"[{low:+.2f}, {high:+.2f}]" if low <= 0 <= high else f"[{low:.2f}, {high:.2f}]"
     return ahead, behind, interval
 
@@ -360,34 +358,34 @@ def findings(comparison: Comparison) -> list[str]:
     """One sentence per primary comparison, written from its own numbers and verdict:
     the report's only prose about which model is better."""
     sentences = []
-    groups = {group["label"]: group for group in comparison.groups}
+    groups = {group.label: group for group in comparison.groups}
     for test in comparison.tests:
-        if test["role"] != PRIMARY:
+        if test.role != PRIMARY:
             continue
         ahead, behind, interval = _lead(test)
-        seeds = "/".join(map(str, test["seeds"]))
-        budget = groups[test["a"]]["budget"] if test["a"] in groups else None
+        seeds = "/".join(map(str, test.seeds))
+        budget = groups[test.a]["budget"] if test.a in groups else None
         at = f"At {budget:.2g} training FLOPs, ".replace("e+", "e") if budget else ""
-        said = f"{at}{ahead} scored {abs(test['delta']):.2f} BLEU above {behind} {interval} ({seeds} seeds): "
-        if not test["seed_variance_measured"]:
+        said = f"{at}{ahead} scored {abs(test.delta):.2f} BLEU above {behind} {interval} ({seeds} seeds): "
+        if not test.seed_variance_measured:
             said += (f"{verdict(test)}, so whether the models (rather than these trained networks) differ was not "
-                     f"tested; the test set's variation alone gives p {shown_p(test['p'])}")
-        elif test["p_holm"] is None:
+                     f"tested; the test set's variation alone gives p {shown_p(test.p)}")
+        elif test.p_holm is None:
             said += (f"{verdict(test)}: the difference and its interval, which holds the seeds' variance with "
-                     f"{min(test['seeds']) - 1} degree{'s' if min(test['seeds']) > 2 else ''} of freedom")
-        elif test["significant"]:
-            said += f"significant (Holm p {shown_p(test['p_holm'])} over {test['family_size']} primary comparisons)"
+                     f"{min(test.seeds) - 1} degree{'s' if min(test.seeds) > 2 else ''} of freedom")
+        elif test.significant:
+            said += f"significant (Holm p {shown_p(test.p_holm)} over {test.family_size} primary comparisons)"
         else:
-            said += (f"not significant (Holm p {shown_p(test['p_holm'])} over {test['family_size']} primary "
-                     f"comparisons); with these seeds a difference of {test['detectable']:.2f} would be "
+            said += (f"not significant (Holm p {shown_p(test.p_holm)} over {test.family_size} primary "
+                     f"comparisons); with these seeds a difference of {test.detectable:.2f} would be "
                      f"detected {POWER:.0%} of the time at p < {comparison.alpha} before adjustment, so a "
                      "smaller true difference is not excluded")
         if seeds_agreed(test):
-            said += (f"; the seeds agreed (their variance {test['seed_share']:.2f} of the test set's), so the "
-                     f"interval assumes the recipes' seeds spread no more than these {'/'.join(map(str, test['seeds']))} did")
+            said += (f"; the seeds agreed (their variance {test.seed_share:.2f} of the test set's), so the "
+                     f"interval assumes the recipes' seeds spread no more than these {'/'.join(map(str, test.seeds))} did")
         # A pair is compared at one budget; where a run stopped short of it, the pair's
         # compute was not matched, and the sentence says so rather than the label implying it.
-        shortfalls = [found for label in (test["a"], test["b"])
+        shortfalls = [found for label in (test.a, test.b)
                       if label in groups and (found := short_of_budget(groups[label]))]
         if shortfalls:
             said += "; not at matched compute: " + "; ".join(shortfalls)
@@ -395,26 +393,26 @@ def findings(comparison: Comparison) -> list[str]:
     return sentences
 
 
-def _test_row(test: dict) -> list[str]:
-    return [f"{test['b']} vs {test['a']}", test["metric"], "/".join(map(str, test["seeds"])),
-            f"{test['delta']:+.2f} [{test['delta_low']:+.2f}, {test['delta_high']:+.2f}]",
-            "∞" if test["df"] is None else f"{test['df']:.1f}", shown_p(test["p"])]
+def _test_row(test: PairedTest) -> list[str]:
+    return [f"{test.b} vs {test.a}", test.metric, "/".join(map(str, test.seeds)),
+            f"{test.delta:+.2f} [{test.delta_low:+.2f}, {test.delta_high:+.2f}]",
+            "∞" if test.df is None else f"{test.df:.1f}", shown_p(test.p)]
 
 
-def _sentence_level(test: dict) -> list[str]:
-    return [f"{shown_p(test['p_bootstrap'])} / {shown_p(test['p_randomization'])}",
-            f"{shown_p(test['p_bootstrap_sacrebleu'])} / {shown_p(test['p_randomization_sacrebleu'])}",
-            f"{_agreement(test['agreement'])} ({_agreement(test['agreement_low'])}-"
-            f"{_agreement(test['agreement_high'])})"]
+def _sentence_level(test: PairedTest) -> list[str]:
+    return [f"{shown_p(test.p_bootstrap)} / {shown_p(test.p_randomization)}",
+            f"{shown_p(test.p_bootstrap_sacrebleu)} / {shown_p(test.p_randomization_sacrebleu)}",
+            f"{_agreement(test.agreement)} ({_agreement(test.agreement_low)}-"
+            f"{_agreement(test.agreement_high)})"]
 
 
 def _primary(comparison: Comparison) -> Section:
-    rows = [[*_test_row(test), shown_p(test["p_holm"]), verdict(test), *_sentence_level(test)]
-            for test in comparison.tests if test["role"] == PRIMARY]
+    rows = [[*_test_row(test), shown_p(test.p_holm), verdict(test), *_sentence_level(test)]
+            for test in comparison.tests if test.role == PRIMARY]
     table = pd.DataFrame(rows, columns=["pair", "metric", "seeds", "delta [95% interval]", "df", "p", "p Holm",
                                         "verdict", "test set only: p bootstrap / randomization",
                                         "sacreBLEU paired-bs / paired-ar", "human agreement (interval)"])
-    family = next(test["family_size"] for test in comparison.tests)
+    family = next(test.family_size for test in comparison.tests)
     return Section("Primary comparisons", table,
                    " ".join(findings(comparison)) + " " + " ".join(comparison.primary) + " "
                    "delta = b - a, each system's score the mean of its seeds'. The test: delta over its standard "
@@ -448,8 +446,8 @@ def _primary(comparison: Comparison) -> Section:
 
 
 def _other_tests(comparison: Comparison) -> Section:
-    rows = [[*_test_row(test), test["role"], *_sentence_level(test)]
-            for test in comparison.tests if test["role"] != PRIMARY]
+    rows = [[*_test_row(test), test.role, *_sentence_level(test)]
+            for test in comparison.tests if test.role != PRIMARY]
     table = pd.DataFrame(rows, columns=["pair", "metric", "seeds", "delta [95% interval]", "df", "p (unadjusted)",
                                         "role", "test set only: p bootstrap / randomization",
                                         "sacreBLEU paired-bs / paired-ar", "human agreement (interval)"])

@@ -43,7 +43,7 @@ class KneserNey:
 
     def fit(self, sentences: list[list[int]]) -> KneserNey:
         """``sentences``: token ids, each ending with EOS (the tokens predicted)."""
-        top = Counter()
+        top: Counter = Counter()
         for sentence in sentences:
             padded = [self.bos_id] * (self.order - 1) + list(sentence)
             top.update(tuple(padded[index:index + self.order]) for index in range(len(sentence)))
@@ -52,7 +52,8 @@ class KneserNey:
             # A k-gram's continuation count: the distinct tokens seen before it.
             self.counts[k] = Counter(gram[1:] for gram in self.counts[k + 1])
         for k, counts in self.counts.items():
-            totals, types = Counter(), Counter()
+            totals: Counter = Counter()
+            types: Counter = Counter()
             for gram, count in counts.items():
                 totals[gram[:-1]] += count
                 types[gram[:-1]] += 1

@@ -5,6 +5,7 @@ validation-loss axis carries the target side's source-blind n-gram losses as gre
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import matplotlib
@@ -67,7 +68,7 @@ def isoflop_figure(comparison: Comparison, title: str):
     entries = comparison.isoflop
     figure, grid = plt.subplots(2, len(entries), figsize=(4.2 * len(entries), 7.4), squeeze=False,
                                 layout="constrained")
-    groups = {(group["model"], group["budget"]): group for group in comparison.groups}
+    groups = {(group.model, group.budget): group for group in comparison.groups}
     for column, entry in enumerate(entries):
         for profile in entry["profiles"]:
             sizes = profile["sizes"]
@@ -159,11 +160,11 @@ def envelope_figure(comparison: Comparison, title: str):
 
     figure, axes = plt.subplots(figsize=(6.4, 4.4))
     for entry in comparison.laws:
-        groups = {(group["budget"], group["model"]): group for group in comparison.groups}
+        groups = {(group.budget, group.model): group for group in comparison.groups}
         points = [groups[(point["budget"], point["model"])] for point in entry["envelope"]]
         (line,) = axes.plot([], [])
-        axes.errorbar([g["train_flops"] for g in points], [g["valid_loss"]["mean"] for g in points],
-                      yerr=[g["valid_loss"]["std"] or 0.0 for g in points], fmt=marker_of(entry["family"]),
+        axes.errorbar([g.train_flops for g in points], [g.valid_loss.mean for g in points],
+                      yerr=[g.valid_loss.std or 0.0 for g in points], fmt=marker_of(entry["family"]),
                       color=line.get_color(), capsize=0)
         law = law_of(entry)
         if law is not None:
@@ -181,6 +182,19 @@ def envelope_figure(comparison: Comparison, title: str):
     return figure
 
 
+@dataclass(frozen=True)
+class _Point:
+    """What the BLEU plot draws of a model at a budget: a comparison's group (its seeds'
+    mean), or a single run where there is no comparison."""
+
+    label: str
+    model: str
+    family: str
+    train_flops: float
+    bleu: float
+    translates: str | None
+
+
 def _bleu_vs_flops(records: list[RunRecord], comparison: Comparison | None, path: Path, title: str) -> None:
     """Test BLEU (beam) against counted training FLOPs, a line per configured model
     through its seeds' mean at each budget, a band over the 95% interval of the seeds and
@@ -190,45 +204,44 @@ def _bleu_vs_flops(records: list[RunRecord], comparison: Comparison | None, path
     undecided (``gate.py``), is drawn hollow."""
     from stages.shared.gate import ranked
 
-    groups = (comparison and comparison.groups) or [
-        {"label": record["name"], "model": record["name"], "family": record["family"], "budget": None,
-         "train_flops": record["train_flops"], "bleu": {"mean": record["bleu"]},
-         "translates": record.get("translates")} for record in records]
-    groups = [group for group in groups if group["bleu"]["mean"] is not None]
-    intervals = (comparison and comparison.intervals) or {}
+    found = [_Point(group.label, group.model, group.family, group.train_flops, group.bleu.mean, group.translates)
+             for group in (comparison.groups if comparison else []) if group.bleu.mean is not None] or \
+        [_Point(record.name, record.name, record.family, record.train_flops, record.bleu, record.translates)
+         for record in records if record.bleu is not None]
+    intervals = comparison.intervals if comparison else {}
     figure, axes = plt.subplots(figsize=(6.8, 4.8), layout="constrained")
     # A confirming run is named <model>.<size>.lr<rate> after the choice it trains.
-    chosen = {f"{choice.model}.{at.size}.lr": choice.model for choice in (comparison and comparison.selection) or []
-              for at in choice.budgets if at.size is not None}
+    chosen = {f"{choice.model}.{at.size}.lr": choice.model
+              for choice in (comparison.selection if comparison else None) or [] for at in choice.budgets
+              if at.size is not None}
 
     def line_of(model: str) -> str:
         return next((name for prefix, name in chosen.items() if model.startswith(prefix)), model)
 
-    for line_name in dict.fromkeys(line_of(group["model"]) for group in groups):
-        points = sorted((group for group in groups if line_of(group["model"]) == line_name),
-                        key=lambda g: g["train_flops"])
-        x = [group["train_flops"] for group in points]
-        (line,) = axes.plot(x, [group["bleu"]["mean"] for group in points], linewidth=1, label=line_name)
-        colour, marker = line.get_color(), marker_of(points[0]["family"])
-        for group in points:
-            hollow = not ranked(group.get("translates"))
-            axes.scatter(group["train_flops"], group["bleu"]["mean"], marker=marker, s=50, zorder=3,
+    for line_name in dict.fromkeys(line_of(point.model) for point in found):
+        points = sorted((point for point in found if line_of(point.model) == line_name),
+                        key=lambda point: point.train_flops)
+        x = [point.train_flops for point in points]
+        (line,) = axes.plot(x, [point.bleu for point in points], linewidth=1, label=line_name)
+        colour, marker = line.get_color(), marker_of(points[0].family)
+        for point in points:
+            hollow = not ranked(point.translates)
+            axes.scatter(point.train_flops, point.bleu, marker=marker, s=50, zorder=3,
                          facecolors="none" if hollow else colour, edgecolors=colour)
-            if line_name != group["model"]:  # the configuration chosen there: w24.lr3.2e-2
-                axes.annotate(group["model"][len(line_name) + 1:], (group["train_flops"], group["bleu"]["mean"]),
+            if line_name != point.model:  # the configuration chosen there: w24.lr3.2e-2
+                axes.annotate(point.model[len(line_name) + 1:], (point.train_flops, point.bleu),
                               xytext=(6, -3), textcoords="offset points", fontsize=7, color=colour)
-        bands = [intervals.get(group["label"], {}).get("BLEU") for group in points]
-        if all(band and band.get("low") is not None for band in bands):
-            axes.fill_between(x, [band["low"] for band in bands], [band["high"] for band in bands], color=colour,
+        bands = [band for point in points if (band := intervals.get(point.label, {}).get("BLEU"))]
+        if len(bands) == len(points):
+            axes.fill_between(x, [band.low for band in bands], [band.high for band in bands], color=colour,
                               alpha=0.15, linewidth=0)
     axes.set_xscale("log")
     # Room on both sides: models trained at equal FLOPs would otherwise sit on an axis
     # spanning a fraction of a percent; BLEU from 0 so the gaps are not exaggerated.
-    flops = [group["train_flops"] for group in groups]
+    flops = [point.train_flops for point in found]
     axes.set_xlim(min(flops) / 2, max(flops) * 2)
-    highest = max([group["bleu"]["mean"] for group in groups]
-                  + [band["high"] for label in (g["label"] for g in groups)
-                     if (band := intervals.get(label, {}).get("BLEU")) and band.get("high") is not None])
+    highest = max([point.bleu for point in found]
+                  + [band.high for point in found if (band := intervals.get(point.label, {}).get("BLEU"))])
     axes.set_ylim(0, highest * 1.1 + 0.5)
     axes.set_xlabel("training FLOPs (counted)")
     axes.set_ylabel("test BLEU (beam)")

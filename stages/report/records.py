@@ -194,7 +194,7 @@ def from_reports(name: str, train_report: dict, train_curve: list[dict], eval_re
     train = load_summary(train_report["metrics"], train_source)
     evaluation = load_scores(eval_report["metrics"], eval_source) if eval_report else None
     record = model_record(name, train_report["config"], train, evaluation, run_of, losses[-1] if losses else None)
-    record.top_output = evaluation and evaluation.top_output
+    record.top_output = evaluation.top_output if evaluation else None
     record.training_warnings = training_warnings(name, train_report["config"]["train"], train, train_curve)
     return record, curve
 

@@ -150,7 +150,9 @@ def seeded_system(name: str, seeds: list, outputs: list[tuple[list[str], list[st
         if seed_references != references:
             raise ValueError(f"{name}: seed {seed} was scored on other references than seed {seeds[0]}; "
                              "a system's seeds must share one test set")
-    kept, first_of, repeated = [], {}, {}
+    kept: list[tuple[int, list[str]]] = []
+    first_of: dict[tuple[str, ...], int] = {}  # a seed's outputs -> the first seed that wrote them
+    repeated: dict[int, int] = {}
     for seed, (hypotheses, _) in zip(seeds, outputs):
         key = tuple(hypotheses)
         if key in first_of:

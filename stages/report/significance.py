@@ -37,6 +37,7 @@ A system is one configured model at one budget, with all its seeds
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -45,6 +46,7 @@ from sacrebleu.metrics import BLEU, CHRF
 from sacrebleu.metrics.base import Metric
 
 from stages.report import resampling, welch
+from stages.report.comparison_records import Agreement, PairedTest
 from stages.report.resampling import RANDOMIZATION_TRIALS, SeededSystem
 
 ALPHA = 0.05
@@ -73,20 +75,19 @@ def metrics() -> dict[str, Metric]:
     return {"BLEU": BLEU(), "chrF": CHRF(), "chrF++": CHRF(word_order=2)}
 
 
-def human_agreement(metric: str, delta: float) -> dict:
+def human_agreement(metric: str, delta: float) -> Agreement:
     """The estimated share (%) of system pairs with this |delta| whose order humans
     confirm, interpolated linearly in the published table; outside it, its bound and the
-    side: ``{"percent": 72.3, "bound": None}``, ``{"percent": 50, "bound": "at most"}``
-    (below the coin-toss delta), ``{"percent": 85, "bound": "at least"}`` (past the
-    table's largest delta)."""
+    side: 72.3 with no bound, 50 "at most" (below the coin-toss delta), 85 "at least"
+    (past the table's largest delta)."""
     table = AGREEMENT[metric]
     percents, deltas = list(table), list(table.values())
     size = abs(delta)
     if size <= deltas[0]:
-        return {"percent": float(percents[0]), "bound": "at most"}
+        return Agreement(percent=float(percents[0]), bound="at most")
     if size >= deltas[-1]:
-        return {"percent": float(percents[-1]), "bound": "at least"}
-    return {"percent": float(np.interp(size, deltas, percents)), "bound": None}
+        return Agreement(percent=float(percents[-1]), bound="at least")
+    return Agreement(percent=float(np.interp(size, deltas, percents)), bound=None)
 
 
 # What a row of the tests is: a primary comparison has a verdict, Holm-adjusted over the
@@ -130,9 +131,9 @@ def confidence_intervals(system: SeededSystem, counts: np.ndarray, cache: dict |
 
 
 def paired_tests(pairs: list[tuple[SeededSystem, SeededSystem, str]], counts: np.ndarray,
-                 randomization_trials: int = RANDOMIZATION_TRIALS, cache: dict | None = None) -> list[dict]:
-    """One row per pair (a, b, role) and metric: BLEU for every pair; chrF and chrF++
-    too for primary pairs, as secondary rows, where the systems were scored on them.
+                 randomization_trials: int = RANDOMIZATION_TRIALS, cache: dict | None = None) -> list[PairedTest]:
+    """One test per pair (a, b, role) and metric: BLEU for every pair; chrF and chrF++
+    too for primary pairs, as secondary tests, where the systems were scored on them.
     delta = b - a. ``randomization_trials`` 0: no randomization test. Not yet adjusted:
     ``adjust`` takes the whole report's."""
     every, cache = metrics(), {} if cache is None else cache
@@ -143,7 +144,7 @@ def paired_tests(pairs: list[tuple[SeededSystem, SeededSystem, str]], counts: np
         per_seed = resampled_per_seed(system, name, every[name], counts, cache)
         return per_seed.mean(axis=1), resampling.own_sentence_noise(per_seed)
 
-    rows = []
+    found = []
     for first, second, role in pairs:
         resampling.check_paired(first, second)
         names = [name for name in every if name in first.statistics] if role == PRIMARY else [PRIMARY_METRIC]
@@ -158,26 +159,24 @@ def paired_tests(pairs: list[tuple[SeededSystem, SeededSystem, str]], counts: np
                                      len(counts[0]))
             randomization = (resampling.paired_randomization(first, second, name, metric, randomization_trials)
                              if randomization_trials else None)
-            row = {"a": first.name, "b": second.name, "metric": name,
-                   "role": role if name == PRIMARY_METRIC else SECONDARY,
-                   "seeds": test["seeds"], "seed_variance_measured": test["seed_variance_measured"],
-                   "seed_share": test["seed_share"],
-                   "repeated_seeds": {first.name: first.repeated, second.name: second.repeated},
-                   "a_score": float(first_scores.mean()), "b_score": float(second_scores.mean()),
-                   "delta": test["delta"], "delta_low": test["low"], "delta_high": test["high"],
-                   "standard_error": test["standard_error"], "df": test["df"], "p": test["p"],
-                   "detectable": detectable(test["standard_error"], test["df"]),
-                   # The test set's variation alone: for comparability, deciding nothing.
-                   "p_bootstrap": bootstrap["p"],
-                   "p_randomization": None if randomization is None else randomization["p"],
-                   # What sacreBLEU's --paired-bs and --paired-ar print, for the record.
-                   "p_bootstrap_sacrebleu": bootstrap["p_sacrebleu"],
-                   "p_randomization_sacrebleu": None if randomization is None else randomization["p_sacrebleu"],
-                   "agreement": human_agreement(name, test["delta"]),
-                   "agreement_low": human_agreement(name, _nearest_zero(test)),
-                   "agreement_high": human_agreement(name, _farthest(test))}
-            rows.append(row)
-    return rows
+            found.append(PairedTest(
+                a=first.name, b=second.name, metric=name, role=role if name == PRIMARY_METRIC else SECONDARY,
+                seeds=test["seeds"], seed_variance_measured=test["seed_variance_measured"],
+                seed_share=test["seed_share"],
+                repeated_seeds={first.name: first.repeated, second.name: second.repeated},
+                a_score=float(first_scores.mean()), b_score=float(second_scores.mean()),
+                delta=test["delta"], delta_low=test["low"], delta_high=test["high"],
+                standard_error=test["standard_error"], df=test["df"], p=test["p"],
+                detectable=detectable(test["standard_error"], test["df"]),
+                # The test set's variation alone: for comparability, deciding nothing.
+                p_bootstrap=bootstrap["p"], p_randomization=None if randomization is None else randomization["p"],
+                # What sacreBLEU's --paired-bs and --paired-ar print, for the record.
+                p_bootstrap_sacrebleu=bootstrap["p_sacrebleu"],
+                p_randomization_sacrebleu=None if randomization is None else randomization["p_sacrebleu"],
+                agreement=human_agreement(name, test["delta"]),
+                agreement_low=human_agreement(name, _nearest_zero(test["low"], test["high"])),
+                agreement_high=human_agreement(name, max(abs(test["low"]), abs(test["high"])))))
+    return found
 
 
 def detectable(standard_error: float, df: float | None, alpha: float = ALPHA, power: float = POWER) -> float:
@@ -187,27 +186,21 @@ def detectable(standard_error: float, df: float | None, alpha: float = ALPHA, po
     return float((stats.t.ppf(1 - alpha / 2, df) + stats.t.ppf(power, df)) * standard_error)
 
 
-def _nearest_zero(test: dict) -> float:
+def _nearest_zero(low: float, high: float) -> float:
     """The end of the delta's interval nearest to no difference (0 if it spans 0)."""
-    low, high = test["low"], test["high"]
     return 0.0 if low <= 0 <= high else min(abs(low), abs(high))
 
 
-def _farthest(test: dict) -> float:
-    return max(abs(test["low"]), abs(test["high"]))
-
-
-def testable(row: dict) -> bool:
-    """A primary row can be decided: both systems have ``VERDICT_SEEDS`` seeds or more,
+def testable(test: PairedTest) -> bool:
+    """A primary test can be decided: both systems have ``VERDICT_SEEDS`` seeds or more,
     so the seeds' variance was measured with at least two degrees of freedom."""
-    return row["role"] == PRIMARY and row["seed_variance_measured"] and min(row["seeds"]) >= VERDICT_SEEDS
+    return test.role == PRIMARY and test.seed_variance_measured and min(test.seeds) >= VERDICT_SEEDS
 
 
-def seeds_agreed(row: dict) -> bool:
+def seeds_agreed(test: PairedTest) -> bool:
     """Whether the seeds' term of the delta's variance is under ``SEEDS_AGREED`` of the
     test set's: the seeds agreed, and the interval rests on their spread being that small."""
-    share = row.get("seed_share")
-    return share is not None and share < SEEDS_AGREED
+    return test.seed_share is not None and test.seed_share < SEEDS_AGREED
 
 
 def shown_p(value: float | None) -> str:
@@ -217,29 +210,25 @@ def shown_p(value: float | None) -> str:
     return f"{value:.4f}" if value >= P_FLOOR else f"< {P_FLOOR:g}"
 
 
-def adjust(rows: list[dict], alpha: float = ALPHA) -> list[dict]:
-    """Holm-Bonferroni over the testable primary rows alone: each gains ``p_holm`` and
-    ``significant``; every row gains ``family_size``, how many rows the adjustment
-    counted. Other rows keep their unadjusted p and get no verdict (``significant``
+def adjust(tests: list[PairedTest], alpha: float = ALPHA) -> list[PairedTest]:
+    """Holm-Bonferroni over the testable primary tests alone: each gains ``p_holm`` and
+    ``significant``; every test gains ``family_size``, how many tests the adjustment
+    counted. Other tests keep their unadjusted p and get no verdict (``significant``
     None)."""
-    decided = [index for index, row in enumerate(rows) if testable(row)]
-    adjusted = dict(zip(decided, resampling.holm([rows[index]["p"] for index in decided])))
-    result = []
-    for index, row in enumerate(rows):
-        row = {**row, "family_size": len(decided), "p_holm": adjusted.get(index), "significant": None}
-        if index in adjusted:
-            row["significant"] = bool(adjusted[index] < alpha)
-        result.append(row)
-    return result
+    decided = [index for index, test in enumerate(tests) if testable(test)]
+    adjusted = dict(zip(decided, resampling.holm([tests[index].p for index in decided])))
+    return [dataclasses.replace(test, family_size=len(decided), p_holm=adjusted.get(index),
+                                significant=bool(adjusted[index] < alpha) if index in adjusted else None)
+            for index, test in enumerate(tests)]
 
 
-def verdict(row: dict) -> str:
-    """What one row of the tests says, in the words the report uses everywhere."""
-    if row["role"] != PRIMARY:
-        return row["role"]
-    fewest = min(row["seeds"])
-    if not row["seed_variance_measured"]:
+def verdict(test: PairedTest) -> str:
+    """What one test says, in the words the report uses everywhere."""
+    if test.role != PRIMARY:
+        return test.role
+    fewest = min(test.seeds)
+    if not test.seed_variance_measured:
         return f"untestable with {fewest} seed{'s' if fewest != 1 else ''}"
     if fewest < VERDICT_SEEDS:
         return f"no verdict with {fewest} seeds ({VERDICT_SEEDS} needed)"
-    return "significant" if row["significant"] else "not significant"
+    return "significant" if test.significant else "not significant"

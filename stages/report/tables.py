@@ -72,7 +72,7 @@ def display_table(records: list[RunRecord]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=[header for header, _, _ in COLUMNS])
 
 
-def signature_lines(records: list[dict]) -> list[str]:
+def signature_lines(records: list[RunRecord]) -> list[str]:
     """The sacreBLEU signatures in use: one line each, with the models that share it."""
     lines = []
     for metric, field in (("BLEU", "sacrebleu_signature"),
@@ -87,7 +87,7 @@ def signature_lines(records: list[dict]) -> list[str]:
     return lines
 
 
-def warning_lines(records: list[dict]) -> list[str]:
+def warning_lines(records: list[RunRecord]) -> list[str]:
     """Each run's warnings (records.training_warnings, and the translation gate's reasons):
     a run that did not really train or does not translate, whose scores say little about
     its model."""
@@ -97,7 +97,7 @@ def warning_lines(records: list[dict]) -> list[str]:
                if record.get("gate_reasons") else [])]
 
 
-def trained_on(record: dict) -> str:
+def trained_on(record: RunRecord) -> str:
     """``trained in fp32 on AMD EPYC (AVX2, 1 thread(s) per worker), decoded in fp32``;
     where precision auto measured, how: ``trained in fp32 (auto, measured: fp32 1.26x as
     fast as bf16 (...)) on ...``."""
@@ -108,13 +108,13 @@ def trained_on(record: dict) -> str:
             + (f", decoded in {record['eval_precision']}" if record.get("eval_precision") else ""))
 
 
-def hardware_lines(records: list[dict]) -> list[str]:
+def hardware_lines(records: list[RunRecord]) -> list[str]:
     """What the models trained on and in which precision (and why, where auto chose it),
     and the peak FLOP/s their MFU and "time x peak" used, with where that peak came
     from: each distinct line once, naming the configured models it holds for every run
     of (every seed and budget), and single runs only where a model's runs differ."""
-    trained: dict[str, list[dict]] = {}
-    peaks: dict[str, list[dict]] = {}
+    trained: dict[str, list[RunRecord]] = {}
+    peaks: dict[str, list[RunRecord]] = {}
     for record in records:
         if record.get("device_name"):
             trained.setdefault(trained_on(record), []).append(record)
@@ -126,7 +126,7 @@ def hardware_lines(records: list[dict]) -> list[str]:
     return [f"{_holders(runs, records)}: {text}" for described in (trained, peaks) for text, runs in described.items()]
 
 
-def _holders(runs: list[dict], records: list[dict]) -> str:
+def _holders(runs: list[RunRecord], records: list[RunRecord]) -> str:
     """``transformer, rnn_gru.w96.1e12.s1``: the configured models all of whose runs are
     among ``runs``, then the other runs by name."""
     names = {run["name"] for run in runs}
@@ -160,7 +160,7 @@ def _markdown_table(table: pd.DataFrame, left: int) -> str:
 APPENDIX = "appendix.md"
 
 
-def markdown(records: list[dict], title: str, plots: list[str], comparison: Comparison | None = None) -> str:
+def markdown(records: list[RunRecord], title: str, plots: list[str], comparison: Comparison | None = None) -> str:
     """report.md, what a reader takes in at a glance: the answer first (each budget's
     ranking and the BLEU plot), whether each model translates, then the comparison's
     sections, the signatures and hardware once; the long tables are the appendix's."""
@@ -180,7 +180,7 @@ def markdown(records: list[dict], title: str, plots: list[str], comparison: Comp
     return "\n".join(parts) + "\n"
 
 
-def appendix_markdown(records: list[dict], title: str, comparison: Comparison | None = None) -> str:
+def appendix_markdown(records: list[RunRecord], title: str, comparison: Comparison | None = None) -> str:
     """appendix.md: every selection candidate, the intervals on every metric, the
     secondary and exploratory comparisons, and every run's row with what its columns mean."""
     parts = [f"# {title}: appendix", ""]
@@ -217,7 +217,7 @@ def _split_plots(plots: list[str]) -> tuple[list[str], list[str]]:
     return [name for name in plots if name == BLEU_VS_FLOPS], [name for name in plots if name != BLEU_VS_FLOPS]
 
 
-def html_page(records: list[dict], title: str, plots: list[str], comparison: Comparison | None = None) -> str:
+def html_page(records: list[RunRecord], title: str, plots: list[str], comparison: Comparison | None = None) -> str:
     """report.md and appendix.md on one page, in their order, under a table of contents:
     the answer and the BLEU plot, the sections, the notes, then the appendix's tables."""
     first, rest = _split_plots(plots)

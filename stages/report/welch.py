@@ -101,12 +101,12 @@ def delta_test(first_scores: np.ndarray, second_scores: np.ndarray, test_varianc
     (``seed_variance_measured`` False): the test is the test set's alone, of the
     trained networks, not of the recipes."""
     first, second = np.asarray(first_scores, dtype=float), np.asarray(second_scores, dtype=float)
-    seeds = [_seed_term(first), _seed_term(second)]
-    measured = all(term is not None for term in seeds)
-    if measured:
+    first_term, second_term = _seed_term(first), _seed_term(second)
+    measured = first_term is not None and second_term is not None
+    if first_term is not None and second_term is not None:
         # The two seed terms as one, with the smaller side's degrees of freedom (see the
         # module's docstring for why not one term each).
-        together = (seeds[0][0] + seeds[1][0], float(min(len(first), len(second)) - 1))
+        together = (first_term[0] + second_term[0], float(min(len(first), len(second)) - 1))
         components = [(max(0.0, test_variance - own_noise), float(sentences - 1)), together]
     else:
         components = [(test_variance, float(sentences - 1))]

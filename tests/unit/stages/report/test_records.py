@@ -12,7 +12,7 @@ from stages.evaluate.artifact import DecodeScores, EvalSummary
 from stages.report.records import model_record
 from stages.train.artifact import TrainSummary
 from stages.report.tables import display_table, hardware_lines, markdown
-from tests.helpers import comparison_of
+from tests.helpers import comparison_of, group_summary, paired_test, system_interval
 
 CONFIG = {"model": {"family": "transformer", "preset": "small"},
           "train": {"workers": 2, "peak_flops_per_worker": None}}
@@ -127,15 +127,13 @@ def test_the_console_summary_fits_100_columns_without_cutting_a_cell():
     for model in ("transformer_tiny", "decoder_only_tiny"):
         for budget in (2e12, 4e12):
             label = f"{model}.{budget:.0e}".replace("e+", "e")
-            groups.append({"label": label, "model": model, "budget": budget, "seeds": [1, 2],
-                           "bleu": {"mean": 12.345}, "translates": "yes"})
-            intervals[label] = {"BLEU": {"score": 12.345, "low": 10.111, "high": 14.579}}
+            groups.append(group_summary(label, 12.345, model=model, budget=budget, seeds=[1, 2]))
+            intervals[label] = {"BLEU": system_interval(12.345, 10.111, 14.579)}
             for seed in (1, 2):
                 record = model_record(f"{label}.s{seed}", CONFIG, trained(**MEASURED), evaluated(bleu=12.3, chrf=40.1))
                 records.append(dataclasses.replace(record, model=model, budget=budget))
-    tests = [{"a": "transformer_tiny.2e12", "b": "decoder_only_tiny.2e12", "metric": "BLEU", "role": "primary",
-              "delta": 1.5, "delta_low": -0.5, "delta_high": 3.5, "p_holm": 0.21, "significant": False,
-              "seeds": [3, 3], "seed_variance_measured": True}]
+    tests = [paired_test(a="transformer_tiny.2e12", b="decoder_only_tiny.2e12", delta=1.5, delta_low=-0.5,
+                         delta_high=3.5, p_holm=0.21, significant=False)]
     report = ReportFile(title="a long experiment name", fields=[], models=records, curves={},
                         comparison=comparison_of(groups=groups, intervals=intervals, tests=tests))
     console = Console(width=100, record=True)

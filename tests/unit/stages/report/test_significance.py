@@ -7,6 +7,7 @@ benchmarks/statistics/statistics_calibration.py.)"""
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import random
 from pathlib import Path
@@ -16,6 +17,7 @@ import pytest
 from scipy import stats
 
 from stages.report import welch
+from stages.report.comparison_records import Agreement, PairedTest
 from stages.report.comparison_tables import findings
 from stages.report.resampling import bootstrap_counts, seeded_system
 from stages.report.significance import (
@@ -30,7 +32,7 @@ from stages.report.significance import (
     shown_p,
     verdict,
 )
-from tests.helpers import comparison_of
+from tests.helpers import comparison_of, paired_test
 
 SAMPLE = Path(__file__).parents[3] / "data" / "multi30k" / "test_2016_flickr.de.gz"
 
@@ -52,13 +54,13 @@ def system(name, references, *rates_and_seeds):
 
 
 def test_human_agreement_reads_the_published_table_and_says_when_it_is_outside_it():
-    assert human_agreement("BLEU", 2.34) == {"percent": pytest.approx(80.0), "bound": None}
+    assert human_agreement("BLEU", 2.34) == Agreement(percent=pytest.approx(80.0), bound=None)
     assert human_agreement("BLEU", -1.79)["percent"] == pytest.approx(75.0)  # the size of a delta, either sign
     between = human_agreement("chrF", (1.00 + 1.28) / 2)
     assert between["percent"] == pytest.approx(72.5) and between["bound"] is None
-    assert human_agreement("BLEU", 0.1) == {"percent": 50.0, "bound": "at most"}
-    assert human_agreement("BLEU", 9.0) == {"percent": 85.0, "bound": "at least"}
-    assert human_agreement("chrF++", 3.5) == {"percent": 90.0, "bound": "at least"}
+    assert human_agreement("BLEU", 0.1) == Agreement(percent=50.0, bound="at most")
+    assert human_agreement("BLEU", 9.0) == Agreement(percent=85.0, bound="at least")
+    assert human_agreement("chrF++", 3.5) == Agreement(percent=90.0, bound="at least")
 
 
 def primary(first, second):
@@ -76,7 +78,7 @@ def test_one_seed_is_untestable_and_its_p_is_the_test_sets_alone(references):
     assert not clear["seed_variance_measured"] and clear["significant"] is None and clear["p_holm"] is None
     assert verdict(clear) == "untestable with 1 seed" and clear["family_size"] == 0
     assert clear["p"] < 1e-6  # the test set alone separates the two networks, with no Monte Carlo floor
-    assert clear["agreement"] == {"percent": 85.0, "bound": "at least"}
+    assert clear["agreement"] == Agreement(percent=85.0, bound="at least")
     assert clear["delta_low"] <= clear["delta"] <= clear["delta_high"]
     assert verdict(rows[1]) == "secondary"
 
@@ -113,7 +115,7 @@ def test_a_report_with_1200_rows_still_finds_a_20_bleu_gap(references):
     counts = bootstrap_counts(len(references), 300, seed=3)
     (gap, *_) = paired_tests(primary(poor, good), counts, randomization_trials=300)
     assert gap["delta"] > 20
-    exploratory = [{**gap, "a": f"x{i}", "b": f"y{i}", "role": EXPLORATORY, "p": 0.5} for i in range(1200)]
+    exploratory = [dataclasses.replace(gap, a=f"x{i}", b=f"y{i}", role=EXPLORATORY, p=0.5) for i in range(1200)]
     rows = adjust([gap, *exploratory])
     assert rows[0]["significant"] and rows[0]["family_size"] == 1
     assert all(row["significant"] is None and row["p_holm"] is None for row in rows[1:])
@@ -121,7 +123,7 @@ def test_a_report_with_1200_rows_still_finds_a_20_bleu_gap(references):
 
 def test_holm_runs_over_the_testable_primary_rows_only():
     def row(p, role=PRIMARY, measured=True):
-        return {"p": p, "role": role, "seed_variance_measured": measured, "seeds": [3, 3]}
+        return paired_test(p=p, role=role, seed_variance_measured=measured, seeds=[3, 3])
     rows = [row(p) for p in (0.01, 0.02, 0.03, 0.04)] + [row(0.001, EXPLORATORY), row(0.001, measured=False)]
     adjusted = adjust(rows)
     assert [r["p_holm"] for r in adjusted[:4]] == pytest.approx([0.04, 0.06, 0.06, 0.06])
@@ -151,8 +153,7 @@ def test_the_findings_are_written_from_each_pairs_own_verdict(references):
 
 
 def test_holm_leaves_out_rows_with_two_seeds_a_side_and_they_get_no_verdict_word():
-    rows = [{"p": 1e-40, "role": PRIMARY, "seed_variance_measured": True, "seeds": seeds}
-            for seeds in ([2, 2], [2, 5], [3, 3])]
+    rows = [paired_test(p=1e-40, seeds=seeds) for seeds in ([2, 2], [2, 5], [3, 3])]
     adjusted = adjust(rows)
     assert [row["significant"] for row in adjusted] == [None, None, True]
     assert [row["family_size"] for row in adjusted] == [1, 1, 1]
@@ -173,12 +174,11 @@ def test_seeds_that_agree_far_more_than_the_test_set_varies_are_said_to_with_wha
     # Agreeing seeds leave the degrees of freedom to the test set's: the p is tiny.
     assert agreeing["df"] > 100 and spread["df"] < 20
     one = welch.delta_test(np.array([20.0]), np.array([22.0]), test_variance=0.5, own_noise=0.0, sentences=1000)
-    assert one["seed_share"] is None and not seeds_agreed(one)
+    assert one["seed_share"] is None and not seeds_agreed(paired_test(seed_share=one["seed_share"]))
 
-    def row(share: float) -> dict:
-        return {"metric": "BLEU", "role": PRIMARY, "a": "a", "b": "b", "delta": 2.0, "delta_low": 0.6,
-                "delta_high": 3.4, "significant": True, "seed_variance_measured": True, "seeds": [3, 3],
-                "p_holm": 1e-12, "family_size": 1, "detectable": 1.5, "seed_share": share}
+    def row(share: float) -> PairedTest:
+        return paired_test(delta=2.0, delta_low=0.6, delta_high=3.4, significant=True, p_holm=1e-12, family_size=1,
+                           detectable=1.5, seed_share=share)
     said = findings(comparison_of(tests=[row(agreeing["seed_share"])]))[0]
     assert "significant (Holm p < 0.001" in said
     assert "the seeds agreed" in said and "assumes the recipes' seeds spread no more than these 3/3 did" in said
@@ -186,10 +186,9 @@ def test_seeds_that_agree_far_more_than_the_test_set_varies_are_said_to_with_wha
 
 
 def test_a_lead_is_given_with_its_own_interval_whichever_side_is_ahead():
-    def row(delta: float, low: float, high: float) -> dict:
-        return {"metric": "BLEU", "role": PRIMARY, "a": "a", "b": "b", "delta": delta, "delta_low": low,
-                "delta_high": high, "significant": False, "seed_variance_measured": True, "seeds": [3, 3],
-                "p_holm": 0.47, "family_size": 1, "detectable": 2.5}
+    def row(delta: float, low: float, high: float) -> PairedTest:
+        return paired_test(delta=delta, delta_low=low, delta_high=high, significant=False, p_holm=0.47,
+                           family_size=1, detectable=2.5)
     said = findings(comparison_of(tests=[row(-0.13, -0.50, 0.18)]))[0]
     # a ahead by 0.13 (b - a = -0.13, interval [-0.50, +0.18]): a's lead is in [-0.18, +0.50].
     assert said.startswith("a scored 0.13 BLEU above b [-0.18, +0.50] (3/3 seeds): not significant (Holm p 0.4700")

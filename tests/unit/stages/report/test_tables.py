@@ -23,7 +23,7 @@ from stages.report.tables import (
     write_csv,
     write_json,
 )
-from tests.helpers import comparison_of
+from tests.helpers import comparison_of, group_summary, paired_test, system_interval
 
 REFERENCES = ["Ein Hund läuft am Strand.", "Zwei Männer spielen Fußball.", "Eine Frau liest ein Buch."]
 
@@ -142,13 +142,13 @@ def test_the_bleu_plot_draws_the_intervals_as_bands_and_a_model_that_does_not_tr
 
     kept = []
     monkeypatch.setattr(plots, "_save", lambda figure, path: kept.append(figure.axes[0]))
-    groups = [{"label": f"{model} @ {budget:g}", "model": model, "family": family, "budget": budget,
-               "train_flops": budget, "bleu": {"mean": bleu}, "translates": translates}
+    groups = [group_summary(f"{model} @ {budget:g}", bleu, model=model, family=family, budget=budget,
+                            train_flops=budget, translates=translates)
               for model, family, budget, bleu, translates in (("t", "transformer", 1e12, 3.0, "no"),
                                                               ("t", "transformer", 1e13, 20.0, "yes"),
                                                               ("r", "rnn", 1e12, 12.0, "yes"),
                                                               ("r", "rnn", 1e13, 18.0, "yes"))]
-    intervals = {group["label"]: {"BLEU": {"low": group["bleu"]["mean"] - 1, "high": group["bleu"]["mean"] + 9}}
+    intervals = {group.label: {"BLEU": system_interval(group.bleu.mean, group.bleu.mean - 1, group.bleu.mean + 9)}
                  for group in groups}
     plots._bleu_vs_flops([], comparison_of(groups=groups, intervals=intervals), tmp_path / "bleu.png", "t")
     (axes,) = kept
@@ -166,8 +166,8 @@ def test_with_a_selection_the_bleu_plot_draws_one_line_per_model_through_each_bu
 
     kept = []
     monkeypatch.setattr(plots, "_save", lambda figure, path: kept.append(figure.axes[0]))
-    groups = [{"label": f"{model} @ {budget:g}", "model": model, "family": "rnn", "budget": budget,
-               "train_flops": budget, "bleu": {"mean": bleu}, "translates": "yes"}
+    groups = [group_summary(f"{model} @ {budget:g}", bleu, model=model, family="rnn", budget=budget,
+                            train_flops=budget)
               for model, budget, bleu in (("rnn.w24.lr3.2e-2", 6e11, 15.8), ("rnn.w32.lr1.6e-2", 2e12, 27.0),
                                           ("rnn.big", 2e12, 20.0))]
     chose = [BudgetChoice(budget=budget, size=size, lr=lr, size_edge=None, rate_edge=None, candidates=[])
@@ -185,19 +185,18 @@ def test_with_a_selection_the_bleu_plot_draws_one_line_per_model_through_each_bu
 def test_the_answer_ranks_each_budget_s_models_with_the_next_one_s_difference_and_lists_the_withheld():
     from stages.report.comparison_tables import answer
 
-    def group(model: str, budget: float, bleu: float, translates: str = "yes") -> dict:
-        return {"label": f"{model} @ {budget:g}", "model": model, "family": model, "budget": budget,
-                "seeds": [1, 2, 3], "bleu": {"mean": bleu}, "translates": translates}
+    def group(model: str, budget: float, bleu: float, translates: str = "yes"):
+        return group_summary(f"{model} @ {budget:g}", bleu, model=model, budget=budget, translates=translates)
 
-    def test(a: str, b: str, delta: float, role: str = "primary", significant: bool | None = True) -> dict:
-        return {"a": a, "b": b, "metric": "BLEU", "role": role, "delta": delta, "delta_low": delta - 1,
-                "delta_high": delta + 1, "seeds": [3, 3], "seed_variance_measured": True, "significant": significant}
+    def test(a: str, b: str, delta: float, role: str = "primary", significant: bool | None = True):
+        return paired_test(a=a, b=b, role=role, delta=delta, delta_low=delta - 1, delta_high=delta + 1,
+                           significant=significant)
 
     groups = [group("t", 1e12, 8.0), group("r", 1e12, 15.0), group("c", 1e12, 20.0), group("d", 1e12, 3.0, "no")]
     # A test's delta is b - a: r - c = -5 (c leads by 5); r - t = +7 (r leads by 7).
     tests = [test("c @ 1e+12", "r @ 1e+12", -5.0), test("t @ 1e+12", "r @ 1e+12", 7.0, "exploratory", None)]
     section = answer(comparison_of(groups=groups, tests=tests,
-                                   intervals={"c @ 1e+12": {"BLEU": {"low": 19.0, "high": 21.0}}}))
+                                   intervals={"c @ 1e+12": {"BLEU": system_interval(20.0, 19.0, 21.0)}}))
     rows = section.table.values.tolist()
     assert [row[1:3] for row in rows] == [["1", "c"], ["2", "r"], ["3", "t"], ["-", "d"]]
     assert rows[0][3] == "20.00 [19.00, 21.00]" and rows[1][3] == "15.00"
