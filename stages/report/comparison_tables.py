@@ -4,17 +4,19 @@ strings that the Markdown and HTML reports render the same way."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import cast
 
 import pandas as pd
 
 from stages.report import isoflop
 from stages.shared import gate
-from stages.report.comparison_records import (Agreement, Baselines, Comparison, GroupSummary, PairedTest, Spread,
-                                              TunedModel, Withheld)
+from stages.report.comparison_records import (Agreement, Baselines, Comparison, GroupSummary, IsoflopFamily, PairedTest,
+                                              Spread, TunedModel, Withheld)
 from stages.report.ngram_baselines import NAMES
 from stages.report.compute_laws import DETERMINED
 from stages.report.resampling import BOOTSTRAP_SAMPLES, RANDOMIZATION_TRIALS
 from stages.report.significance import POWER, PRIMARY, SEEDS_AGREED, VERDICT_SEEDS, seeds_agreed, shown_p, verdict
+from stages.select.artifact import SelectionChoice
 from stages.tune.artifact import grid_edge
 
 
@@ -31,7 +33,7 @@ def sections(comparison: Comparison) -> list[Section]:
     whether each model translates, the selection's choices, seeds only when a model has
     several, tests only with two models at a budget, laws only with enough budgets."""
     found = [_translation_check(comparison)] if comparison.groups else []
-    found += [_selection(comparison)] if comparison.selection else []
+    found += [_selection(comparison.selection)] if comparison.selection else []
     if comparison.baselines:
         found.append(_baselines(comparison.baselines))
     if any(len(group.seeds) > 1 for group in comparison.groups):
@@ -43,7 +45,7 @@ def sections(comparison: Comparison) -> list[Section]:
     if comparison.laws:
         found += [_envelope(comparison), _laws(comparison)]
     if comparison.tuning:
-        found.append(_tuning(comparison))
+        found.append(_tuning(comparison.tuning))
     if comparison.unpaired:
         found.append(Section("Pairs not compared", pd.DataFrame({"why": comparison.unpaired}),
                              "A paired test compares two systems sentence by sentence, so it needs both scored on "
@@ -56,7 +58,7 @@ def appendix(comparison: Comparison) -> list[Section]:
     """The long tables, for a reader checking a detail (appendix.md): every selection
     candidate, each model's interval on every metric, the secondary and exploratory
     comparisons."""
-    found = [_candidates(comparison)] if comparison.selection else []
+    found = [_candidates(comparison.selection)] if comparison.selection else []
     if comparison.intervals:
         found.append(_intervals(comparison))
     if any(test.role != PRIMARY for test in comparison.tests):
@@ -73,7 +75,7 @@ def answer(comparison: Comparison) -> Section | None:
     rows = []
     for budget in sorted({group.budget for group in comparison.groups}, key=lambda b: (b is None, b or 0)):
         at = [group for group in comparison.groups if group.budget == budget and group.bleu.mean is not None]
-        ranked = sorted((g for g in at if gate.ranked(g.translates)), key=lambda g: -g.bleu.mean)
+        ranked = sorted((g for g in at if gate.ranked(g.translates)), key=lambda g: -cast(float, g.bleu.mean))
         for place, group in enumerate(ranked, 1):
             below = ranked[place] if place < len(ranked) else None
             test = below and (tests.get((below.label, group.label)) or tests.get((group.label, below.label)))
@@ -149,17 +151,17 @@ def gate_sentences(comparison: Comparison) -> list[str]:
     return said
 
 
-def _selection(comparison: Comparison) -> Section:
+def _selection(choices: list[SelectionChoice]) -> Section:
     """Each configured model's choice at each budget: the chosen candidate and the
     runner-up with their validation losses, how many candidates translated, and whether
     the choice sits at an edge of what was tried. Every candidate: ``_candidates``."""
     rows, none = [], []
-    for choice in comparison.selection:
+    for choice in choices:
         for at in choice.budgets:
             budget = _budget(at.budget)
             scored = sorted((score for score in at.candidates
                              if gate.ranked(score.translates) and score.valid_loss is not None),
-                            key=lambda score: score.valid_loss)
+                            key=lambda score: cast(float, score.valid_loss))
             if at.size is None:
                 none.append(f"{choice.model} at {budget}")
             chosen = next((score for score in scored if (score.size, score.lr) == (at.size, at.lr)), None)
@@ -170,7 +172,7 @@ def _selection(comparison: Comparison) -> Section:
                          f"{len(scored)} of {len(at.candidates)}"])
     table = pd.DataFrame(rows, columns=["model", "budget", "chosen (valid loss)", "next best (valid loss)",
                                         "at an edge", "candidates translating"])
-    seeds = sorted({seed for choice in comparison.selection for seed in choice.seeds})
+    seeds = sorted({seed for choice in choices for seed in choice.seeds})
     at_edge = sum(row[4] != "no" for row in rows)
     return Section("Selection", table,
                    f"Each model's size and peak rate at each budget, chosen on selection seed"
@@ -190,10 +192,10 @@ def _candidate(score) -> str:
     return f"{score.size}, {score.lr:g} ({score.valid_loss:.4f})"
 
 
-def _candidates(comparison: Comparison) -> Section:
+def _candidates(choices: list[SelectionChoice]) -> Section:
     """Every candidate at every budget, with its loss and source use, and the one chosen."""
     rows = []
-    for choice in comparison.selection:
+    for choice in choices:
         for at in choice.budgets:
             for score in at.candidates:
                 rows.append([choice.model, _budget(at.budget), score.size, f"{score.lr:g}",
@@ -238,12 +240,13 @@ def _baselines(found: Baselines) -> Section:
                    "predicts the target worse than that n-gram model, which never reads the source.")
 
 
-def _tuning(comparison: Comparison) -> Section:
+def _tuning(tuned: list[TunedModel]) -> Section:
     """Each tuned model size's chosen rate, and the best validation loss of every rate
     its tune stage tried (lr_sensitivity.png draws them, a panel per family), and a
     sentence per family on whether its chosen rates are inside the rates tried."""
-    rows, edges = [], {}
-    for entry in comparison.tuning:
+    rows = []
+    edges: dict[str, list[tuple[TunedModel, str | None, str | None]]] = {}
+    for entry in tuned:
         choice = entry.choice
         rates = sorted(trial["lr"] for trial in choice.trials)
         edge = grid_edge(choice.lr, rates)
@@ -260,7 +263,7 @@ def _tuning(comparison: Comparison) -> Section:
                          "ASHA": "stopped" if trial["stopped_early"] else "ran to the budget",
                          "grid": "extension" if trial.get("extension") else "",
                          "chosen": ("yes, at the grid's edge" if edge else "yes") if chosen else ""})
-    budgets = sorted({entry.choice.budget for entry in comparison.tuning})
+    budgets = sorted({entry.choice.budget for entry in tuned})
     return Section("Tuned learning rates", pd.DataFrame(rows),
                    "Each model size's peak learning rate, chosen by its tune stage (Ray Tune: a grid, ASHA stopping "
                    f"the weak trials) as the rate whose trial reached the lowest validation loss, each trial trained "
@@ -563,11 +566,11 @@ EXPONENTS = (("parameters", "N_opt ~ C^a, non-embedding parameters"),
              ("tokens", "D_opt ~ C^b, target tokens"))
 
 
-def _exponents_row(entry: dict, what: str, law: str) -> list[str]:
-    fitted = entry[what]
+def _exponents_row(entry: IsoflopFamily, what: str, law: str) -> list[str]:
+    fitted = getattr(entry, what)
     budgets = len(fitted["budgets"])
     if fitted["exponent"] is None:
-        return [entry["family"], law, "-", str(budgets), "-", "-",
+        return [entry.family, law, "-", str(budgets), "-", "-",
                 f"{budgets} interior budgets: an exponent needs {isoflop.MIN_BUDGETS}"]
     span = f"{max(fitted['budgets']) / min(fitted['budgets']):.3g}x"
     test = fitted.get("lack_of_fit")
@@ -580,7 +583,7 @@ def _exponents_row(entry: dict, what: str, law: str) -> list[str]:
             "rejected" if test["rejects"] else "not rejected")
     if test is not None and test["rejects"]:
         # No single exponent describes optima the line does not fit: the slopes between budgets instead.
-        return [entry["family"], law, f"none; between budgets {segments}", str(budgets), span, line,
+        return [entry.family, law, f"none; between budgets {segments}", str(budgets), span, line,
                 "no comparison: the line does not fit"]
     said = f"{fitted['exponent']:.2f}"
     low, high = fitted["interval"] or (None, None)
@@ -594,7 +597,7 @@ def _exponents_row(entry: dict, what: str, law: str) -> list[str]:
     else:
         inside = (low is None or low <= fitted["reference"]) and (high is None or fitted["reference"] <= high)
         against = f"{fitted['reference']:.2f}: " + ("inside the interval" if inside else "outside the interval")
-    return [entry["family"], law, said, str(budgets), span, line, against]
+    return [entry.family, law, said, str(budgets), span, line, against]
 
 
 def _isoflop_exponents(comparison: Comparison) -> Section:
