@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from stages.report import scaling_laws
 from stages.report.scaling_laws import BEYOND, MIN_BUDGETS
+from stages.report.comparison_records import FamilyLaws
 
 # A crossover's interval is printed only where this share of the draws cross inside
 # both measured ranges; with fewer, where they cross is not determined.
@@ -95,7 +96,7 @@ def _points(points: list[dict], field: str) -> tuple[list[float], list[float]]:
 def _laws(flops: list[float], values: list[float], rising: bool, bound: float, draws: int) -> dict:
     saturating = {"rising": rising, "bound": bound}
     power = {"rising": rising, "saturating": False}
-    result = {}
+    result: dict[str, dict] = {}
     for name, options in (("saturating", saturating), ("power", power)):
         try:
             law = scaling_laws.fit(flops, values, **options)
@@ -133,8 +134,9 @@ def _laws(flops: list[float], values: list[float], rising: bool, bound: float, d
     return result
 
 
-def law_of(entry: dict, metric: str = "valid_loss", kind: str = "saturating") -> scaling_laws.Law | None:
-    """A family's fitted law back from the report's data."""
+def law_of(entry: dict | FamilyLaws, metric: str = "valid_loss", kind: str = "saturating") -> scaling_laws.Law | None:
+    """A family's fitted law back from the report's data (the dict ``_laws`` made, or the
+    record report.json holds)."""
     fitted = entry.get(metric, {}).get(kind)
     if not fitted or "error" in fitted:
         return None

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
 
 import matplotlib
 
@@ -163,7 +164,8 @@ def envelope_figure(comparison: Comparison, title: str):
         groups = {(group.budget, group.model): group for group in comparison.groups}
         points = [groups[(point["budget"], point["model"])] for point in entry["envelope"]]
         (line,) = axes.plot([], [])
-        axes.errorbar([g.train_flops for g in points], [g.valid_loss.mean for g in points],
+        # The envelope holds the sizes with a validation loss: each point's mean is a number.
+        axes.errorbar([g.train_flops for g in points], [cast(float, g.valid_loss.mean) for g in points],
                       yerr=[g.valid_loss.std or 0.0 for g in points], fmt=marker_of(entry["family"]),
                       color=line.get_color(), capsize=0)
         law = law_of(entry)
@@ -206,8 +208,8 @@ def _bleu_vs_flops(records: list[RunRecord], comparison: Comparison | None, path
 
     found = [_Point(group.label, group.model, group.family, group.train_flops, group.bleu.mean, group.translates)
              for group in (comparison.groups if comparison else []) if group.bleu.mean is not None] or \
-        [_Point(record.name, record.name, record.family, record.train_flops, record.bleu, record.translates)
-         for record in records if record.bleu is not None]
+        [_Point(record.name, record.name, record.family or record.name, record.train_flops, record.bleu,
+                record.translates) for record in records if record.bleu is not None and record.train_flops is not None]
     intervals = comparison.intervals if comparison else {}
     figure, axes = plt.subplots(figsize=(6.8, 4.8), layout="constrained")
     # A confirming run is named <model>.<size>.lr<rate> after the choice it trains.
@@ -331,11 +333,12 @@ def lr_sensitivity_figure(comparison: Comparison, title: str):
     """Per family, best validation loss against the learning rate, one line per tune
     stage (a size, or a size at one trial budget: ``w24.2.5e11``), the chosen rate
     ringed; rates without a finite loss are left out."""
-    families = list(dict.fromkeys(entry.family for entry in comparison.tuning))
+    tuned = comparison.tuning or []
+    families = list(dict.fromkeys(entry.family for entry in tuned))
     figure, grid = plt.subplots(1, len(families), figsize=(4.4 * len(families), 4.2), squeeze=False,
                                 layout="constrained")
     for axes, family_name in zip(grid[0], families):
-        for entry in comparison.tuning:
+        for entry in tuned:
             if entry.family != family_name:
                 continue
             points = sorted((trial["lr"], trial["best_valid_loss"]) for trial in entry.choice.trials
@@ -347,7 +350,7 @@ def lr_sensitivity_figure(comparison: Comparison, title: str):
             chosen = [loss for rate, loss in points if rate == entry.choice.lr]
             axes.scatter([entry.choice.lr] * len(chosen), chosen, s=140, facecolors="none", edgecolors=line.get_color())
         axes.set_xscale("log")
-        tried = [trial["lr"] for entry in comparison.tuning if entry.family == family_name
+        tried = [trial["lr"] for entry in tuned if entry.family == family_name
                  for trial in entry.choice.trials]
         _ticks_at(axes, tried, lambda rate: f"{rate:g}")
         axes.set_xlabel("peak learning rate")
