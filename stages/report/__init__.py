@@ -18,6 +18,7 @@ configs or MLflow runs.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 from pipeline.core.context import StageContext
@@ -101,8 +102,9 @@ def run(inputs: dict[str, Path], config: ReportStageConfig, output: Path, ctx: S
         record, curve = records.from_artifacts(name, inputs[train_stage(name)], evaluation, config.run_of.get(name))
         rows.append(record)
         curves[name] = curve
-        if evaluation is not None:
-            outputs[name] = evaluation_outputs({file: (evaluation / file).read_bytes() for file in OUTPUT_FILES})
+        found = evaluation and evaluation_outputs({file: (evaluation / file).read_bytes() for file in OUTPUT_FILES})
+        if found:
+            outputs[name] = found
     tuning = {stage.partition("/")[2]: read_choice(inputs[stage]) for stage in config.tuned}
     selection = [read_selection(inputs[stage]) for stage in config.selected]
     baselines = target_baselines(inputs["tokenize"]) if "tokenize" in inputs else None
@@ -134,8 +136,8 @@ def target_baselines(tokenized: Path) -> dict:
 
 def write_report(rows: list[records.RunRecord], curves: dict[str, list[dict]], output: Path, title: str,
                  outputs: dict[str, tuple[list[str], list[str]]] | None = None,
-                 tuning: dict[str, TuneChoice] | None = None, primary_comparisons: list[list[str]] = (),
-                 baselines: dict | None = None, selection: list[SelectionChoice] = ()) -> list[Path]:
+                 tuning: dict[str, TuneChoice] | None = None, primary_comparisons: Sequence[Sequence[str]] = (),
+                 baselines: dict | None = None, selection: Sequence[SelectionChoice] = ()) -> list[Path]:
     """The report's files in ``output``; any subset of models renders. ``outputs`` (run
     name -> hypotheses and references) adds intervals and significance tests, and lets
     the translation gate (``gate.py``) measure collapse where the evaluation did not;

@@ -11,11 +11,12 @@ as ``comparison``, and the tables and the figures are drawn from it.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from itertools import combinations
 
 from stages.report import compute_laws, isoflop, resampling, significance
 from stages.shared import gate
-from stages.report.comparison_records import (Comparison, FamilyLaws, IsoflopFamily, LawCrossover, PairedTest,
+from stages.report.comparison_records import (Comparison, FamilyLaws, IsoflopFamily, LawCrossover,
                                               SystemInterval, Withheld, record_of)
 from stages.report.primary import primary_pairs
 from stages.report.records import RunRecord
@@ -23,7 +24,7 @@ from stages.report.seeds import ModelAtBudget, group_runs
 
 
 def compare(records: list[RunRecord], outputs: dict[str, tuple[list[str], list[str]]],
-            primary_comparisons: list[list[str]] = ()) -> Comparison:
+            primary_comparisons: Sequence[Sequence[str]] = ()) -> Comparison:
     """``outputs``: run name -> (hypotheses, references) of its evaluation; runs without
     one are summarized but left out of intervals and tests. ``primary_comparisons``:
     pairs of configured models to give verdicts on (``primary``); by default each
@@ -42,7 +43,7 @@ def labelled_groups(records: list[RunRecord]) -> list[tuple[str, ModelAtBudget]]
 
 
 def compare_systems(records: list[RunRecord], systems: dict[str, resampling.SeededSystem],
-                    primary_comparisons: list[list[str]] = (),
+                    primary_comparisons: Sequence[Sequence[str]] = (),
                     randomization_trials: int = resampling.RANDOMIZATION_TRIALS) -> Comparison:
     """``compare`` from the evaluated groups' sufficient statistics (``systems``: group
     label -> its seeds' statistics, of whichever metrics they hold): the path the

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from stages.report import scaling_laws
 from stages.report.scaling_laws import BEYOND, MIN_BUDGETS
-from stages.report.comparison_records import FamilyLaws
+from stages.report.comparison_records import FamilyLaws, GroupSummary
 
 # A crossover's interval is printed only where this share of the draws cross inside
 # both measured ranges; with fewer, where they cross is not determined.
@@ -35,9 +35,9 @@ DETERMINED = 0.95
 METRICS = (("valid_loss", "valid_loss", False, 0.0), ("bleu", "bleu", True, 100.0))
 
 
-def envelope(groups: list[dict], family: str) -> list[dict]:
+def envelope(groups: list[GroupSummary], family: str) -> list[GroupSummary]:
     """The family's best size at each budget (lowest mean validation loss), by budget."""
-    best: dict[float, dict] = {}
+    best: dict[float, GroupSummary] = {}
     for group in groups:
         loss = group["valid_loss"]["mean"]
         if group["family"] != family or not group["budget"] or loss is None:
@@ -47,7 +47,7 @@ def envelope(groups: list[dict], family: str) -> list[dict]:
     return [best[budget] for budget in sorted(best)]
 
 
-def grid_edge(groups: list[dict], chosen: dict) -> str | None:
+def grid_edge(groups: list[GroupSummary], chosen: GroupSummary) -> str | None:
     """"smallest" or "largest" when ``chosen`` is the smallest or largest size (by
     parameters) its family tried at its budget, with more than one size tried; else None."""
     sizes = sorted({group["parameters"] for group in groups if group["family"] == chosen["family"]
@@ -60,7 +60,7 @@ def grid_edge(groups: list[dict], chosen: dict) -> str | None:
     return "largest" if chosen["parameters"] == sizes[-1] else None
 
 
-def family_laws(groups: list[dict], draws: int = scaling_laws.BOOTSTRAP_DRAWS) -> list[dict]:
+def family_laws(groups: list[GroupSummary], draws: int = scaling_laws.BOOTSTRAP_DRAWS) -> list[dict]:
     """Per family with at least ``MIN_BUDGETS`` budgets on its envelope: the envelope and
     each metric's laws (see the module docstring)."""
     found = []
@@ -82,7 +82,7 @@ def family_laws(groups: list[dict], draws: int = scaling_laws.BOOTSTRAP_DRAWS) -
     return found
 
 
-def _points(points: list[dict], field: str) -> tuple[list[float], list[float]]:
+def _points(points: list[GroupSummary], field: str) -> tuple[list[float], list[float]]:
     """Every seed's value at each budget, at the seeds' mean FLOPs (seeds stop within
     an update of each other)."""
     flops, values = [], []
@@ -145,7 +145,7 @@ def law_of(entry: dict | FamilyLaws, metric: str = "valid_loss", kind: str = "sa
                             entry["measured_from"], entry["measured_to"], len(entry["envelope"]))
 
 
-def crossovers(entries: list[dict], groups: list[dict], draws: int = scaling_laws.BOOTSTRAP_DRAWS) -> list[dict]:
+def crossovers(entries: list[dict], groups: list[GroupSummary], draws: int = scaling_laws.BOOTSTRAP_DRAWS) -> list[dict]:
     """Every pair of families with saturating loss laws: where they cross inside both
     measured ranges (else ``BEYOND``), the share of the seed-resampling draws that cross
     there, and the 95% interval of those crossings where at least ``DETERMINED`` of the
@@ -171,6 +171,6 @@ def crossovers(entries: list[dict], groups: list[dict], draws: int = scaling_law
     return found
 
 
-def _draws(entry: dict, groups: list[dict], draws: int, seed: int) -> list[scaling_laws.Law]:
+def _draws(entry: dict, groups: list[GroupSummary], draws: int, seed: int) -> list[scaling_laws.Law]:
     flops, values = _points(envelope(groups, entry["family"]), "valid_loss")
     return scaling_laws.bootstrap(flops, values, draws=draws, seed=seed, bound=0.0)

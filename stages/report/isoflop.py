@@ -63,6 +63,7 @@ import re
 import numpy as np
 from scipy import stats
 
+from stages.report.comparison_records import GroupSummary
 from stages.shared import gate
 from stages.shared.models.widths import FRONTIER_WIDTHS
 
@@ -108,7 +109,7 @@ def size_to_add(preset: str, where: str) -> str | None:
     return f"w{FRONTIER_WIDTHS[index]}" if 0 <= index < len(FRONTIER_WIDTHS) else None
 
 
-def profiles(groups: list[dict], draws: int = DRAWS, seed: int = 0) -> list[dict]:
+def profiles(groups: list[GroupSummary], draws: int = DRAWS, seed: int = 0) -> list[dict]:
     """Per family with sizes at two or more budgets: each budget's profile, and the
     exponents of N_opt and D_opt where enough minima are interior (module docstring).
     ``groups``: the report's summaries of each model at each budget."""

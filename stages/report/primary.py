@@ -13,11 +13,13 @@ from __future__ import annotations
 
 from itertools import combinations
 
+from stages.report.comparison_records import GroupSummary
 
-def family_bests(groups: list[dict]) -> tuple[dict[tuple, dict], list[str]]:
+
+def family_bests(groups: list[GroupSummary]) -> tuple[dict[tuple, GroupSummary], list[str]]:
     """(budget, family) -> the group chosen as the family's best there, and a sentence for
     each family whose best could not be chosen (several sizes, a validation loss missing)."""
-    candidates: dict[tuple, list[dict]] = {}
+    candidates: dict[tuple, list[GroupSummary]] = {}
     for group in groups:
         candidates.setdefault((group["budget"], group["family"]), []).append(group)
     bests, unchosen = {}, []
@@ -32,7 +34,7 @@ def family_bests(groups: list[dict]) -> tuple[dict[tuple, dict], list[str]]:
     return bests, unchosen
 
 
-def primary_pairs(groups: list[dict], named: list[list[str]]) -> tuple[list[tuple[str, str]], list[str]]:
+def primary_pairs(groups: list[GroupSummary], named: list[list[str]]) -> tuple[list[tuple[str, str]], list[str]]:
     """The primary family as pairs of group labels (a, b), in report order, and what the
     report says of how they were chosen. ``groups``: the comparison's summaries (with
     ``label``), those with test outputs only; ``named``: the config's pairs of models."""

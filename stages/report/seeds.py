@@ -46,8 +46,8 @@ class ModelAtBudget:
             valid_loss=_spread([loss for run in self.runs if (loss := _final_loss(run)) is not None]),
             diverged_seeds=[run.get("seed") for run in self.runs if diverged(run)],
             # The translation gate (gate.py): every seed must translate for the model to.
-            translates=gate.group_verdict(list(self.runs)),
-            not_translating=gate.failing_seeds(list(self.runs)) or None,
+            translates=gate.group_verdict(self.runs),
+            not_translating=gate.failing_seeds(self.runs) or None,
             source_use=_spread([run["source_use"] for run in self.runs if run.get("source_use") is not None]))
 
 
@@ -55,18 +55,19 @@ class ModelAtBudget:
 DIVERGED = 1.1
 
 
-def diverged(run: dict) -> bool:
+def diverged(run: RunRecord) -> bool:
     """Whether the run ended with a validation loss over ``DIVERGED`` times its best (its
     weights no longer the model it had been): the RNN w16 at 3e11 in the frontier
     study's partial run ended at 6.67 nats after a best of 3.78."""
-    final = run.get("final_valid_loss")
-    return bool(final is not None and run.get("best_valid_ppl") and final > DIVERGED * math.log(run["best_valid_ppl"]))
+    final, best = run.get("final_valid_loss"), run.get("best_valid_ppl")
+    return final is not None and best is not None and best > 0 and final > DIVERGED * math.log(best)
 
 
-def _final_loss(run: dict) -> float | None:
-    if run.get("final_valid_loss") is not None:
-        return run["final_valid_loss"]
-    return math.log(run["best_valid_ppl"]) if run.get("best_valid_ppl") else None
+def _final_loss(run: RunRecord) -> float | None:
+    final, best = run.get("final_valid_loss"), run.get("best_valid_ppl")
+    if final is not None:
+        return final
+    return math.log(best) if best else None
 
 
 def _spread(values: list[float]) -> Spread:
@@ -77,10 +78,9 @@ def _spread(values: list[float]) -> Spread:
 def group_runs(records: list[RunRecord]) -> list[ModelAtBudget]:
     """The records grouped by configured model and budget, in the order first seen;
     each group's runs ordered by seed."""
-    groups: dict[tuple, list[dict]] = {}
+    groups: dict[tuple, list[RunRecord]] = {}
     for record in records:
         # Reports written before runs had a model, seed and budget: each run on its own.
         groups.setdefault((record.get("model") or record["name"], record.get("budget")), []).append(record)
-    return [ModelAtBudget(model, runs[0]["family"], budget,
-                          tuple(sorted(runs, key=lambda run: run.get("seed") or 0)))
+    return [ModelAtBudget(model, runs[0]["family"], budget, tuple(sorted(runs, key=lambda run: run.get("seed") or 0)))
             for (model, budget), runs in groups.items()]

@@ -22,6 +22,14 @@ marked so, and the report says its verdicts were not gated.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from pipeline.core.records import FieldAccess
+
+# A run's record (the report's RunRecord) or the dict of its fields: read by name.
+Record = Mapping[str, Any] | FieldAccess
+
 # Nats per target token, between what runs that translate and runs that wrote one
 # sentence measured; not always far from either: in the default job two runs lay 0.011
 # nats apart on either side of it (0.240 and 0.251), less than one recipe's seeds
@@ -43,7 +51,7 @@ def ranked(verdict: str | None) -> bool:
     return verdict not in (DOES_NOT, UNDECIDED)
 
 
-def judge(record: dict) -> tuple[str, list[str]]:
+def judge(record: Record) -> tuple[str, list[str]]:
     """(``TRANSLATES``, ``DOES_NOT``, ``UNDECIDED`` or ``NOT_CHECKED``, the reasons it
     does not or may not), from a run record's ``source_use`` (with ``source_use_error``)
     and ``top_output_share``. A collapse decides alone: it is counted on the test
@@ -76,7 +84,7 @@ def source_use_verdict(use: float | None, error: float | None) -> tuple[str, lis
     return TRANSLATES, []
 
 
-def group_verdict(runs: list[dict]) -> str:
+def group_verdict(runs: Sequence[Record]) -> str:
     """A configured model at one budget translates when every seed does: one seed that
     does not makes the seeds' mean a mix of two kinds of model; one that is undecided
     leaves the model undecided."""
@@ -87,7 +95,7 @@ def group_verdict(runs: list[dict]) -> str:
     return TRANSLATES
 
 
-def failing_seeds(runs: list[dict]) -> str:
+def failing_seeds(runs: Sequence[Record]) -> str:
     """``seed 2: its source use is ...; seed 3: ...``: why each seed that does not
     translate, or is undecided, is so."""
     return "; ".join(f"seed {run.get('seed')}: " + " and ".join(run.get("gate_reasons") or [])
