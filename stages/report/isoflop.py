@@ -59,6 +59,7 @@ from __future__ import annotations
 
 import math
 import re
+from typing import Any
 
 import numpy as np
 from scipy import stats
@@ -181,7 +182,7 @@ def _profile(budget: float, at: list[dict], family_sd: tuple[float | None, int],
     # in log-log between the sizes tried: all parameters (Hoffmann et al.'s count) and tokens.
     read_off = {field: np.log10([g[source] for g in at]) for field, source in
                 (("total_parameters", "parameters"), ("tokens", "train_tokens")) if all(g.get(source) for g in at)}
-    entry = {"budget": budget,
+    entry: dict[str, Any] = {"budget": budget,
              "sizes": [{"model": g["model"], "preset": g["preset"], "parameters": g["parameters"],
                         "non_embedding_parameters": g["non_embedding_parameters"],
                         "train_tokens": g.get("train_tokens"), "valid_loss": g["valid_loss"]["mean"],
@@ -197,7 +198,7 @@ def _profile(budget: float, at: list[dict], family_sd: tuple[float | None, int],
     x_min = minimum(coefficients)
     entry["coefficients"] = list(coefficients)
     entry["where"] = locate(x, means, x_min)
-    if entry["where"] is not None:
+    if entry["where"] is not None or x_min is None:  # locate says "no minimum" for None
         edge = at[0] if entry["where"].startswith("below") else at[-1]
         entry["add"] = size_to_add(edge["preset"], entry["where"]) if entry["where"] != "no minimum" else None
         return entry, None
@@ -293,7 +294,7 @@ def _exponent(entries: list[dict], draws_of: dict, what: str, reference: float) 
     """log10(optimum) = a log10(C) + k through the interior budgets; the interval from
     the draws (each budget's redrawn optimum; ``draw_slopes`` for draws beyond the sizes)."""
     interior = [e for e in entries if e["optimum"] and e["optimum"].get(what)]
-    result = {"budgets": [e["budget"] for e in interior], "exponent": None, "interval": None,
+    result: dict[str, Any] = {"budgets": [e["budget"] for e in interior], "exponent": None, "interval": None,
               "reference": reference}
     if len(interior) < MIN_BUDGETS:
         return result
