@@ -125,11 +125,11 @@ def profiles(groups: list[GroupSummary], draws: int = DRAWS, seed: int = 0) -> l
     return found
 
 
-def _count_sizes(members: list[dict], budget: float) -> int:
+def _count_sizes(members: list[GroupSummary], budget: float) -> int:
     return len({g["non_embedding_parameters"] for g in members if g["budget"] == budget})
 
 
-def _family(family: str, members: list[dict], budgets: list[float], draws: int, seed: int) -> dict:
+def _family(family: str, members: list[GroupSummary], budgets: list[float], draws: int, seed: int) -> dict:
     rng = np.random.default_rng(seed)
     family_sd = _pooled_sd([g for g in members if gate.ranked(g.get("translates"))])
     entries, draws_of = [], {}
@@ -174,7 +174,7 @@ def _add_flops_per_token(entries: list[dict], draws_of: dict) -> None:
             draws_of[entry["budget"]]["flops_per_token"] = log_c - drawn  # +-inf tokens: -+inf FLOPs per token
 
 
-def _profile(budget: float, at: list[dict], family_sd: tuple[float | None, int], draws: int,
+def _profile(budget: float, at: list[GroupSummary], family_sd: tuple[float | None, int], draws: int,
              rng: np.random.Generator) -> tuple[dict, dict | None]:
     x = np.log10([g["non_embedding_parameters"] for g in at])
     means = np.array([g["valid_loss"]["mean"] for g in at])
@@ -264,7 +264,7 @@ def redrawn_optima(x: np.ndarray, means: np.ndarray, seeds: np.ndarray, sd: floa
     return optima
 
 
-def _pooled_sd(groups: list[dict]) -> tuple[float | None, int]:
+def _pooled_sd(groups: list[GroupSummary]) -> tuple[float | None, int]:
     """The seeds' standard deviation pooled over the groups with two or more seeds, and
     its degrees of freedom."""
     squares, df = 0.0, 0
@@ -276,7 +276,7 @@ def _pooled_sd(groups: list[dict]) -> tuple[float | None, int]:
     return (math.sqrt(squares / df) if df else None), df
 
 
-def _noise(at: list[dict], family_sd: tuple[float | None, int], xs, ys,
+def _noise(at: list[GroupSummary], family_sd: tuple[float | None, int], xs, ys,
            coefficients) -> tuple[tuple[float | None, int], str | None]:
     """The noise of one seed's final loss, its degrees of freedom, and where it came from."""
     if (pooled := _pooled_sd(at))[0] is not None:
