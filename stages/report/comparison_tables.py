@@ -16,7 +16,7 @@ from stages.report.ngram_baselines import NAMES
 from stages.report.compute_laws import DETERMINED
 from stages.report.resampling import BOOTSTRAP_SAMPLES, RANDOMIZATION_TRIALS
 from stages.report.significance import POWER, PRIMARY, SEEDS_AGREED, VERDICT_SEEDS, seeds_agreed, shown_p, verdict
-from stages.select.artifact import SelectionChoice
+from stages.select.artifact import CandidateScore, SelectionChoice
 from stages.tune.artifact import grid_edge
 
 
@@ -155,7 +155,7 @@ def _selection(choices: list[SelectionChoice]) -> Section:
     """Each configured model's choice at each budget: the chosen candidate and the
     runner-up with their validation losses, how many candidates translated, and whether
     the choice sits at an edge of what was tried. Every candidate: ``_candidates``."""
-    rows, none = [], []
+    rows, none, at_edge = [], [], 0
     for choice in choices:
         for at in choice.budgets:
             budget = _budget(at.budget)
@@ -167,13 +167,13 @@ def _selection(choices: list[SelectionChoice]) -> Section:
             chosen = next((score for score in scored if (score.size, score.lr) == (at.size, at.lr)), None)
             runner_up = next((score for score in scored if score is not chosen), None)
             edges = [f"{at.size_edge} size" if at.size_edge else "", f"{at.rate_edge} rate" if at.rate_edge else ""]
+            at_edge += bool(at.size_edge or at.rate_edge)
             rows.append([choice.model, budget, _candidate(chosen) if chosen else "none translates",
                          _candidate(runner_up) if runner_up else "-", " and ".join(filter(None, edges)) or "no",
                          f"{len(scored)} of {len(at.candidates)}"])
     table = pd.DataFrame(rows, columns=["model", "budget", "chosen (valid loss)", "next best (valid loss)",
                                         "at an edge", "candidates translating"])
     seeds = sorted({seed for choice in choices for seed in choice.seeds})
-    at_edge = sum(row[4] != "no" for row in rows)
     return Section("Selection", table,
                    f"Each model's size and peak rate at each budget, chosen on selection seed"
                    f"{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))}: the candidate with the lowest "
@@ -188,7 +188,7 @@ def _selection(choices: list[SelectionChoice]) -> Section:
                    + "Every candidate: appendix.md.", text_columns=5)
 
 
-def _candidate(score) -> str:
+def _candidate(score: CandidateScore) -> str:
     return f"{score.size}, {score.lr:g} ({score.valid_loss:.4f})"
 
 
@@ -367,7 +367,7 @@ def findings(comparison: Comparison) -> list[str]:
             continue
         ahead, behind, interval = _lead(test)
         seeds = "/".join(map(str, test.seeds))
-        budget = groups[test.a]["budget"] if test.a in groups else None
+        budget = groups[test.a].budget if test.a in groups else None
         at = f"At {budget:.2g} training FLOPs, ".replace("e+", "e") if budget else ""
         said = f"{at}{ahead} scored {abs(test.delta):.2f} BLEU above {behind} {interval} ({seeds} seeds): "
         if not test.seed_variance_measured:
