@@ -148,7 +148,7 @@ def test_rounds_follow_the_store_s_choices_until_settled(tmp_path):
 def test_the_1e13_config_reuses_every_run_the_default_job_trained(tmp_path):
     """configs/multi30k_en_de_1e13.yaml carries the default job up to 1e13: on one artifact
     root, each of the default's candidate runs (stable phases and decays) has the same key
-    in it, so that only w64 and the phases beyond 2e12 are new."""
+    in it, so that only the fourth size and the phases beyond 2e12 are new."""
     from pipeline.config import load_config
     from tests.helpers import REPO
 
@@ -157,6 +157,6 @@ def test_the_1e13_config_reuses_every_run_the_default_job_trained(tmp_path):
             for name in ("multi30k_en_de.yaml", "multi30k_en_de_1e13.yaml")}
     default, larger = keys["multi30k_en_de.yaml"], keys["multi30k_en_de_1e13.yaml"]
     trained = [name for name in default if name.startswith("train/")]
-    assert len(trained) == 4 * 3 * 3 * 4  # each candidate: two stable segments and two decays
+    assert len(trained) == 4 * 3 * 2 * 4  # each candidate: two stable segments and two decays
     assert {name: larger.get(name) for name in trained} == {name: default[name] for name in trained}
-    assert "train/rnn_gru.w64.lr1.6e-2.1e13.s101" in larger and "train/rnn_gru.w32.lr1.6e-2.1e13.s101" in larger
+    assert "train/rnn_gru.w64.lr1.6e-2.1e13.s101" in larger and "train/transformer.w48.lr4e-3.1e13.s101" in larger
