@@ -205,18 +205,12 @@ def as_displayed(output: str, columns: int = 120) -> list[str]:
 
 
 def comparison_of(**parts):
-    """A report's ``Comparison`` with only ``parts`` given (the rest empty), as the
-    report's tables and plots take it; rows inside may be partial dicts, read by field
-    name as records are."""
-    from stages.report.comparison_records import Baselines, Comparison, IsoflopFamily, record_of
+    """A report's ``Comparison`` with only ``parts`` (records) given and the rest empty,
+    as the report's tables and plots take it."""
+    from stages.report.comparison_records import Comparison
 
     empty = dict(groups=[], intervals={}, tests=[], primary=[], withheld=[], unchecked=[], repeated_seeds={},
                  alpha=0.05, agreement={}, laws=[], law_crossovers=[], isoflop=[])
-    if isinstance(parts.get("baselines"), dict):
-        parts["baselines"] = record_of(Baselines, parts["baselines"])
-    # isoflop.profiles' entries, as compare makes them records.
-    parts["isoflop"] = [record_of(IsoflopFamily, entry) if isinstance(entry, dict) else entry
-                        for entry in parts.get("isoflop", [])]
     return Comparison(**{**empty, **parts})
 
 

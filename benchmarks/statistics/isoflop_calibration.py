@@ -30,13 +30,16 @@ from rich.table import Table
 from tqdm import tqdm
 
 from stages.report import isoflop
+from stages.report.comparison_records import GroupSummary, Spread
 
 BUDGETS = (3e10, 1e11, 3e11, 1e12)
 STEP = math.log10(2)  # one half-octave of width: non-embedding parameters double
 N0 = 2e4  # the true N_opt at 3e10, about the Transformer's measured one (non-embedding)
+UNSCORED = Spread(mean=None, std=None, each=[])
 
 
-def study(a: float, window: int, seeds: int, curvature: float, sd: float, rng: np.random.Generator) -> list[dict]:
+def study(a: float, window: int, seeds: int, curvature: float, sd: float,
+          rng: np.random.Generator) -> list[GroupSummary]:
     groups = []
     for budget in BUDGETS:
         log_opt = math.log10(N0) + a * math.log10(budget / BUDGETS[0])
@@ -45,9 +48,12 @@ def study(a: float, window: int, seeds: int, curvature: float, sd: float, rng: n
             log_n = centre + (index - (window - 1) / 2) * STEP
             n = 10 ** log_n
             each = list(3.0 + curvature * (log_n - log_opt) ** 2 + sd * rng.standard_normal(seeds))
-            groups.append({"family": "simulated", "budget": budget, "model": f"m.{index}", "preset": f"s{index}",
-                           "parameters": n * 1.3, "non_embedding_parameters": n, "train_tokens": budget / (6 * n),
-                           "train_flops": budget, "valid_loss": {"mean": float(np.mean(each)), "each": each}})
+            groups.append(GroupSummary(
+                label=f"m.{index}", model=f"m.{index}", family="simulated", budget=budget, preset=f"s{index}",
+                parameters=round(n * 1.3), non_embedding_parameters=round(n), seeds=list(range(1, seeds + 1)),
+                train_flops=budget, train_tokens=budget / (6 * n), short_of_budget=[], bleu=UNSCORED,
+                chrf=UNSCORED, valid_loss=Spread(mean=float(np.mean(each)), std=None, each=each),
+                diverged_seeds=[], translates="yes", not_translating=None, source_use=UNSCORED))
     return groups
 
 
@@ -59,7 +65,7 @@ def simulate(studies: int, a: float, window: int, seeds: int, curvature: float, 
     for _ in tqdm(range(studies), desc=f"window {window}, {seeds} seeds, sd {sd}", unit="study", leave=False):
         (entry,) = isoflop.profiles(study(a, window, seeds, curvature, sd, rng), draws=1000,
                                     seed=int(rng.integers(1 << 31)))
-        for profile in entry["profiles"]:
+        for profile in entry.profiles:
             if profile["optimum"] is None:
                 continue
             counts["interior"] += 1
@@ -67,7 +73,7 @@ def simulate(studies: int, a: float, window: int, seeds: int, curvature: float, 
                 counts["interval"] += 1
                 low, high = profile["optimum"]["interval"]
                 counts["held"] += low <= N0 * (profile["budget"] / BUDGETS[0]) ** a <= high
-        fitted = entry["parameters"]
+        fitted = entry.parameters
         if fitted.get("lack_of_fit"):  # the true optima lie on a line: every rejection is a false one
             counts["line_tested"] += 1
             counts["line_rejected"] += fitted["lack_of_fit"]["rejects"]

@@ -28,7 +28,7 @@ from stages.shared.names import EVALUATE, SELECT, TRAIN, TUNE, evaluate_stage, t
 from stages.tune.artifact import TuneChoice, read_choice
 from stages.report import records
 from stages.shared import gate
-from stages.report.comparison_records import Baselines, TunedModel, record_of
+from stages.report.comparison_records import Baselines, TunedModel
 from stages.report.artifact import OUTPUT_FILES, evaluation_outputs
 from stages.report.config import ReportStageConfig
 
@@ -113,7 +113,7 @@ def run(inputs: dict[str, Path], config: ReportStageConfig, output: Path, ctx: S
     return {"models": len(rows)}
 
 
-def target_baselines(tokenized: Path) -> dict:
+def target_baselines(tokenized: Path) -> Baselines:
     """The source-blind n-gram baselines (``ngram_baselines``) of a tokenize artifact's
     target side: fitted on its training split, scored on its validation split."""
     import pyarrow as pa
@@ -137,7 +137,7 @@ def target_baselines(tokenized: Path) -> dict:
 def write_report(rows: list[records.RunRecord], curves: dict[str, list[dict]], output: Path, title: str,
                  outputs: dict[str, tuple[list[str], list[str]]] | None = None,
                  tuning: dict[str, TuneChoice] | None = None, primary_comparisons: Sequence[Sequence[str]] = (),
-                 baselines: dict | None = None, selection: Sequence[SelectionChoice] = ()) -> list[Path]:
+                 baselines: Baselines | None = None, selection: Sequence[SelectionChoice] = ()) -> list[Path]:
     """The report's files in ``output``; any subset of models renders. ``outputs`` (run
     name -> hypotheses and references) adds intervals and significance tests, and lets
     the translation gate (``gate.py``) measure collapse where the evaluation did not;
@@ -158,15 +158,11 @@ def write_report(rows: list[records.RunRecord], curves: dict[str, list[dict]], o
         if row.get("top_output_share") is None and hypotheses:  # evaluated before it was measured
             row.update(collapse(list(hypotheses)))
         row["translates"], row["gate_reasons"] = gate.judge(row)
-    comparison = compare(rows, outputs or {}, primary_comparisons)
-    if baselines:
-        comparison.baselines = record_of(Baselines, baselines)
-    if selection:
-        comparison.selection = list(selection)
-    if tuning:
-        families = {row["model"]: row["family"] for row in rows}
-        comparison.tuning = [TunedModel(model=model, choice=choice, family=families.get(model, model.split(".")[0]))
-                             for model, choice in tuning.items()]
+    families = {row.model: row.family for row in rows}
+    tuned = [TunedModel(model=model, choice=choice, family=families.get(model) or model.split(".")[0])
+             for model, choice in (tuning or {}).items()]
+    comparison = compare(rows, outputs or {}, primary_comparisons, baselines=baselines, tuning=tuned,
+                         selection=selection)
     plots = write_plots(rows, curves, output, title, comparison)
     tables.write_json(rows, curves, output / "report.json", title, comparison)
     tables.write_csv(rows, output / "report.csv")

@@ -16,22 +16,25 @@ from itertools import combinations
 
 from stages.report import compute_laws, isoflop, resampling, significance
 from stages.shared import gate
-from stages.report.comparison_records import (Comparison, FamilyLaws, IsoflopFamily, LawCrossover,
-                                              SystemInterval, Withheld, record_of)
+from stages.report.comparison_records import Baselines, Comparison, TunedModel, Withheld
 from stages.report.primary import primary_pairs
 from stages.report.records import RunRecord
 from stages.report.seeds import ModelAtBudget, group_runs
+from stages.select.artifact import SelectionChoice
 
 
 def compare(records: list[RunRecord], outputs: dict[str, tuple[list[str], list[str]]],
-            primary_comparisons: Sequence[Sequence[str]] = ()) -> Comparison:
+            primary_comparisons: Sequence[Sequence[str]] = (), baselines: Baselines | None = None,
+            tuning: Sequence[TunedModel] = (), selection: Sequence[SelectionChoice] = ()) -> Comparison:
     """``outputs``: run name -> (hypotheses, references) of its evaluation; runs without
     one are summarized but left out of intervals and tests. ``primary_comparisons``:
     pairs of configured models to give verdicts on (``primary``); by default each
-    family's best size against each other family's."""
+    family's best size against each other family's. ``baselines``, ``tuning`` and
+    ``selection`` are carried into the comparison as they are, for its tables."""
     systems = {label: _system(label, group, outputs) for label, group in labelled_groups(records)
                if all(run["name"] in outputs for run in group.runs)}
-    return compare_systems(records, systems, primary_comparisons)
+    return compare_systems(records, systems, primary_comparisons, baselines=baselines, tuning=tuning,
+                           selection=selection)
 
 
 def labelled_groups(records: list[RunRecord]) -> list[tuple[str, ModelAtBudget]]:
@@ -44,7 +47,8 @@ def labelled_groups(records: list[RunRecord]) -> list[tuple[str, ModelAtBudget]]
 
 def compare_systems(records: list[RunRecord], systems: dict[str, resampling.SeededSystem],
                     primary_comparisons: Sequence[Sequence[str]] = (),
-                    randomization_trials: int = resampling.RANDOMIZATION_TRIALS) -> Comparison:
+                    randomization_trials: int = resampling.RANDOMIZATION_TRIALS, baselines: Baselines | None = None,
+                    tuning: Sequence[TunedModel] = (), selection: Sequence[SelectionChoice] = ()) -> Comparison:
     """``compare`` from the evaluated groups' sufficient statistics (``systems``: group
     label -> its seeds' statistics, of whichever metrics they hold): the path the
     calibration benchmark drives with simulated statistics, BLEU's alone and no
@@ -76,8 +80,7 @@ def compare_systems(records: list[RunRecord], systems: dict[str, resampling.Seed
         return draws[sentences]
 
     resamples: dict = {}  # (system, metric) -> its seeds' scores on the resamples, for intervals and tests alike
-    intervals = {label: {metric: record_of(SystemInterval, interval) for metric, interval
-                         in significance.confidence_intervals(system, counts(system), resamples).items()}
+    intervals = {label: significance.confidence_intervals(system, counts(system), resamples)
                  for label, system in systems.items()}
     # The primary family is chosen from the validation split before any test runs.
     primary, primary_said = primary_pairs([row for row in summaries if row.label in tested],
@@ -110,10 +113,9 @@ def compare_systems(records: list[RunRecord], systems: dict[str, resampling.Seed
     return Comparison(
         groups=summaries, intervals=intervals, tests=tests, primary=primary_said, withheld=withheld,
         unchecked=unchecked, repeated_seeds=repeated, alpha=significance.ALPHA, agreement=significance.AGREEMENT,
-        laws=[record_of(FamilyLaws, entry) for entry in family_laws],
-        law_crossovers=[record_of(LawCrossover, entry) for entry in compute_laws.crossovers(family_laws, translating)],
-        isoflop=[record_of(IsoflopFamily, entry) for entry in isoflop.profiles(summaries)],
-        unpaired=unpaired or None)
+        laws=family_laws, law_crossovers=compute_laws.crossovers(family_laws, translating),
+        isoflop=isoflop.profiles(summaries), baselines=baselines, tuning=list(tuning) or None,
+        selection=list(selection) or None, unpaired=unpaired or None)
 
 
 def _label(group: ModelAtBudget, several_budgets: bool) -> str:

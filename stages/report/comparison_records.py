@@ -7,9 +7,9 @@ seeds (``GroupSummary``), its interval per metric (``SystemInterval``), a test b
 two of them (``PairedTest``), a model withheld because it does not translate
 (``Withheld``), a family's laws over its budgets (``FamilyLaws``) and IsoFLOP profiles
 (``IsoflopFamily``), a tuned learning rate (``TunedModel``). The modules that compute
-them (``seeds``, ``significance``, ``compute_laws``, ``isoflop``) also take plain dicts
-in their tests, so records are read by field name there too (``FieldAccess``): a name
-that is not a field is a ``KeyError``, not a ``None``.
+them (``significance``, ``compute_laws``, ``isoflop``, ``ngram_baselines``) return
+them; ``seeds`` still reads run records by field name (``FieldAccess``: a name that is
+not a field is a ``KeyError``, not a ``None``), as its tests pass plain dicts.
 
 A fitted law's details (``FamilyLaws.valid_loss``) and a budget's IsoFLOP profile
 (``IsoflopFamily.profiles``) stay dicts: each is written and read back by one module
@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pipeline.core.records import FieldAccess, RecordT, load, nested, optional, to_json
+from pipeline.core.records import FieldAccess, load, nested, optional, to_json
 from stages.select.artifact import SelectionChoice
 from stages.tune.artifact import TuneChoice
 
@@ -244,13 +244,6 @@ class Comparison(FieldAccess):
 
     def to_json(self) -> dict:
         return to_json(self)
-
-
-def record_of(record_type: type[RecordT], row: dict) -> RecordT:
-    """A record from the dict a computing module returned (``significance.adjust``'s
-    rows, ``compute_laws``'s entries), every field checked as ``load`` checks a file's:
-    a key added on one side only is an error in the tests, not a silent column."""
-    return load(record_type, row, "the comparison")
 
 
 def load_comparison(data: dict, source: str) -> Comparison:

@@ -17,15 +17,15 @@ The envelope is also checked against the grid it was chosen from: a best size th
 the smallest or largest size tried at its budget is flagged (``edge``), since the
 optimum may lie beyond it.
 
-Dicts, made records by ``comparison.py`` (``FamilyLaws``, ``LawCrossover``): report.json holds
-them as ``comparison.laws`` and ``comparison.law_crossovers``.
+Records (``FamilyLaws``, ``LawCrossover``): report.json holds them as ``comparison.laws``
+and ``comparison.law_crossovers``; each law's fit is the JSON object ``_laws`` makes.
 """
 
 from __future__ import annotations
 
 from stages.report import scaling_laws
 from stages.report.scaling_laws import BEYOND, MIN_BUDGETS
-from stages.report.comparison_records import FamilyLaws, GroupSummary
+from stages.report.comparison_records import EnvelopePoint, FamilyLaws, GroupSummary, LawCrossover
 
 # A crossover's interval is printed only where this share of the draws cross inside
 # both measured ranges; with fewer, where they cross is not determined.
@@ -37,49 +37,56 @@ METRICS = (("valid_loss", "valid_loss", False, 0.0), ("bleu", "bleu", True, 100.
 
 def envelope(groups: list[GroupSummary], family: str) -> list[GroupSummary]:
     """The family's best size at each budget (lowest mean validation loss), by budget."""
-    best: dict[float, GroupSummary] = {}
+    best: dict[float, tuple[float, GroupSummary]] = {}  # budget -> (loss, group)
     for group in groups:
-        loss = group["valid_loss"]["mean"]
-        if group["family"] != family or not group["budget"] or loss is None:
+        loss = group.valid_loss.mean
+        if group.family != family or not group.budget or loss is None:
             continue
-        if group["budget"] not in best or loss < best[group["budget"]]["valid_loss"]["mean"]:
-            best[group["budget"]] = group
-    return [best[budget] for budget in sorted(best)]
+        if group.budget not in best or loss < best[group.budget][0]:
+            best[group.budget] = (loss, group)
+    return [best[budget][1] for budget in sorted(best)]
 
 
 def grid_edge(groups: list[GroupSummary], chosen: GroupSummary) -> str | None:
     """"smallest" or "largest" when ``chosen`` is the smallest or largest size (by
     parameters) its family tried at its budget, with more than one size tried; else None."""
-    sizes = sorted({group["parameters"] for group in groups if group["family"] == chosen["family"]
-                    and group["budget"] == chosen["budget"] and group["valid_loss"]["mean"] is not None
-                    and group["parameters"] is not None})
-    if len(sizes) < 2 or chosen["parameters"] is None:
+    sizes = sorted({group.parameters for group in groups if group.family == chosen.family
+                    and group.budget == chosen.budget and group.valid_loss.mean is not None
+                    and group.parameters is not None})
+    if len(sizes) < 2 or chosen.parameters is None:
         return None
-    if chosen["parameters"] == sizes[0]:
+    if chosen.parameters == sizes[0]:
         return "smallest"
-    return "largest" if chosen["parameters"] == sizes[-1] else None
+    return "largest" if chosen.parameters == sizes[-1] else None
 
 
-def family_laws(groups: list[GroupSummary], draws: int = scaling_laws.BOOTSTRAP_DRAWS) -> list[dict]:
+def family_laws(groups: list[GroupSummary], draws: int = scaling_laws.BOOTSTRAP_DRAWS) -> list[FamilyLaws]:
     """Per family with at least ``MIN_BUDGETS`` budgets on its envelope: the envelope and
     each metric's laws (see the module docstring)."""
     found = []
-    for family in dict.fromkeys(group["family"] for group in groups):
+    for family in dict.fromkeys(group.family for group in groups):
         points = envelope(groups, family)
         if len(points) < MIN_BUDGETS:
             continue
-        entry = {"family": family,
-                 "envelope": [{"budget": p["budget"], "model": p["model"], "preset": p["preset"],
-                               "parameters": p["parameters"], "train_flops": p["train_flops"],
-                               "valid_loss": p["valid_loss"]["mean"], "bleu": p["bleu"]["mean"],
-                               "edge": grid_edge(groups, p)} for p in points],
-                 "measured_from": points[0]["train_flops"], "measured_to": points[-1]["train_flops"]}
+        laws = {}
         for name, field, rising, bound in METRICS:
             flops, values = _points(points, field)
             if len(set(flops)) >= MIN_BUDGETS:
-                entry[name] = _laws(flops, values, rising, bound, draws)
-        found.append(entry)
+                laws[name] = _laws(flops, values, rising, bound, draws)
+        found.append(FamilyLaws(
+            family=family,
+            envelope=[_envelope_point(point, grid_edge(groups, point)) for point in points],
+            measured_from=points[0].train_flops, measured_to=points[-1].train_flops,
+            valid_loss=laws.get("valid_loss"), bleu=laws.get("bleu")))
     return found
+
+
+def _envelope_point(point: GroupSummary, edge: str | None) -> EnvelopePoint:
+    # ``envelope`` keeps only groups with a budget and a validation loss.
+    assert point.budget is not None and point.valid_loss.mean is not None
+    return EnvelopePoint(budget=point.budget, model=point.model, preset=point.preset, parameters=point.parameters,
+                         train_flops=point.train_flops, valid_loss=point.valid_loss.mean, bleu=point.bleu.mean,
+                         edge=edge)
 
 
 def _points(points: list[GroupSummary], field: str) -> tuple[list[float], list[float]]:
@@ -87,8 +94,8 @@ def _points(points: list[GroupSummary], field: str) -> tuple[list[float], list[f
     an update of each other)."""
     flops, values = [], []
     for point in points:
-        for value in point[field]["each"]:
-            flops.append(point["train_flops"])
+        for value in getattr(point, field).each:
+            flops.append(point.train_flops)
             values.append(value)
     return flops, values
 
@@ -134,25 +141,25 @@ def _laws(flops: list[float], values: list[float], rising: bool, bound: float, d
     return result
 
 
-def law_of(entry: dict | FamilyLaws, metric: str = "valid_loss", kind: str = "saturating") -> scaling_laws.Law | None:
-    """A family's fitted law back from the report's data (the dict ``_laws`` made, or the
-    record report.json holds)."""
-    fitted = entry.get(metric, {}).get(kind)
+def law_of(entry: FamilyLaws, metric: str = "valid_loss", kind: str = "saturating") -> scaling_laws.Law | None:
+    """A family's fitted law back from its record (``metric``: valid_loss or bleu)."""
+    fitted = (getattr(entry, metric) or {}).get(kind)
     if not fitted or "error" in fitted:
         return None
     rising = metric == "bleu"
     return scaling_laws.Law(fitted["E"], fitted["A"], fitted["alpha"], -1 if rising and kind == "saturating" else 1,
-                            entry["measured_from"], entry["measured_to"], len(entry["envelope"]))
+                            entry.measured_from, entry.measured_to, len(entry.envelope))
 
 
-def crossovers(entries: list[dict], groups: list[GroupSummary], draws: int = scaling_laws.BOOTSTRAP_DRAWS) -> list[dict]:
+def crossovers(entries: list[FamilyLaws], groups: list[GroupSummary],
+               draws: int = scaling_laws.BOOTSTRAP_DRAWS) -> list[LawCrossover]:
     """Every pair of families with saturating loss laws: where they cross inside both
     measured ranges (else ``BEYOND``), the share of the seed-resampling draws that cross
     there, and the 95% interval of those crossings where at least ``DETERMINED`` of the
     draws do (else None: not determined)."""
     found = []
     # Each family's draws once, from a seed of its own: the pairs' draws are independent.
-    sampled = {entry["family"]: _draws(entry, groups, draws, seed=1000 + index) for index, entry in enumerate(entries)
+    sampled = {entry.family: _draws(entry, groups, draws, seed=1000 + index) for index, entry in enumerate(entries)
                if law_of(entry) is not None}
     for index, first in enumerate(entries):
         for second in entries[index + 1:]:
@@ -160,17 +167,17 @@ def crossovers(entries: list[dict], groups: list[GroupSummary], draws: int = sca
             if a is None or b is None:
                 continue
             at = scaling_laws.crossover(a, b)
-            samples = [scaling_laws.crossover(x, y) for x, y in zip(sampled[first["family"]],
-                                                                    sampled[second["family"]])]
+            samples = [scaling_laws.crossover(x, y) for x, y in zip(sampled[first.family], sampled[second.family])]
             crossing = [sample for sample in samples if sample is not None]
             share = len(crossing) / len(samples) if samples else 0.0
-            found.append({"families": [first["family"], second["family"]],
-                          "flops": at if at is not None else BEYOND,
-                          "interval": scaling_laws.interval(crossing) if crossing and share >= DETERMINED else None,
-                          "share_of_draws": share, "draws": len(samples)})
+            bounds = scaling_laws.interval(crossing) if share >= DETERMINED else None
+            found.append(LawCrossover(
+                families=[first.family, second.family], flops=at if at is not None else BEYOND,
+                interval=list(bounds) if bounds else None,
+                share_of_draws=share, draws=len(samples)))
     return found
 
 
-def _draws(entry: dict, groups: list[GroupSummary], draws: int, seed: int) -> list[scaling_laws.Law]:
-    flops, values = _points(envelope(groups, entry["family"]), "valid_loss")
+def _draws(entry: FamilyLaws, groups: list[GroupSummary], draws: int, seed: int) -> list[scaling_laws.Law]:
+    flops, values = _points(envelope(groups, entry.family), "valid_loss")
     return scaling_laws.bootstrap(flops, values, draws=draws, seed=seed, bound=0.0)

@@ -64,7 +64,7 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
-from stages.report.comparison_records import GroupSummary
+from stages.report.comparison_records import GroupSummary, IsoflopFamily
 from stages.shared import gate
 from stages.shared.models.widths import FRONTIER_WIDTHS
 
@@ -101,7 +101,7 @@ def locate(sizes: np.ndarray, means: np.ndarray, x_min: float | None) -> str | N
     return None
 
 
-def size_to_add(preset: str, where: str) -> str | None:
+def size_to_add(preset: str | None, where: str) -> str | None:
     """The frontier preset one step beyond ``preset`` (``w16`` below: ``w12``), or None."""
     match = re.fullmatch(r"w(\d+)", preset or "")
     if not match or int(match.group(1)) not in FRONTIER_WIDTHS:
@@ -110,15 +110,15 @@ def size_to_add(preset: str, where: str) -> str | None:
     return f"w{FRONTIER_WIDTHS[index]}" if 0 <= index < len(FRONTIER_WIDTHS) else None
 
 
-def profiles(groups: list[GroupSummary], draws: int = DRAWS, seed: int = 0) -> list[dict]:
+def profiles(groups: list[GroupSummary], draws: int = DRAWS, seed: int = 0) -> list[IsoflopFamily]:
     """Per family with sizes at two or more budgets: each budget's profile, and the
     exponents of N_opt and D_opt where enough minima are interior (module docstring).
     ``groups``: the report's summaries of each model at each budget."""
     found = []
-    for family in dict.fromkeys(group["family"] for group in groups):
-        members = [g for g in groups if g["family"] == family and g["budget"] and g["valid_loss"]["mean"] is not None
-                   and g.get("non_embedding_parameters")]
-        budgets = sorted({g["budget"] for g in members})
+    for family in dict.fromkeys(group.family for group in groups):
+        members = [g for g in groups if g.family == family and g.budget and g.valid_loss.mean is not None
+                   and g.non_embedding_parameters]
+        budgets = sorted({g.budget for g in members if g.budget is not None})
         if len(budgets) < MIN_BUDGETS or max(_count_sizes(members, b) for b in budgets) < MIN_SIZES:
             continue
         found.append(_family(family, members, budgets, draws, seed))
@@ -126,33 +126,39 @@ def profiles(groups: list[GroupSummary], draws: int = DRAWS, seed: int = 0) -> l
 
 
 def _count_sizes(members: list[GroupSummary], budget: float) -> int:
-    return len({g["non_embedding_parameters"] for g in members if g["budget"] == budget})
+    return len({g.non_embedding_parameters for g in members if g.budget == budget})
 
 
-def _family(family: str, members: list[GroupSummary], budgets: list[float], draws: int, seed: int) -> dict:
+def _size(group: GroupSummary) -> int:
+    """A member's non-embedding parameters: ``profiles`` keeps only groups that count them."""
+    assert group.non_embedding_parameters is not None
+    return group.non_embedding_parameters
+
+
+def _family(family: str, members: list[GroupSummary], budgets: list[float], draws: int, seed: int) -> IsoflopFamily:
     rng = np.random.default_rng(seed)
-    family_sd = _pooled_sd([g for g in members if gate.ranked(g.get("translates"))])
+    family_sd = _pooled_sd([g for g in members if gate.ranked(g.translates)])
     entries, draws_of = [], {}
     for budget in budgets:
-        at = sorted((g for g in members if g["budget"] == budget), key=lambda g: g["non_embedding_parameters"])
+        at = sorted((g for g in members if g.budget == budget), key=_size)
         # A size whose run diverged is not a point on the profile: its loss measures the
         # divergence, not the size. Left out and named.
-        diverged = [g["model"] for g in at if g.get("diverged_seeds")]
+        diverged = [g.model for g in at if g.diverged_seeds]
         # Nor is a size that does not translate (gate.py): its loss is the target side's
         # language model, not a translation model's.
-        untranslated = [g["model"] for g in at if not gate.ranked(g.get("translates")) and not g.get("diverged_seeds")]
-        entry, optima = _profile(budget, [g for g in at if not g.get("diverged_seeds") and g["model"] not in untranslated],
+        untranslated = [g.model for g in at if not gate.ranked(g.translates) and not g.diverged_seeds]
+        entry, optima = _profile(budget, [g for g in at if not g.diverged_seeds and g.model not in untranslated],
                                  family_sd, draws, rng)
         entry["diverged"], entry["not_translating"] = diverged, untranslated
         entries.append(entry)
         if optima is not None:
             draws_of[budget] = optima
     _add_flops_per_token(entries, draws_of)
-    return {"family": family, "count": "non_embedding", "profiles": entries,
-            "parameters": _exponent(entries, draws_of, "parameters", HOFFMANN_A),
-            "total_parameters": _exponent(entries, draws_of, "total_parameters", HOFFMANN_A),
-            "flops_per_token": _exponent(entries, draws_of, "flops_per_token", HOFFMANN_A),
-            "tokens": _exponent(entries, draws_of, "tokens", HOFFMANN_B)}
+    return IsoflopFamily(family=family, count="non_embedding", profiles=entries,
+                         parameters=_exponent(entries, draws_of, "parameters", HOFFMANN_A),
+                         total_parameters=_exponent(entries, draws_of, "total_parameters", HOFFMANN_A),
+                         flops_per_token=_exponent(entries, draws_of, "flops_per_token", HOFFMANN_A),
+                         tokens=_exponent(entries, draws_of, "tokens", HOFFMANN_B))
 
 
 def _add_flops_per_token(entries: list[dict], draws_of: dict) -> None:
@@ -176,31 +182,31 @@ def _add_flops_per_token(entries: list[dict], draws_of: dict) -> None:
 
 def _profile(budget: float, at: list[GroupSummary], family_sd: tuple[float | None, int], draws: int,
              rng: np.random.Generator) -> tuple[dict, dict | None]:
-    x = np.log10([g["non_embedding_parameters"] for g in at])
-    means = np.array([g["valid_loss"]["mean"] for g in at])
+    x = np.log10([_size(g) for g in at])
+    means = np.array([g.valid_loss.mean for g in at])
     # What the optimum is read off as besides non-embedding parameters, each interpolated
     # in log-log between the sizes tried: all parameters (Hoffmann et al.'s count) and tokens.
-    read_off = {field: np.log10([g[source] for g in at]) for field, source in
-                (("total_parameters", "parameters"), ("tokens", "train_tokens")) if all(g.get(source) for g in at)}
+    read_off = {field: np.log10([getattr(g, source) for g in at]) for field, source in
+                (("total_parameters", "parameters"), ("tokens", "train_tokens")) if all(getattr(g, source) for g in at)}
     entry: dict[str, Any] = {"budget": budget,
-             "sizes": [{"model": g["model"], "preset": g["preset"], "parameters": g["parameters"],
-                        "non_embedding_parameters": g["non_embedding_parameters"],
-                        "train_tokens": g.get("train_tokens"), "valid_loss": g["valid_loss"]["mean"],
-                        "seeds": len(g["valid_loss"]["each"])} for g in at],
+             "sizes": [{"model": g.model, "preset": g.preset, "parameters": g.parameters,
+                        "non_embedding_parameters": g.non_embedding_parameters,
+                        "train_tokens": g.train_tokens, "valid_loss": g.valid_loss.mean,
+                        "seeds": len(g.valid_loss.each)} for g in at],
              "optimum": None, "where": None, "add": None, "noise": None}
     if len(at) < MIN_SIZES:
         entry["where"] = f"{len(at)} sizes tried: a parabola needs {MIN_SIZES}"
         return entry, None
     # Every seed's loss is a point: a size with more seeds weighs more.
-    xs = np.concatenate([[xi] * len(g["valid_loss"]["each"]) for xi, g in zip(x, at)])
-    ys = np.concatenate([g["valid_loss"]["each"] for g in at])
+    xs = np.concatenate([[xi] * len(g.valid_loss.each) for xi, g in zip(x, at)])
+    ys = np.concatenate([g.valid_loss.each for g in at])
     coefficients = fit_parabola(xs, ys)
     x_min = minimum(coefficients)
     entry["coefficients"] = list(coefficients)
     entry["where"] = locate(x, means, x_min)
     if entry["where"] is not None or x_min is None:  # locate says "no minimum" for None
         edge = at[0] if entry["where"].startswith("below") else at[-1]
-        entry["add"] = size_to_add(edge["preset"], entry["where"]) if entry["where"] != "no minimum" else None
+        entry["add"] = size_to_add(edge.preset, entry["where"]) if entry["where"] != "no minimum" else None
         return entry, None
     entry["optimum"] = {"parameters": 10 ** x_min,
                         **{field: 10 ** float(np.interp(x_min, x, values)) for field, values in read_off.items()}}
@@ -208,7 +214,7 @@ def _profile(budget: float, at: list[GroupSummary], family_sd: tuple[float | Non
     entry["noise"] = {"sd": sd, "df": df, "source": source}
     if sd is None:
         return entry, None
-    optima = redrawn_optima(x, means, np.array([len(g["valid_loss"]["each"]) for g in at]), sd, draws, rng, df)
+    optima = redrawn_optima(x, means, np.array([len(g.valid_loss.each) for g in at]), sd, draws, rng, df)
     # The shares of the draws whose minimum lies below and above the sizes tried.
     entry["optimum"]["beyond"] = [float(np.mean(optima == -np.inf)), float(np.mean(optima == np.inf))]
     bounds = censored_interval(optima)
@@ -218,7 +224,7 @@ def _profile(budget: float, at: list[GroupSummary], family_sd: tuple[float | Non
             entry["optimum"][f"{field}_interval"] = sorted(float(10 ** np.interp(v, x, values)) for v in bounds)
     else:  # the size that would close the interval: one step past the side the draws left most
         below, above = entry["optimum"]["beyond"]
-        entry["add"] = size_to_add(at[0 if below >= above else -1]["preset"], "below" if below >= above else "above")
+        entry["add"] = size_to_add(at[0 if below >= above else -1].preset, "below" if below >= above else "above")
     return entry, {"parameters": optima, **{field: _read_off(optima, x, values) for field, values in read_off.items()}}
 
 
@@ -269,7 +275,7 @@ def _pooled_sd(groups: list[GroupSummary]) -> tuple[float | None, int]:
     its degrees of freedom."""
     squares, df = 0.0, 0
     for group in groups:
-        each = group["valid_loss"]["each"]
+        each = group.valid_loss.each
         if len(each) > 1:
             squares += float(np.var(each, ddof=1)) * (len(each) - 1)
             df += len(each) - 1

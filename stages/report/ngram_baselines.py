@@ -23,6 +23,8 @@ from __future__ import annotations
 import math
 from collections import Counter
 
+from stages.report.comparison_records import Baselines
+
 ORDERS = (1, 2, 3, 4)
 NAMES = {1: "unigram", 2: "bigram", 3: "trigram", 4: "4-gram"}
 
@@ -88,10 +90,10 @@ class KneserNey:
 
 
 def baselines(train: list[list[int]], valid: list[list[int]], vocab_size: int, bos_id: int,
-              orders: tuple[int, ...] = ORDERS) -> dict:
+              orders: tuple[int, ...] = ORDERS) -> Baselines:
     """Per order (as a string, for JSON): the validation split's cross-entropy in nats per
     target token of the Kneser-Ney model fitted on ``train``."""
     found = {str(order): KneserNey(order, vocab_size, bos_id).fit(train).cross_entropy(valid) for order in orders}
-    return {"nats_per_token": found, "train_sentences": len(train), "valid_sentences": len(valid),
-            "vocab_size": vocab_size, "smoothing": "interpolated Kneser-Ney"}
+    return Baselines(nats_per_token=found, train_sentences=len(train), valid_sentences=len(valid),
+                     vocab_size=vocab_size, smoothing="interpolated Kneser-Ney")
 

@@ -42,6 +42,8 @@ import numpy as np
 from sacrebleu.metrics import BLEU, CHRF
 from sacrebleu.metrics.base import Metric
 
+from stages.report.comparison_records import SacrebleuInterval
+
 BOOTSTRAP_SAMPLES = 1000  # sacreBLEU's default for --confidence and --paired-bs
 RANDOMIZATION_TRIALS = 10000  # sacreBLEU's default for --paired-ar
 
@@ -258,13 +260,13 @@ def own_sentence_noise(per_seed: np.ndarray) -> float:
     return max(0.0, (each - together) / (seeds - 1))
 
 
-def sacrebleu_interval(resampled: np.ndarray) -> dict:
+def sacrebleu_interval(resampled: np.ndarray) -> SacrebleuInterval:
     """What ``sacrebleu --confidence`` prints from a system's resampled scores
     (``resampled_scores``): their mean and half the distance between the 2.5th and 97.5th
     percentile resamples; the test set's variation only (the report's interval,
     ``welch.system_interval``, adds the seeds')."""
     mean, half_width = estimate_ci(resampled)
-    return {"mean": mean, "ci": half_width}
+    return SacrebleuInterval(mean=mean, ci=half_width)
 
 
 def paired_bootstrap(first: SeededSystem, second: SeededSystem, metric_name: str, metric: Metric,

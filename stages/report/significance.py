@@ -46,7 +46,7 @@ from sacrebleu.metrics import BLEU, CHRF
 from sacrebleu.metrics.base import Metric
 
 from stages.report import resampling, welch
-from stages.report.comparison_records import Agreement, PairedTest
+from stages.report.comparison_records import Agreement, PairedTest, SystemInterval
 from stages.report.resampling import RANDOMIZATION_TRIALS, SeededSystem
 
 ALPHA = 0.05
@@ -112,7 +112,8 @@ def resampled_per_seed(system: SeededSystem, name: str, metric: Metric, counts: 
     return cache[key]
 
 
-def confidence_intervals(system: SeededSystem, counts: np.ndarray, cache: dict | None = None) -> dict[str, dict]:
+def confidence_intervals(system: SeededSystem, counts: np.ndarray,
+                         cache: dict | None = None) -> dict[str, SystemInterval]:
     """Per metric: the score with its 95% interval (``welch.system_interval``: seeds and
     test set), and sacreBLEU's ``--confidence`` of the seeds' mean (the test set's)."""
     found = {}
@@ -126,7 +127,8 @@ def confidence_intervals(system: SeededSystem, counts: np.ndarray, cache: dict |
         # Every metric here scores from 0 to 100: an interval past either end is cut
         # there (it still holds the true score whenever the uncut one did).
         interval.update(low=max(SCORE_RANGE[0], interval["low"]), high=min(SCORE_RANGE[1], interval["high"]))
-        found[name] = {**interval, "seeds": len(system.seeds), "sacrebleu": resampling.sacrebleu_interval(resampled)}
+        found[name] = SystemInterval(**interval, seeds=len(system.seeds),
+                                     sacrebleu=resampling.sacrebleu_interval(resampled))
     return found
 
 

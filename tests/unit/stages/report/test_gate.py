@@ -12,6 +12,7 @@ import pytest
 from stages.report import isoflop, write_report
 from stages.report.artifact import read_report, summary
 from stages.report.comparison import compare
+from stages.report.comparison_records import Spread
 from stages.report.comparison_tables import gate_sentences
 from stages.shared import gate
 from tests.unit.stages.report.test_comparison import REFERENCES, output, run
@@ -160,11 +161,11 @@ def test_outputs_evaluated_before_the_check_are_measured_for_collapse_and_said_u
 
 def test_a_size_that_does_not_translate_is_left_out_of_its_profile_and_named():
     groups = profile_groups(0.5, [1e11, 1e12], lambda budget: (12, 16, 24, 32))
-    blind = next(g for g in groups if g["budget"] == 1e11 and g["preset"] == "w16")
-    blind["valid_loss"] = {"mean": 1.5, "std": None, "each": [1.5]}  # would pull the minimum to itself
-    blind["translates"] = gate.DOES_NOT
+    blind = next(g for g in groups if g.budget == 1e11 and g.preset == "w16")
+    blind.valid_loss = Spread(mean=1.5, std=None, each=[1.5])  # would pull the minimum to itself
+    blind.translates = gate.DOES_NOT
     (entry,) = isoflop.profiles(groups, draws=100)
-    first = entry["profiles"][0]
+    first = entry.profiles[0]
     assert first["not_translating"] == ["transformer.w16"]
     assert [size["preset"] for size in first["sizes"]] == ["w12", "w24", "w32"]
     assert first["optimum"]["parameters"] == pytest.approx(3e4, rel=1e-6)
@@ -173,11 +174,11 @@ def test_a_size_that_does_not_translate_is_left_out_of_its_profile_and_named():
 def test_a_size_that_does_not_translate_is_never_on_the_envelope_of_a_law():
     rows = law_records(families=("transformer",), seeds=(1,))
     comparison = compare(rows, {})
-    envelope = comparison.laws[0]["envelope"]
-    best = envelope[-1]["model"]
+    envelope = comparison.laws[0].envelope
+    best = envelope[-1].model
     for row in rows:
-        row["translates"] = gate.DOES_NOT if row["model"] == best and row["budget"] == envelope[-1]["budget"] \
+        row["translates"] = gate.DOES_NOT if row["model"] == best and row["budget"] == envelope[-1].budget \
             else gate.TRANSLATES
     gated = compare(rows, {})
-    last = gated["laws"][0]["envelope"][-1]
-    assert last["budget"] == envelope[-1]["budget"] and last["model"] != best
+    last = gated.laws[0].envelope[-1]
+    assert last.budget == envelope[-1].budget and last.model != best

@@ -12,23 +12,25 @@ import pytest
 from stages.report import isoflop
 from stages.report.comparison import compare
 from stages.report.comparison_tables import sections
-from tests.helpers import comparison_of
+from stages.report.comparison_records import GroupSummary, Spread
+from tests.helpers import comparison_of, group_summary
 
 WIDTHS = (8, 12, 16, 24, 32, 48, 64, 96)
 
 
-def group(budget: float, width: int, losses: list[float], family: str = "transformer") -> dict:
+def group(budget: float, width: int, losses: list[float], family: str = "transformer") -> GroupSummary:
     """A report summary of one size at one budget: non-embedding parameters 80 x width^2
     (the Transformer's), tokens from 6ND."""
     parameters = 80 * width ** 2
-    return {"family": family, "budget": budget, "model": f"{family}.w{width}", "preset": f"w{width}",
-            "parameters": parameters + 1000 * width, "non_embedding_parameters": parameters,
-            "train_tokens": budget / (6 * parameters), "train_flops": budget,
-            "valid_loss": {"mean": float(np.mean(losses)), "std": float(np.std(losses, ddof=1)) if len(losses) > 1
-                           else None, "each": list(losses)}}
+    return group_summary(f"{family}.w{width}", 0.0, family=family, budget=budget, preset=f"w{width}",
+                         parameters=parameters + 1000 * width, non_embedding_parameters=parameters,
+                         train_tokens=budget / (6 * parameters), train_flops=budget,
+                         valid_loss=Spread(mean=float(np.mean(losses)), each=list(losses),
+                                           std=float(np.std(losses, ddof=1)) if len(losses) > 1 else None))
 
 
-def profile_groups(a: float, budgets, widths_of, noise: float = 0.0, seeds: int = 1, rng=None) -> list[dict]:
+def profile_groups(a: float, budgets, widths_of, noise: float = 0.0, seeds: int = 1,
+                   rng=None) -> list[GroupSummary]:
     """Loss = 2 + 0.8 (log10 N - log10 N_opt(C))^2 + noise, N_opt = 3e4 (C / 1e11)^a."""
     found = []
     for budget in budgets:
@@ -53,7 +55,7 @@ def test_an_interior_minimum_is_found_at_its_size_with_an_interval_from_the_seed
     groups = profile_groups(0.5, [1e11, 1e12], lambda budget: (12, 16, 24, 32, 48) if budget == 1e11
                             else (24, 32, 48, 64, 96), noise=0.01, seeds=3, rng=rng)
     (entry,) = isoflop.profiles(groups, draws=500)
-    first = entry["profiles"][0]
+    first = entry.profiles[0]
     assert first["where"] is None and first["add"] is None
     assert first["optimum"]["parameters"] == pytest.approx(3e4, rel=0.15)
     low, high = first["optimum"]["interval"]
@@ -66,14 +68,14 @@ def test_an_interior_minimum_is_found_at_its_size_with_an_interval_from_the_seed
 def test_an_optimum_beyond_the_sizes_tried_is_flagged_with_the_preset_to_add():
     groups = profile_groups(0.5, [1e9, 1e11, 1e13], lambda budget: (12, 24, 48))
     (entry,) = isoflop.profiles(groups, draws=100)
-    low, middle, high = entry["profiles"]
+    low, middle, high = entry.profiles
     # N_opt(1e11) = 3e4, about w19: inside w12-w48. N_opt(1e9) = 3e3 (w6) is below w12;
     # N_opt(1e13) = 3e5 (w61) above w48.
     assert middle["where"] is None
     assert low["where"] == "below the smallest size" and low["add"] == "w8" and low["optimum"] is None
     assert high["where"] == "above the largest size" and high["add"] == "w64" and high["optimum"] is None
     # One interior budget: no exponent.
-    assert entry["parameters"]["exponent"] is None
+    assert entry.parameters["exponent"] is None
 
 
 def test_the_exponent_is_recovered_within_its_interval():
@@ -86,21 +88,21 @@ def test_the_exponent_is_recovered_within_its_interval():
 
     groups = profile_groups(0.6, budgets, widths, noise=0.02, seeds=2, rng=rng)
     (entry,) = isoflop.profiles(groups, draws=1000)
-    assert all(profile["where"] is None for profile in entry["profiles"])
-    fitted = entry["parameters"]
+    assert all(profile["where"] is None for profile in entry.profiles)
+    fitted = entry.parameters
     low, high = fitted["interval"]
     assert low < 0.6 < high and high - low < 0.4
     assert fitted["exponent"] == pytest.approx(0.6, abs=0.1)
     # Tokens: D = C / 6N, so D_opt grows as C^(1 - a).
-    assert entry["tokens"]["exponent"] == pytest.approx(0.4, abs=0.1)
+    assert entry.tokens["exponent"] == pytest.approx(0.4, abs=0.1)
 
 
 def test_one_seed_and_three_sizes_give_an_optimum_but_no_interval():
     groups = profile_groups(0.5, [1e11, 1e12], lambda budget: (12, 24, 48) if budget == 1e11 else (24, 48, 96))
     (entry,) = isoflop.profiles(groups, draws=100)
-    assert entry["profiles"][0]["optimum"]["parameters"] == pytest.approx(3e4, rel=1e-6)
-    assert "interval" not in entry["profiles"][0]["optimum"] and entry["profiles"][0]["noise"]["sd"] is None
-    assert entry["parameters"]["exponent"] == pytest.approx(0.5, abs=1e-6) and entry["parameters"]["interval"] is None
+    assert entry.profiles[0]["optimum"]["parameters"] == pytest.approx(3e4, rel=1e-6)
+    assert "interval" not in entry.profiles[0]["optimum"] and entry.profiles[0]["noise"]["sd"] is None
+    assert entry.parameters["exponent"] == pytest.approx(0.5, abs=1e-6) and entry.parameters["interval"] is None
 
 
 def test_the_report_prints_the_profiles_and_the_exponent():
@@ -108,11 +110,11 @@ def test_the_report_prints_the_profiles_and_the_exponent():
     records = []
     for g in profile_groups(0.5, [1e11, 1e12, 1e13], lambda budget: (8, 16, 32, 64, 96) if budget < 1e13
                             else (32, 48, 64, 96), noise=0.01, seeds=2, rng=rng):
-        for seed, loss in enumerate(g["valid_loss"]["each"], 1):
-            records.append({"name": f"{g['model']}.{g['budget']:.2g}.s{seed}", "model": g["model"], "seed": seed,
-                            "budget": g["budget"], "family": g["family"], "preset": g["preset"],
-                            "parameters": g["parameters"], "non_embedding_parameters": g["non_embedding_parameters"],
-                            "train_tokens": g["train_tokens"], "train_flops": g["budget"],
+        for seed, loss in enumerate(g.valid_loss.each, 1):
+            records.append({"name": f"{g.model}.{g.budget:.2g}.s{seed}", "model": g.model, "seed": seed,
+                            "budget": g.budget, "family": g.family, "preset": g.preset,
+                            "parameters": g.parameters, "non_embedding_parameters": g.non_embedding_parameters,
+                            "train_tokens": g.train_tokens, "train_flops": g.budget,
                             "stop_reason": "max_train_flops", "final_valid_loss": loss, "bleu": 20.0, "chrf": 40.0})
     comparison = compare(records, {})
     text = "\n".join(f"{s.title}\n{s.table}\n{s.note}" for s in sections(comparison))
@@ -124,7 +126,7 @@ def test_the_report_prints_the_profiles_and_the_exponent():
     row = grows[grows["law"] == "N_opt ~ C^a, non-embedding parameters"].iloc[0]
     assert row["exponent [95%]"].startswith("0.") and "[" in row["exponent [95%]"]
     assert row["interior budgets"] == "3"
-    assert comparison.isoflop[0]["parameters"]["exponent"] == pytest.approx(0.5, abs=0.1)
+    assert comparison.isoflop[0].parameters["exponent"] == pytest.approx(0.5, abs=0.1)
 
 
 def test_a_size_whose_run_diverged_is_left_out_of_its_profile_and_named():
@@ -135,13 +137,11 @@ def test_a_size_whose_run_diverged_is_left_out_of_its_profile_and_named():
     assert diverged({"final_valid_loss": 6.67, "best_valid_ppl": math.exp(3.78)})
     assert not diverged({"final_valid_loss": 3.80, "best_valid_ppl": math.exp(3.78)})
     groups = profile_groups(0.5, [1e11, 1e12], lambda budget: (12, 16, 24, 32))
-    for g in groups:
-        g["diverged_seeds"] = []
-    blown = next(g for g in groups if g["budget"] == 1e11 and g["preset"] == "w16")
-    blown["valid_loss"] = {"mean": 6.67, "std": None, "each": [6.67]}
-    blown["diverged_seeds"] = [1]
+    blown = next(g for g in groups if g.budget == 1e11 and g.preset == "w16")
+    blown.valid_loss = Spread(mean=6.67, std=None, each=[6.67])
+    blown.diverged_seeds = [1]
     (entry,) = isoflop.profiles(groups, draws=100)
-    first = entry["profiles"][0]
+    first = entry.profiles[0]
     assert first["diverged"] == ["transformer.w16"]
     assert [size["preset"] for size in first["sizes"]] == ["w12", "w24", "w32"]
     assert first["optimum"]["parameters"] == pytest.approx(3e4, rel=1e-6)  # the three others' parabola
@@ -211,7 +211,7 @@ def test_a_profile_whose_draws_leave_the_sizes_names_the_side_and_the_size_to_ad
               for width, mean in zip((8, 12, 16, 24), (2.30, 2.12, 2.05, 2.06))]
     groups += profile_groups(0.5, [1e12], lambda budget: (24, 32, 48, 64, 96), noise=0.01, seeds=3, rng=rng)
     (entry,) = isoflop.profiles(groups, draws=2000)
-    first = entry["profiles"][0]
+    first = entry.profiles[0]
     assert first["where"] is None and "interval" not in first["optimum"]
     below, above = first["optimum"]["beyond"]
     assert above > 0.025 > below
@@ -225,14 +225,16 @@ def test_an_open_bound_is_null_in_the_report_s_json_and_infinity_in_its_table():
     JSON has no infinity) and the table shows it as ∞."""
     import json
 
+    from pipeline.core.records import to_json
+
     rng = np.random.default_rng(5)
     groups = [group(1e11, width, list(mean + 0.03 * rng.standard_normal(3)))
               for width, mean in zip((8, 12, 16, 24), (2.30, 2.12, 2.05, 2.06))]
     groups += profile_groups(0.5, [1e10], lambda budget: (6, 8, 12, 16, 24), noise=0.01, seeds=3, rng=rng)
     (entry,) = isoflop.profiles(groups, draws=2000)
-    low, high = entry["parameters"]["interval"]
+    low, high = entry.parameters["interval"]
     assert low is not None and high is None
-    json.dumps(entry, allow_nan=False)  # raises on an infinity or NaN
+    json.dumps(to_json(entry), allow_nan=False)  # raises on an infinity or NaN
     (grows,) = [s.table for s in sections(comparison_of(isoflop=[entry]))
                 if s.title.startswith("How the")]
     row = grows[grows["law"] == "N_opt ~ C^a, non-embedding parameters"].iloc[0]
@@ -266,13 +268,13 @@ def test_the_exponents_in_three_conventions_on_a_frontier_with_known_values():
     log_optima = {c: math.log10(3e4) + 0.5 * math.log10(c / 1e11) for c in budgets}
     groups = frontier(log_optima, 0.002, np.random.default_rng(7), tokens=lambda c, n: c / (6 * n + 2e5))
     (entry,) = isoflop.profiles(groups, draws=400)
-    assert entry["parameters"]["exponent"] == pytest.approx(0.5, abs=0.01)
+    assert entry.parameters["exponent"] == pytest.approx(0.5, abs=0.01)
     per_token = [math.log10(6 * 10 ** log_optima[c] + 2e5) for c in budgets]
     expected = np.polyfit(np.log10(budgets), per_token, 1)[0]
     assert entry["flops_per_token"]["exponent"] == pytest.approx(expected, abs=0.02) and expected < 0.45
-    assert entry["flops_per_token"]["exponent"] + entry["tokens"]["exponent"] == pytest.approx(1.0, abs=1e-9)
+    assert entry["flops_per_token"]["exponent"] + entry.tokens["exponent"] == pytest.approx(1.0, abs=1e-9)
     # All parameters: N + 1000 width, which grows as N^0.5 at the small sizes: a smaller exponent.
-    assert entry["total_parameters"]["exponent"] < entry["parameters"]["exponent"]
+    assert entry["total_parameters"]["exponent"] < entry.parameters["exponent"]
 
 
 def test_the_line_is_rejected_through_kinked_optima_and_not_through_straight_ones():
@@ -280,12 +282,12 @@ def test_the_line_is_rejected_through_kinked_optima_and_not_through_straight_one
     rng = np.random.default_rng(11)
     straight = {c: math.log10(3e4) + 0.5 * math.log10(c / 1e11) for c in budgets}
     (entry,) = isoflop.profiles(frontier(straight, 0.01, rng), draws=1000)
-    test = entry["parameters"]["lack_of_fit"]
+    test = entry.parameters["lack_of_fit"]
     assert test["df"] == 2 and not test["rejects"]
     # Slopes 0.9, then 0.1 and 0.1: the Transformer's measured profile was kinked like this.
     kinked = dict(zip(budgets, [4.0, 4.9, 5.0, 5.1]))
     (entry,) = isoflop.profiles(frontier(kinked, 0.01, rng), draws=1000)
-    fitted = entry["parameters"]
+    fitted = entry.parameters
     assert fitted["lack_of_fit"]["rejects"] and fitted["lack_of_fit"]["p"] < 0.001
     assert fitted["segments"] == pytest.approx([0.9, 0.1, 0.1], abs=0.05)
     (grows,) = [s.table for s in sections(comparison_of(isoflop=[entry]))
