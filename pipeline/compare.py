@@ -17,6 +17,7 @@ from pipeline.core.artifacts import ArtifactState, ArtifactStore
 from pipeline.graph import find_stage
 from pipeline.selection import plan_experiment
 from stages.report.artifact import OUTPUT_FILES, evaluation_outputs, model_row
+from stages.report.records import RunRecord
 from stages.shared.names import evaluate_stage, train_stage, trained_model
 from stages.train.artifact import CURVE_FILE, parse_curve, read_curve
 
@@ -24,7 +25,7 @@ from stages.train.artifact import CURVE_FILE, parse_curve, read_curve
 @dataclass
 class Gathered:
     label: str  # the experiment (config) or run name the models came from
-    rows: list[dict] = field(default_factory=list)
+    rows: list[RunRecord] = field(default_factory=list)
     curves: dict[str, list[dict]] = field(default_factory=dict)
     skipped: list[str] = field(default_factory=list)  # why a model is not in the table
     # Run name -> (hypotheses, references) of its evaluation, where it has them.
@@ -113,27 +114,29 @@ def _mlflow_outputs(client: MlflowClient, run_id: str, directory: Path) -> tuple
                                for name in OUTPUT_FILES})
 
 
-def merge(sources: list[Gathered]) -> tuple[list[dict], dict[str, list[dict]], dict[str, tuple]]:
+def merge(sources: list[Gathered]) -> tuple[list[RunRecord], dict[str, list[dict]], dict[str, tuple]]:
     """All rows in one table, their curves and their evaluations' outputs; names that
     repeat across sources get their source's label (and a number if that repeats too)."""
     counts: dict[str, int] = {}
     for source in sources:
         for row in source.rows:
-            counts[row["name"]] = counts.get(row["name"], 0) + 1
-    rows, curves, outputs = [], {}, {}
+            counts[row.name] = counts.get(row.name, 0) + 1
+    rows: list[RunRecord] = []
+    curves: dict[str, list[dict]] = {}
+    outputs: dict[str, tuple] = {}
     for source in sources:
         for row in source.rows:
-            name = base = row["name"] if counts[row["name"]] == 1 else f"{source.label}/{row['name']}"
+            name = base = row.name if counts[row.name] == 1 else f"{source.label}/{row.name}"
             copy = 2
             while name in curves:  # the same source given twice
                 name, copy = f"{base}#{copy}", copy + 1
             # A renamed run's model is renamed too: runs of two experiments' models that
             # share a name are not seeds of one model.
-            model = row.get("model") or row["name"]
+            model = row.model or row.name
             rows.append(dataclasses.replace(row, name=name,
                                             model=model if name == row.name else f"{source.label}/{model}"))
-            curves[name] = source.curves.get(row["name"], [])
-            if row["name"] in source.outputs:
-                outputs[name] = source.outputs[row["name"]]
+            curves[name] = source.curves.get(row.name, [])
+            if row.name in source.outputs:
+                outputs[name] = source.outputs[row.name]
     return rows, curves, outputs
 

@@ -66,6 +66,7 @@ from benchmarks.statistics.statistics_calibration import (  # noqa: E402
 from stages.shared import gate  # noqa: E402
 from stages.report.comparison import compare_systems  # noqa: E402
 from stages.report.comparison_records import Comparison  # noqa: E402
+from stages.report.records import RunRecord  # noqa: E402
 from stages.report.resampling import SeededSystem, corpus_scores  # noqa: E402
 from stages.report.significance import (  # noqa: E402
     ALPHA,
@@ -207,16 +208,16 @@ def study(world: World, case: Case, qualities: dict[str, float], rng: np.random.
 
 
 def run_record(model: str, family: str, size: int, seed: int, bleu: float, valid_loss: float,
-               fails_gate: bool) -> dict:
-    """The fields of a report record (``records.model_record``) the comparison reads."""
+               fails_gate: bool) -> RunRecord:
+    """A report's record of one run, with the fields the comparison reads."""
     parameters = 1_000_000 * (size + 1)
-    return {"name": f"{model}_s{seed}", "model": model, "seed": seed, "budget": BUDGET, "family": family,
-            "preset": f"w{size + 1}", "parameters": parameters, "non_embedding_parameters": parameters // 2,
-            "train_flops": BUDGET, "train_tokens": BUDGET / (6 * parameters), "stop_reason": "max_train_flops",
-            "bleu": bleu, "chrf": None, "final_valid_loss": valid_loss, "best_valid_ppl": math.exp(valid_loss),
-            "translates": gate.DOES_NOT if fails_gate else gate.TRANSLATES,
-            "gate_reasons": ["72% of its test outputs are one line"] if fails_gate else [],
-            "source_use": 0.05 if fails_gate else 1.0}
+    return RunRecord(name=f"{model}_s{seed}", model=model, seed=seed, budget=BUDGET, family=family,
+                     preset=f"w{size + 1}", parameters=parameters, non_embedding_parameters=parameters // 2,
+                     train_flops=BUDGET, train_tokens=BUDGET / (6 * parameters), stop_reason="max_train_flops",
+                     bleu=bleu, chrf=None, final_valid_loss=valid_loss, best_valid_ppl=math.exp(valid_loss),
+                     translates=gate.DOES_NOT if fails_gate else gate.TRANSLATES,
+                     gate_reasons=["72% of its test outputs are one line"] if fails_gate else [],
+                     source_use=0.05 if fails_gate else 1.0)
 
 
 def primary_row(comparison: Comparison) -> dict | None:

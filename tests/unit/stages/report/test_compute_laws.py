@@ -12,6 +12,7 @@ import pytest
 
 from stages.report.comparison import compare
 from stages.report.comparison_tables import sections
+from stages.report.records import RunRecord
 
 BUDGETS = np.geomspace(1e12, 4e13, 6)  # 1.6 decades
 SIZES = {"w64": 0.8e6, "w128": 2.3e6, "w256": 7.3e6}
@@ -24,7 +25,7 @@ def loss_of(family: str, parameters: float, flops: float) -> float:
     return floor + 100.0 * parameters ** -0.3 + 830.0 * (flops / parameters) ** -0.45
 
 
-def records(families=("transformer", "rnn"), seeds=(1, 2)) -> list[dict]:
+def records(families=("transformer", "rnn"), seeds=(1, 2)) -> list[RunRecord]:
     rng = np.random.default_rng(0)
     found = []
     for family in families:
@@ -32,12 +33,13 @@ def records(families=("transformer", "rnn"), seeds=(1, 2)) -> list[dict]:
             for budget in BUDGETS:
                 for seed in seeds:
                     loss = loss_of(family, parameters, budget) * (1 + 0.003 * rng.standard_normal())
-                    found.append({"name": f"{family}.{size}.{budget:.2g}.s{seed}", "model": f"{family}.{size}",
-                                  "seed": seed, "budget": float(budget), "family": family, "preset": size,
-                                  "parameters": parameters, "non_embedding_parameters": 0.8 * parameters,
-                                  "train_tokens": float(budget) / (6 * parameters),
-                                  "train_flops": float(budget), "stop_reason": "max_train_flops",
-                                  "best_valid_ppl": math.exp(loss), "bleu": 80.0 - 12.0 * loss, "chrf": 50.0})
+                    found.append(RunRecord(
+                        name=f"{family}.{size}.{budget:.2g}.s{seed}", model=f"{family}.{size}", seed=seed,
+                        budget=float(budget), family=family, preset=size, parameters=parameters,
+                        non_embedding_parameters=0.8 * parameters,
+                        train_tokens=float(budget) / (6 * parameters), train_flops=float(budget),
+                        stop_reason="max_train_flops", best_valid_ppl=math.exp(loss), bleu=80.0 - 12.0 * loss,
+                        chrf=50.0))
     return found
 
 
@@ -150,11 +152,11 @@ def test_an_envelope_at_the_grids_edge_is_flagged_and_an_undetermined_floor_is_s
         for budget in BUDGETS:
             for seed in (1, 2):
                 loss = parameters ** 0.1 * 3e3 * budget ** -0.2 * (1 + 0.001 * seed)
-                found.append({"name": f"t.{size}.{budget:.2g}.s{seed}", "model": f"t.{size}", "seed": seed,
-                              "budget": float(budget), "family": "transformer", "preset": size,
-                              "parameters": parameters, "train_flops": float(budget),
-                              "stop_reason": "max_train_flops", "best_valid_ppl": math.exp(loss),
-                              "bleu": 30.0 - loss, "chrf": 50.0})
+                found.append(RunRecord(name=f"t.{size}.{budget:.2g}.s{seed}", model=f"t.{size}", seed=seed,
+                                       budget=float(budget), family="transformer", preset=size,
+                                       parameters=parameters, train_flops=float(budget),
+                                       stop_reason="max_train_flops", best_valid_ppl=math.exp(loss),
+                                       bleu=30.0 - loss, chrf=50.0))
     comparison = compare(found, {})
     (entry,) = comparison.laws
     assert {point["edge"] for point in entry["envelope"]} == {"smallest"}

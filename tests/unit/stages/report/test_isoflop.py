@@ -13,6 +13,7 @@ from stages.report import isoflop
 from stages.report.comparison import compare
 from stages.report.comparison_tables import sections
 from stages.report.comparison_records import GroupSummary, Spread
+from stages.report.records import RunRecord
 from tests.helpers import comparison_of, group_summary
 
 WIDTHS = (8, 12, 16, 24, 32, 48, 64, 96)
@@ -111,11 +112,11 @@ def test_the_report_prints_the_profiles_and_the_exponent():
     for g in profile_groups(0.5, [1e11, 1e12, 1e13], lambda budget: (8, 16, 32, 64, 96) if budget < 1e13
                             else (32, 48, 64, 96), noise=0.01, seeds=2, rng=rng):
         for seed, loss in enumerate(g.valid_loss.each, 1):
-            records.append({"name": f"{g.model}.{g.budget:.2g}.s{seed}", "model": g.model, "seed": seed,
+            records.append(RunRecord(**{"name": f"{g.model}.{g.budget:.2g}.s{seed}", "model": g.model, "seed": seed,
                             "budget": g.budget, "family": g.family, "preset": g.preset,
                             "parameters": g.parameters, "non_embedding_parameters": g.non_embedding_parameters,
                             "train_tokens": g.train_tokens, "train_flops": g.budget,
-                            "stop_reason": "max_train_flops", "final_valid_loss": loss, "bleu": 20.0, "chrf": 40.0})
+                            "stop_reason": "max_train_flops", "final_valid_loss": loss, "bleu": 20.0, "chrf": 40.0}))
     comparison = compare(records, {})
     text = "\n".join(f"{s.title}\n{s.table}\n{s.note}" for s in sections(comparison))
     assert "IsoFLOP profiles" in text and "non-embedding" in text
@@ -134,8 +135,8 @@ def test_a_size_whose_run_diverged_is_left_out_of_its_profile_and_named():
     best of 3.78, which made a parabola through it look interior."""
     from stages.report.seeds import diverged
 
-    assert diverged({"final_valid_loss": 6.67, "best_valid_ppl": math.exp(3.78)})
-    assert not diverged({"final_valid_loss": 3.80, "best_valid_ppl": math.exp(3.78)})
+    assert diverged(RunRecord(name="rnn.w16", final_valid_loss=6.67, best_valid_ppl=math.exp(3.78)))
+    assert not diverged(RunRecord(name="rnn.w16", final_valid_loss=3.80, best_valid_ppl=math.exp(3.78)))
     groups = profile_groups(0.5, [1e11, 1e12], lambda budget: (12, 16, 24, 32))
     blown = next(g for g in groups if g.budget == 1e11 and g.preset == "w16")
     blown.valid_loss = Spread(mean=6.67, std=None, each=[6.67])
