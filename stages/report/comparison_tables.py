@@ -10,8 +10,8 @@ import pandas as pd
 
 from stages.report import isoflop
 from stages.shared import gate
-from stages.report.comparison_records import (Agreement, Baselines, Comparison, GroupSummary, IsoflopFamily, PairedTest,
-                                              Spread, TunedModel, Withheld)
+from stages.report.comparison_records import (Agreement, Baselines, Comparison, EnvelopePoint, GroupSummary,
+                                              IsoflopFamily, PairedTest, Spread, TunedModel, Withheld)
 from stages.report.ngram_baselines import NAMES
 from stages.report.compute_laws import DETERMINED
 from stages.report.resampling import BOOTSTRAP_SAMPLES, RANDOMIZATION_TRIALS
@@ -461,19 +461,20 @@ def _other_tests(comparison: Comparison) -> Section:
                    "among them is a lead for a later, declared comparison, not a finding.", text_columns=2)
 
 
-def _edge(point: dict) -> str:
+def _edge(point: EnvelopePoint) -> str:
     return {None: "", "smallest": "smallest size tried: the optimum may be smaller",
-            "largest": "largest size tried: the optimum may be larger"}[point.get("edge")]
+            "largest": "largest size tried: the optimum may be larger"}[point.edge]
 
 
 def _envelope(comparison: Comparison) -> Section:
-    rows = [[entry["family"], f"{point['budget']:.2g}", point["model"], f"{point['parameters'] / 1e6:.2f}M",
-             f"{point['valid_loss']:.3f}", "-" if point["bleu"] is None else f"{point['bleu']:.2f}", _edge(point)]
-            for entry in comparison.laws for point in entry["envelope"]]
+    rows = [[entry.family, f"{point.budget:.2g}", point.model,
+             "-" if point.parameters is None else f"{point.parameters / 1e6:.2f}M", f"{point.valid_loss:.3f}",
+             "-" if point.bleu is None else f"{point.bleu:.2f}", _edge(point)]
+            for entry in comparison.laws for point in entry.envelope]
     table = pd.DataFrame(rows, columns=["family", "budget", "best size", "parameters", "valid loss", "BLEU",
                                         "grid edge"])
-    edges = sum(bool(point.get("edge")) for entry in comparison.laws for point in entry["envelope"])
-    cells = sum(len(entry["envelope"]) for entry in comparison.laws)
+    edges = sum(bool(point.edge) for entry in comparison.laws for point in entry.envelope)
+    cells = sum(len(entry.envelope) for entry in comparison.laws)
     return Section("Compute-optimal size per budget", table,
                    "Each family's envelope: at each budget, its size with the lowest mean validation loss "
                    "(nats per target token, at each run's last validation: the weights it ended with) over its "
@@ -522,20 +523,20 @@ def _optimum(profile: dict) -> tuple[str, str, str]:
 def _isoflop_profiles(comparison: Comparison) -> Section:
     rows = []
     for entry in comparison.isoflop:
-        for profile in entry["profiles"]:
+        for profile in entry.profiles:
             sizes = profile["sizes"]
             if not sizes:  # every size's run diverged or did not translate
-                rows.append([entry["family"], f"{profile['budget']:.2g}", "-", "-", *_optimum(profile)])
+                rows.append([entry.family, f"{profile['budget']:.2g}", "-", "-", *_optimum(profile)])
                 continue
             best = min(sizes, key=lambda size: size["valid_loss"])
-            rows.append([entry["family"], f"{profile['budget']:.2g}",
+            rows.append([entry.family, f"{profile['budget']:.2g}",
                          f"{sizes[0]['preset']} to {sizes[-1]['preset']} ({len(sizes)})",
                          f"{best['preset']} ({best['valid_loss']:.3f})", *_optimum(profile)])
     table = pd.DataFrame(rows, columns=["family", "budget", "sizes tried", "lowest mean loss",
                                         "N_opt, non-embedding [95%]", "D_opt, target tokens [95%]", "minimum"])
-    flagged = [f"{entry['family']} at {profile['budget']:.2g}" for entry in comparison.isoflop
-               for profile in entry["profiles"] if profile["optimum"] is None]
-    sources = sorted({profile["noise"]["source"] for entry in comparison.isoflop for profile in entry["profiles"]
+    flagged = [f"{entry.family} at {profile['budget']:.2g}" for entry in comparison.isoflop
+               for profile in entry.profiles if profile["optimum"] is None]
+    sources = sorted({profile["noise"]["source"] for entry in comparison.isoflop for profile in entry.profiles
                       if profile.get("noise") and profile["noise"]["source"]})
     return Section("IsoFLOP profiles", table,
                    "At each budget, every size of a family trained to the same counted FLOPs; a parabola fitted "
@@ -650,12 +651,12 @@ def _laws(comparison: Comparison) -> Section:
     rows = []
     for entry in comparison.laws:
         for metric in ("valid_loss", "bleu"):
-            for kind, fitted in entry.get(metric, {}).items():
+            for kind, fitted in (getattr(entry, metric) or {}).items():
                 if "error" in fitted:
-                    rows.append([entry["family"], metric, kind, "-", "-", "-", "-", "-", fitted["error"]])
+                    rows.append([entry.family, metric, kind, "-", "-", "-", "-", "-", fitted["error"]])
                     continue
                 left_out = fitted["leave_one_out"]
-                rows.append([entry["family"], metric, kind, "-" if kind == "power" else _parameter(fitted, "E", ".3g"),
+                rows.append([entry.family, metric, kind, "-" if kind == "power" else _parameter(fitted, "E", ".3g"),
                              _parameter(fitted, "alpha", ".3f"), f"{left_out['mean_absolute_error']:.3f}",
                              f"{left_out['line_mean_absolute_error']:.3f}",
                              f"{left_out['naive_mean_absolute_error']:.3f}", _law_verdict(fitted)])
@@ -663,16 +664,14 @@ def _laws(comparison: Comparison) -> Section:
                                         "line error", "next-budget error", "verdict"])
     crossings = []
     for crossing in comparison.law_crossovers:
-        where = crossing["flops"] if isinstance(crossing["flops"], str) else f"{crossing['flops']:.3g} FLOPs"
-        if crossing["interval"]:
-            where += (f" (95% of the draws' crossings: {crossing['interval'][0]:.3g} to "
-                      f"{crossing['interval'][1]:.3g})")
-        elif crossing["draws"]:
-            where += (f" ({crossing['share_of_draws']:.0%} of the draws cross inside the range: where is not "
-                      "determined)")
-        crossings.append(f"{' and '.join(crossing['families'])}: {where}")
+        where = crossing.flops if isinstance(crossing.flops, str) else f"{crossing.flops:.3g} FLOPs"
+        if crossing.interval:
+            where += f" (95% of the draws' crossings: {crossing.interval[0]:.3g} to {crossing.interval[1]:.3g})"
+        elif crossing.draws:
+            where += f" ({crossing.share_of_draws:.0%} of the draws cross inside the range: where is not determined)"
+        crossings.append(f"{' and '.join(crossing.families)}: {where}")
     undetermined = any(fitted.get("draws") == 0 for entry in comparison.laws
-                       for metric in ("valid_loss", "bleu") for fitted in entry.get(metric, {}).values()
+                       for metric in ("valid_loss", "bleu") for fitted in (getattr(entry, metric) or {}).values()
                        if "error" not in fitted)
     return Section("Laws that predict", table,
                    "Fitted through every seed's value on each family's envelope: saturating, value = E + A x "

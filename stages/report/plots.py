@@ -34,7 +34,7 @@ def write_plots(records: list[RunRecord], curves: dict[str, list[dict]], directo
                 comparison: Comparison | None = None) -> list[str]:
     """The PNG files written into ``directory``, by name."""
     written = []
-    evaluated = [record for record in records if record.get("bleu") is not None]
+    evaluated = [record for record in records if record.bleu is not None]
     if evaluated:
         _bleu_vs_flops(evaluated, comparison, directory / BLEU_VS_FLOPS, title)
         written.append(BLEU_VS_FLOPS)
@@ -48,12 +48,12 @@ def write_plots(records: list[RunRecord], curves: dict[str, list[dict]], directo
     if comparison and comparison.tuning:
         _save(lr_sensitivity_figure(comparison, title), directory / LR_SENSITIVITY)
         written.append(LR_SENSITIVITY)
-    if any(curves.get(record["name"]) for record in records):
+    if any(curves.get(record.name) for record in records):
         _curves(records, curves, "train_flops", "training FLOPs (counted)", directory / LOSS_VS_FLOPS, title,
                 comparison)
         _curves(records, curves, "train_seconds", "training time (s)", directory / LOSS_VS_TIME, title, comparison)
         written += [LOSS_VS_FLOPS, LOSS_VS_TIME]
-    if any("valid_bleu" in point for record in records for point in curves.get(record["name"]) or []):
+    if any("valid_bleu" in point for record in records for point in curves.get(record.name) or []):
         _bleu_curves(records, curves, directory / BLEU_CURVES, title, comparison)
         written.append(BLEU_CURVES)
     return written
@@ -71,11 +71,11 @@ def isoflop_figure(comparison: Comparison, title: str):
                                 layout="constrained")
     groups = {(group.model, group.budget): group for group in comparison.groups}
     for column, entry in enumerate(entries):
-        for profile in entry["profiles"]:
+        for profile in entry.profiles:
             sizes = profile["sizes"]
             x = [size["non_embedding_parameters"] for size in sizes]
             axes = grid[0][column]
-            (line,) = axes.plot(x, [size["valid_loss"] for size in sizes], marker=marker_of(entry["family"]),
+            (line,) = axes.plot(x, [size["valid_loss"] for size in sizes], marker=marker_of(entry.family),
                                 markersize=4, linestyle="none", label=f"{profile['budget']:.2g} FLOPs")
             if profile.get("coefficients"):
                 smooth = np.geomspace(min(x), max(x), 60)
@@ -85,12 +85,12 @@ def isoflop_figure(comparison: Comparison, title: str):
                 best = profile["optimum"]["parameters"]
                 axes.plot([best], [np.polyval(profile["coefficients"], np.log10(best))], marker="*", markersize=12,
                           color=line.get_color())
-            bleu = [groups[(size["model"], profile["budget"])]["bleu"]["mean"] for size in sizes]
+            bleu = [groups[(size["model"], profile["budget"])].bleu.mean for size in sizes]
             if any(value is not None for value in bleu):
                 grid[1][column].plot(x, [np.nan if value is None else value for value in bleu],
-                                     marker=marker_of(entry["family"]), markersize=4, color=line.get_color())
+                                     marker=marker_of(entry.family), markersize=4, color=line.get_color())
         draw_baselines(grid[0][column], comparison)
-        measured = [size["non_embedding_parameters"] for profile in entry["profiles"] for size in profile["sizes"]]
+        measured = [size["non_embedding_parameters"] for profile in entry.profiles for size in profile["sizes"]]
         for row, label in enumerate(("validation loss (nats per target token)", "BLEU (beam)")):
             axes = grid[row][column]
             if measured:
@@ -102,7 +102,7 @@ def isoflop_figure(comparison: Comparison, title: str):
             axes.set_xlabel("non-embedding parameters")
             axes.set_ylabel(label)
             axes.grid(True, which="both", alpha=0.3)
-        grid[0][column].set_title(entry["family"])
+        grid[0][column].set_title(entry.family)
     # One legend for every panel, below them: the budgets take the same colours in each.
     handles, labels = grid[0][0].get_legend_handles_labels()
     figure.legend(handles, labels, loc="outside lower center", ncol=len(labels), fontsize=8)
@@ -119,7 +119,7 @@ def optimal_size_figure(comparison: Comparison, title: str):
     figure, grid = plt.subplots(1, 2, figsize=(10, 4.2), layout="constrained")
     for entry in comparison.isoflop:
         for axes, what, interval in ((grid[0], "parameters", "interval"), (grid[1], "tokens", "tokens_interval")):
-            points = [(p["budget"], p["optimum"]) for p in entry["profiles"] if p["optimum"] and p["optimum"].get(what)]
+            points = [(p["budget"], p["optimum"]) for p in entry.profiles if p["optimum"] and p["optimum"].get(what)]
             if not points:
                 continue
             budgets = [budget for budget, _ in points]
@@ -127,7 +127,7 @@ def optimal_size_figure(comparison: Comparison, title: str):
             low = [value - optimum.get(interval, [value, value])[0] for value, (_, optimum) in zip(values, points)]
             high = [optimum.get(interval, [value, value])[1] - value for value, (_, optimum) in zip(values, points)]
             (line,) = axes.plot([], [])
-            axes.errorbar(budgets, values, yerr=[low, high], fmt=marker_of(entry["family"]), color=line.get_color(),
+            axes.errorbar(budgets, values, yerr=[low, high], fmt=marker_of(entry.family), color=line.get_color(),
                           capsize=2)
             fitted = entry[what]
             rejected = (fitted.get("lack_of_fit") or {}).get("rejects")
@@ -162,18 +162,18 @@ def envelope_figure(comparison: Comparison, title: str):
     figure, axes = plt.subplots(figsize=(6.4, 4.4))
     for entry in comparison.laws:
         groups = {(group.budget, group.model): group for group in comparison.groups}
-        points = [groups[(point["budget"], point["model"])] for point in entry["envelope"]]
+        points = [groups[(point.budget, point.model)] for point in entry.envelope]
         (line,) = axes.plot([], [])
         # The envelope holds the sizes with a validation loss: each point's mean is a number.
         axes.errorbar([g.train_flops for g in points], [cast(float, g.valid_loss.mean) for g in points],
-                      yerr=[g.valid_loss.std or 0.0 for g in points], fmt=marker_of(entry["family"]),
+                      yerr=[g.valid_loss.std or 0.0 for g in points], fmt=marker_of(entry.family),
                       color=line.get_color(), capsize=0)
         law = law_of(entry)
         if law is not None:
             flops = np.geomspace(law.valid_from, law.valid_to, 40)
             line.set_data(flops, law(flops))
-            floor = "E not determined" if entry["valid_loss"]["saturating"].get("E_at_bound") else f"E {law.E:.2f}"
-            line.set_label(f"{entry['family']}: {floor}, alpha {law.alpha:.2f}")
+            floor = "E not determined" if (entry.valid_loss or {})["saturating"].get("E_at_bound") else f"E {law.E:.2f}"
+            line.set_label(f"{entry.family}: {floor}, alpha {law.alpha:.2f}")
     draw_baselines(axes, comparison)
     axes.set_xscale("log")
     axes.set_xlabel("training FLOPs (counted)")
@@ -277,10 +277,10 @@ def _curves(records: list[RunRecord], curves: dict[str, list[dict]], x_field: st
     figure, axes = plt.subplots(figsize=(7.2, 5.0), layout="constrained")
     draw_baselines(axes, comparison)
     for record in records:
-        points = [point for point in curves.get(record["name"]) or [] if "valid_loss" in point]
+        points = [point for point in curves.get(record.name) or [] if "valid_loss" in point]
         if points:
             axes.plot([p[x_field] for p in points], [p["valid_loss"] for p in points],
-                      marker=marker_of(record["family"]), markersize=3, label=record["name"])
+                      marker=marker_of(record.family), markersize=3, label=record.name)
     if x_field == "train_flops":
         axes.set_xscale("log")
     axes.set_xlabel(x_label)
@@ -303,12 +303,12 @@ def _bleu_curves(records: list[RunRecord], curves: dict[str, list[dict]], path: 
     draw_baselines(loss_axes, comparison)
     runs = []
     for record in records:
-        points = curves.get(record["name"]) or []
-        marker = marker_of(record["family"])
+        points = curves.get(record.name) or []
+        marker = marker_of(record.family)
         losses = [point for point in points if "valid_loss" in point]
         line, = loss_axes.plot([p["step"] for p in losses], [p["valid_loss"] for p in losses], marker=marker,
                                markersize=3)
-        runs.append(Line2D([], [], color=line.get_color(), marker=marker, markersize=4, label=record["name"]))
+        runs.append(Line2D([], [], color=line.get_color(), marker=marker, markersize=4, label=record.name))
         scored = [point for point in points if "valid_bleu" in point]
         bleu_axes.plot([p["step"] for p in scored], [p["valid_bleu"] for p in scored], marker=marker,
                        markersize=3, color=line.get_color())
@@ -369,9 +369,9 @@ def _save(figure, path: Path) -> None:
     plt.close(figure)
 
 
-def marker_of(family_name: str) -> str:
+def marker_of(family_name: str | None) -> str:
     """The family's marker (``ModelFamily.plot_marker``); a diamond for a family this
-    code does not know (a run recorded by another version)."""
+    code does not know (a run recorded by another version, or without a family)."""
     from stages.shared.models.families import FAMILIES
 
     return next((f.plot_marker for f in FAMILIES if f.name == family_name), "D")
