@@ -154,10 +154,10 @@ def write_report(rows: list[records.RunRecord], curves: dict[str, list[dict]], o
 
     output.mkdir(parents=True, exist_ok=True)
     for row in rows:
-        hypotheses = (outputs or {}).get(row["name"], ((), ()))[0]
-        if row.get("top_output_share") is None and hypotheses:  # evaluated before it was measured
+        hypotheses = (outputs or {}).get(row.name, ((), ()))[0]
+        if row.top_output_share is None and hypotheses:  # evaluated before it was measured
             row.update(collapse(list(hypotheses)))
-        row["translates"], row["gate_reasons"] = gate.judge(row)
+        row.translates, row.gate_reasons = gate.judge(row)
     families = {row.model: row.family for row in rows}
     tuned = [TunedModel(model=model, choice=choice, family=families.get(model) or model.split(".")[0])
              for model, choice in (tuning or {}).items()]

@@ -77,12 +77,12 @@ def summary(report: ReportFile) -> tuple[pd.DataFrame, list[str]]:
     if not ranked:
         intervals = comparison.intervals if comparison else {}
         # A model's seeds together, as the comparison grouped them; without one, each run alone.
-        groups = [(group.label, group.translates,
-                   [record for record in models if record.get("model") == group.model
-                    and record.get("budget") == group.budget] or
-                   [record for record in models if record["name"] == group.label])
+        groups: list[tuple[str, str | None, list[RunRecord]]] = [(group.label, group.translates,
+                   [record for record in models if record.model == group.model
+                    and record.budget == group.budget] or
+                   [record for record in models if record.name == group.label])
                   for group in (comparison.groups if comparison else [])] or \
-            [(record["name"], record.get("translates"), [record]) for record in models]
+            [(record.name, record.translates, [record]) for record in models]
         for label, translates, members in groups:
             parameters = members[0].parameters if members else None
             bleu = intervals.get(label, {}).get("BLEU")
@@ -121,8 +121,8 @@ def _hardware_once(models: list[RunRecord]) -> list[str]:
 
     described: dict[str, list[str]] = {}
     for record in models:
-        if record.get("device_name"):
-            described.setdefault(trained_on(record), []).append(record["name"])
+        if record.device_name:
+            described.setdefault(trained_on(record), []).append(record.name)
     if len(described) == 1:
         return [f"every run {next(iter(described))}"]
     return [f"{', '.join(names)}: {text}" for text, names in described.items()]

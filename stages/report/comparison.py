@@ -32,7 +32,7 @@ def compare(records: list[RunRecord], outputs: dict[str, tuple[list[str], list[s
     family's best size against each other family's. ``baselines``, ``tuning`` and
     ``selection`` are carried into the comparison as they are, for its tables."""
     systems = {label: _system(label, group, outputs) for label, group in labelled_groups(records)
-               if all(run["name"] in outputs for run in group.runs)}
+               if all(run.name in outputs for run in group.runs)}
     return compare_systems(records, systems, primary_comparisons, baselines=baselines, tuning=tuning,
                            selection=selection)
 
@@ -60,7 +60,7 @@ def compare_systems(records: list[RunRecord], systems: dict[str, resampling.Seed
     # undecided, is shown, with its interval, and withheld from every test, verdict,
     # profile and law.
     translating = [row for row in summaries if gate.ranked(row.translates)]
-    translating_seeds = {label: [run.get("seed") for run in group.runs if run.get("translates") == gate.TRANSLATES]
+    translating_seeds = {label: [run.seed for run in group.runs if run.translates == gate.TRANSLATES]
                          for label, group in labelled}
     withheld = [Withheld(label=row.label, budget=row.budget, why=row.not_translating, translates=row.translates,
                          seeds_translating=translating_seeds[row.label])
@@ -124,5 +124,5 @@ def _label(group: ModelAtBudget, several_budgets: bool) -> str:
 
 def _system(label: str, group: ModelAtBudget, outputs: dict) -> resampling.SeededSystem:
     """The group's seeds, each with its own output on the shared test set."""
-    return resampling.seeded_system(label, [run.get("seed") for run in group.runs],
-                                    [outputs[run["name"]] for run in group.runs], significance.metrics())
+    return resampling.seeded_system(label, [run.seed for run in group.runs],
+                                    [outputs[run.name] for run in group.runs], significance.metrics())

@@ -81,7 +81,7 @@ def signature_lines(records: list[RunRecord]) -> list[str]:
         signatures: dict[str, list[str]] = {}
         for record in records:
             if record.get(field):
-                signatures.setdefault(record[field], []).append(record["name"])
+                signatures.setdefault(getattr(record, field), []).append(record.name)
         lines += [f"{metric}: {signature}" + (f" ({', '.join(names)})" if len(signatures) > 1 else "")
                   for signature, names in signatures.items()]
     return lines
@@ -92,20 +92,20 @@ def warning_lines(records: list[RunRecord]) -> list[str]:
     a run that did not really train or does not translate, whose scores say little about
     its model."""
     return [line for record in records
-            for line in (record.get("training_warnings") or [])
-            + ([f"{record['name']} does not translate: " + "; ".join(record["gate_reasons"])]
-               if record.get("gate_reasons") else [])]
+            for line in (record.training_warnings or [])
+            + ([f"{record.name} does not translate: " + "; ".join(record.gate_reasons)]
+               if record.gate_reasons else [])]
 
 
 def trained_on(record: RunRecord) -> str:
     """``trained in fp32 on AMD EPYC (AVX2, 1 thread(s) per worker), decoded in fp32``;
     where precision auto measured, how: ``trained in fp32 (auto, measured: fp32 1.26x as
     fast as bf16 (...)) on ...``."""
-    threads = record.get("threads_per_worker")
-    chosen = f" (auto, {record['precision_reason']})" if record.get("precision_reason") else ""
-    return (f"trained in {record['precision']}{chosen} on {record['device_name']} "
-            f"({record['device_capability']}{f', {threads} thread(s) per worker' if threads else ''})"
-            + (f", decoded in {record['eval_precision']}" if record.get("eval_precision") else ""))
+    threads = record.threads_per_worker
+    chosen = f" (auto, {record.precision_reason})" if record.precision_reason else ""
+    return (f"trained in {record.precision}{chosen} on {record.device_name} "
+            f"({record.device_capability}{f', {threads} thread(s) per worker' if threads else ''})"
+            + (f", decoded in {record.eval_precision}" if record.eval_precision else ""))
 
 
 def hardware_lines(records: list[RunRecord]) -> list[str]:
@@ -116,23 +116,23 @@ def hardware_lines(records: list[RunRecord]) -> list[str]:
     trained: dict[str, list[RunRecord]] = {}
     peaks: dict[str, list[RunRecord]] = {}
     for record in records:
-        if record.get("device_name"):
+        if record.device_name:
             trained.setdefault(trained_on(record), []).append(record)
-        if record.get("peak_flops_per_worker"):
+        if record.peak_flops_per_worker:
             # Artifacts made before peaks were measured took theirs from the config.
-            detail = record.get("peak_detail") or "train.peak_flops_per_worker"
-            peaks.setdefault(f"peak {record['peak_flops_per_worker'] / 1e9:,.1f} GFLOP/s per worker, "
-                             f"{record['peak_source']}: {detail}", []).append(record)
+            detail = record.peak_detail or "train.peak_flops_per_worker"
+            peaks.setdefault(f"peak {record.peak_flops_per_worker / 1e9:,.1f} GFLOP/s per worker, "
+                             f"{record.peak_source}: {detail}", []).append(record)
     return [f"{_holders(runs, records)}: {text}" for described in (trained, peaks) for text, runs in described.items()]
 
 
 def _holders(runs: list[RunRecord], records: list[RunRecord]) -> str:
     """``transformer, rnn_gru.w96.1e12.s1``: the configured models all of whose runs are
     among ``runs``, then the other runs by name."""
-    names = {run["name"] for run in runs}
+    names = {run.name for run in runs}
     whole, single = [], []
-    for model in dict.fromkeys(run.get("model") or run["name"] for run in runs):
-        members = [record["name"] for record in records if (record.get("model") or record["name"]) == model]
+    for model in dict.fromkeys(run.model or run.name for run in runs):
+        members = [record.name for record in records if (record.model or record.name) == model]
         if set(members) <= names:
             whole.append(model)
         else:
