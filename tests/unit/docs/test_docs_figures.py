@@ -27,9 +27,9 @@ class Figure:
 
 
 FIGURES = [
-    Figure("the default job's wall time", "2026-12-07_multi30k_default_job_epyc_zen4.md", "1 h 4 min 5 s",
+    Figure("the default job's wall time", "2026-12-07_multi30k_default_job_epyc_zen4.md", "1 h 10 min 5 s",
            r"for the whole\s+graph|the whole graph took"),
-    Figure("the default job's artifacts on disk", "2026-12-07_multi30k_default_job_epyc_zen4.md", "3.3 GB",
+    Figure("the default job's artifacts on disk", "2026-12-07_multi30k_default_job_epyc_zen4.md", "1.4 GB",
            r"of artifacts|artifacts took", SIZE + r"(?= of (?:artifacts|disk))"),
     Figure("the CPU frontier study's wall time", "2026-12-02_frontier_machinery_epyc_zen4.md", "31 min 55 s",
            r"multi30k_frontier\.yaml` (?:\| a test of the IsoFLOP|is an IsoFLOP study)"),
