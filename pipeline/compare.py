@@ -16,8 +16,7 @@ from pipeline.config import ExperimentConfig
 from pipeline.core.artifacts import ArtifactState, ArtifactStore
 from pipeline.graph import find_stage
 from pipeline.selection import plan_experiment
-from stages.report.artifact import OUTPUT_FILES, evaluation_outputs, model_row
-from stages.report.records import RunRecord
+from stages.report.artifact import OUTPUT_FILES, RunRecord, evaluation_outputs, model_row
 from stages.shared.names import evaluate_stage, train_stage, trained_model
 from stages.train.artifact import CURVE_FILE, parse_curve, read_curve
 
