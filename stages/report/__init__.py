@@ -87,7 +87,8 @@ from stages.report.config import ReportStageConfig
 # 32: report.md holds the answer, whether each model translates, each selection's choice
 #     and the details under 120 lines; every candidate, the intervals on every metric, the
 #     secondary and exploratory comparisons and every run's row go to appendix.md
-VERSION = 32
+# 33: the BLEU plot's labels at one budget move apart where two models nearly tie
+VERSION = 33
 # The files of each upstream artifact the report reads (besides its manifest): never
 # the train stage's checkpoints; of an evaluation, what the significance tests score.
 READS = {TRAIN: ("metrics.jsonl",), EVALUATE: OUTPUT_FILES, TUNE: ("choice.json",), SELECT: ("choice.json",),

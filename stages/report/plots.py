@@ -5,6 +5,7 @@ validation-loss axis carries the target side's source-blind n-gram losses as gre
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import cast
@@ -14,6 +15,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (after choosing the backend)
 from matplotlib.ticker import NullFormatter  # noqa: E402
+from matplotlib.typing import ColorType  # noqa: E402
 
 from stages.report.comparison_tables import count  # noqa: E402
 from stages.report.comparison_records import Comparison  # noqa: E402
@@ -220,6 +222,7 @@ def _bleu_vs_flops(records: list[RunRecord], comparison: Comparison | None, path
     def line_of(model: str) -> str:
         return next((name for prefix, name in chosen.items() if model.startswith(prefix)), model)
 
+    labels: list[tuple[float, float, str, ColorType]] = []  # (FLOPs, BLEU, text, colour), drawn after the lines
     for line_name in dict.fromkeys(line_of(point.model) for point in found):
         points = sorted((point for point in found if line_of(point.model) == line_name),
                         key=lambda point: point.train_flops)
@@ -231,8 +234,7 @@ def _bleu_vs_flops(records: list[RunRecord], comparison: Comparison | None, path
             axes.scatter(point.train_flops, point.bleu, marker=marker, s=50, zorder=3,
                          facecolors="none" if hollow else colour, edgecolors=colour)
             if line_name != point.model:  # the configuration chosen there: w24.lr3.2e-2
-                axes.annotate(point.model[len(line_name) + 1:], (point.train_flops, point.bleu),
-                              xytext=(6, -3), textcoords="offset points", fontsize=7, color=colour)
+                labels.append((point.train_flops, point.bleu, point.model[len(line_name) + 1:], colour))
         bands = [band for point in points if (band := intervals.get(point.label, {}).get("BLEU"))]
         if len(bands) == len(points):
             axes.fill_between(x, [band.low for band in bands], [band.high for band in bands], color=colour,
@@ -245,12 +247,30 @@ def _bleu_vs_flops(records: list[RunRecord], comparison: Comparison | None, path
     highest = max([point.bleu for point in found]
                   + [band.high for point in found if (band := intervals.get(point.label, {}).get("BLEU"))])
     axes.set_ylim(0, highest * 1.1 + 0.5)
+    _spread_labels(axes, labels, min_gap=0.04 * (highest * 1.1 + 0.5))
     axes.set_xlabel("training FLOPs (counted)")
     axes.set_ylabel("test BLEU (beam)")
     axes.set_title(f"{title}\nbands: 95% intervals; hollow: does not translate", fontsize=10)
     axes.grid(True, which="both", alpha=0.3)
     figure.legend(loc="outside lower center", ncol=min(len(axes.get_lines()), 4), fontsize=8)
     _save(figure, path)
+
+
+def _spread_labels(axes, labels: list[tuple[float, float, str, ColorType]], min_gap: float) -> None:
+    """Each point's label beside it; at one budget (FLOPs within 1%: runs stop within an
+    update of it), a label within ``min_gap`` (BLEU) below the one above it moves down a
+    line, so that two families that tie stay readable."""
+    def budget_of(flops: float) -> float:
+        return round(math.log10(flops), 2)
+
+    for budget in dict.fromkeys(budget_of(label[0]) for label in labels):
+        above, shift = None, 0
+        at_budget = sorted((label for label in labels if budget_of(label[0]) == budget), key=lambda label: -label[1])
+        for flops, bleu, text, colour in at_budget:
+            shift = shift + 1 if above is not None and above - bleu < min_gap else 0
+            axes.annotate(text, (flops, bleu), xytext=(6, -3 - 9 * shift), textcoords="offset points", fontsize=7,
+                          color=colour)
+            above = bleu
 
 
 def draw_baselines(axes, comparison: Comparison | None) -> None:
