@@ -67,7 +67,7 @@ COLUMNS: tuple[tuple[str, str, Callable], ...] = (
 
 def display_table(records: list[RunRecord]) -> pd.DataFrame:
     """Formatted strings, one row per model, "-" where a value is missing."""
-    rows = [[("-" if record.get(field) is None else fmt(record[field])) for _, field, fmt in COLUMNS]
+    rows = [[("-" if (value := getattr(record, field)) is None else fmt(value)) for _, field, fmt in COLUMNS]
             for record in records]
     return pd.DataFrame(rows, columns=[header for header, _, _ in COLUMNS])
 
