@@ -7,9 +7,10 @@ seeds (``GroupSummary``), its interval per metric (``SystemInterval``), a test b
 two of them (``PairedTest``), a model withheld because it does not translate
 (``Withheld``), a family's laws over its budgets (``FamilyLaws``) and IsoFLOP profiles
 (``IsoflopFamily``), a tuned learning rate (``TunedModel``). The modules that compute
-them (``significance``, ``compute_laws``, ``isoflop``, ``ngram_baselines``) return
-them; ``seeds`` still reads run records by field name (``FieldAccess``: a name that is
-not a field is a ``KeyError``, not a ``None``), as its tests pass plain dicts.
+them (``seeds``, ``significance``, ``compute_laws``, ``isoflop``, ``ngram_baselines``)
+return them and read them by attribute. ``FieldAccess`` still lets a record be read by
+field name (a name that is not a field is a ``KeyError``, not a ``None``), for the tests
+and benchmarks that do.
 
 A fitted law's details (``FamilyLaws.valid_loss``) and a budget's IsoFLOP profile
 (``IsoflopFamily.profiles``) stay dicts: each is written and read back by one module
