@@ -5,7 +5,6 @@ validation-loss axis carries the target side's source-blind n-gram losses as gre
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import cast
@@ -195,6 +194,7 @@ class _Point:
     model: str
     family: str
     train_flops: float
+    budget: float | None  # the FLOPs budget it trained to; its runs stop within an update of it
     bleu: float
     translates: str | None
 
@@ -208,9 +208,10 @@ def _bleu_vs_flops(records: list[RunRecord], comparison: Comparison | None, path
     undecided (``gate.py``), is drawn hollow."""
     from stages.shared.gate import ranked
 
-    found = [_Point(group.label, group.model, group.family, group.train_flops, group.bleu.mean, group.translates)
+    found = [_Point(group.label, group.model, group.family, group.train_flops, group.budget, group.bleu.mean,
+                    group.translates)
              for group in (comparison.groups if comparison else []) if group.bleu.mean is not None] or \
-        [_Point(record.name, record.name, record.family or record.name, record.train_flops, record.bleu,
+        [_Point(record.name, record.name, record.family or record.name, record.train_flops, record.budget, record.bleu,
                 record.translates) for record in records if record.bleu is not None and record.train_flops is not None]
     intervals = comparison.intervals if comparison else {}
     figure, axes = plt.subplots(figsize=(6.8, 4.8), layout="constrained")
@@ -222,7 +223,7 @@ def _bleu_vs_flops(records: list[RunRecord], comparison: Comparison | None, path
     def line_of(model: str) -> str:
         return next((name for prefix, name in chosen.items() if model.startswith(prefix)), model)
 
-    labels: list[tuple[float, float, str, ColorType]] = []  # (FLOPs, BLEU, text, colour), drawn after the lines
+    labels: list[tuple[_Point, str, ColorType]] = []  # (point, text, colour), drawn after the lines
     for line_name in dict.fromkeys(line_of(point.model) for point in found):
         points = sorted((point for point in found if line_of(point.model) == line_name),
                         key=lambda point: point.train_flops)
@@ -234,7 +235,7 @@ def _bleu_vs_flops(records: list[RunRecord], comparison: Comparison | None, path
             axes.scatter(point.train_flops, point.bleu, marker=marker, s=50, zorder=3,
                          facecolors="none" if hollow else colour, edgecolors=colour)
             if line_name != point.model:  # the configuration chosen there: w24.lr3.2e-2
-                labels.append((point.train_flops, point.bleu, point.model[len(line_name) + 1:], colour))
+                labels.append((point, point.model[len(line_name) + 1:], colour))
         bands = [band for point in points if (band := intervals.get(point.label, {}).get("BLEU"))]
         if len(bands) == len(points):
             axes.fill_between(x, [band.low for band in bands], [band.high for band in bands], color=colour,
@@ -256,21 +257,17 @@ def _bleu_vs_flops(records: list[RunRecord], comparison: Comparison | None, path
     _save(figure, path)
 
 
-def _spread_labels(axes, labels: list[tuple[float, float, str, ColorType]], min_gap: float) -> None:
-    """Each point's label beside it; at one budget (FLOPs within 1%: runs stop within an
-    update of it), a label within ``min_gap`` (BLEU) below the one above it moves down a
-    line, so that two families that tie stay readable."""
-    def budget_of(flops: float) -> float:
-        return round(math.log10(flops), 2)
-
-    for budget in dict.fromkeys(budget_of(label[0]) for label in labels):
+def _spread_labels(axes, labels: list[tuple[_Point, str, ColorType]], min_gap: float) -> None:
+    """Each point's label beside it; at one budget, a label within ``min_gap`` (BLEU) below
+    the one above it moves down a line, so that two families that tie stay readable."""
+    for budget in dict.fromkeys(point.budget for point, _, _ in labels):
         above, shift = None, 0
-        at_budget = sorted((label for label in labels if budget_of(label[0]) == budget), key=lambda label: -label[1])
-        for flops, bleu, text, colour in at_budget:
-            shift = shift + 1 if above is not None and above - bleu < min_gap else 0
-            axes.annotate(text, (flops, bleu), xytext=(6, -3 - 9 * shift), textcoords="offset points", fontsize=7,
-                          color=colour)
-            above = bleu
+        at_budget = sorted((label for label in labels if label[0].budget == budget), key=lambda label: -label[0].bleu)
+        for point, text, colour in at_budget:
+            shift = shift + 1 if above is not None and above - point.bleu < min_gap else 0
+            axes.annotate(text, (point.train_flops, point.bleu), xytext=(6, -3 - 9 * shift),
+                          textcoords="offset points", fontsize=7, color=colour)
+            above = point.bleu
 
 
 def draw_baselines(axes, comparison: Comparison | None) -> None:

@@ -27,7 +27,7 @@ def family_bests(groups: list[GroupSummary]) -> tuple[dict[tuple, GroupSummary],
         if len(sizes) == 1:
             bests[(budget, family)] = sizes[0]
         elif all(size.valid_loss.mean is not None for size in sizes):
-            bests[(budget, family)] = min(sizes, key=lambda size: size.valid_loss.mean or 0.0)  # none is None
+            bests[(budget, family)] = min(sizes, key=lambda size: size.valid_loss.mean or 0.0)  # each a number (above)
         else:
             unchosen.append(f"{family} at {budget:.2g} FLOPs: no best size (a validation loss is missing), so it "
                             "is in no primary comparison")
